@@ -1,0 +1,1 @@
+"""One module per command. Each imports only click at module level; heavy imports go inside the function."""

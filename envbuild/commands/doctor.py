@@ -1,0 +1,60 @@
+"""`envbuild doctor`: static node and stack checks, GPU probes with --quick/--full, reports."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import click
+
+
+def _parse_gpus(value: Optional[str]) -> Optional[list]:
+    if value is None:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip() != ""]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected GPU indices like 0,1", param_hint="--gpus")
+
+
+def _parse_sets(values: Tuple[str, ...]) -> dict:
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--set")
+        key, val = item.split("=", 1)
+        out[key.strip()] = val.strip()
+    return out
+
+
+@click.command("doctor")
+@click.option("--profile", "profile_name", metavar="NAME", help="Compare the env with this reference-image profile.")
+@click.option("--python", "python", metavar="PATH", help="Python of the environment under test (default: this one).")
+@click.option("--prefix", metavar="DIR", help="Environment prefix under test (uses DIR/bin/python).")
+@click.option("--root", metavar="DIR", help="Diagnose a bundle from `envbuild capture --node DIR` instead of this node.")
+@click.option("--quick", "mode", flag_value="quick", help="Also run short GPU probes.")
+@click.option("--full", "mode", flag_value="full", help="Also run the long GPU probes and the train step.")
+@click.option("--gpus", metavar="LIST", help="GPU indices to probe, e.g. 0,1 (default: all).")
+@click.option("--check", "checks", multiple=True, metavar="ID", help="Run only checks matching this id, glob or category.")
+@click.option("--skip", "skips", multiple=True, metavar="ID", help="Do not run checks matching this id, glob or category.")
+@click.option("--list", "list_only", is_flag=True, help="List the checks and exit.")
+@click.option("--strict", is_flag=True, help="Treat warnings as failures in the exit code.")
+@click.option("--require-gpu", is_flag=True, help="Fail (not skip) when no GPU or driver is usable.")
+@click.option("--json", "json_path", metavar="PATH", help="Write the versioned JSON report here.")
+@click.option("--junit", "junit_path", metavar="PATH", help="Write a JUnit XML report here.")
+@click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile here.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Option for a check, e.g. train.layers=4.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+def doctor(profile_name, python, prefix, root, mode, gpus, checks, skips, list_only, strict, require_gpu,
+           json_path, junit_path, prom_path, sets, quiet) -> int:
+    """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
+
+    Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
+    """
+    from envbuild.doctor.session import DoctorOptions, run_doctor
+
+    opts = DoctorOptions(
+        profile=profile_name, python=python, prefix=prefix, root=root, mode=mode or "static",
+        gpus=_parse_gpus(gpus), checks=list(checks), skips=list(skips), list_only=list_only, strict=strict,
+        require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,
+        options=_parse_sets(sets), quiet=quiet,
+    )
+    return run_doctor(opts)

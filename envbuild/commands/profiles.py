@@ -1,0 +1,70 @@
+"""`envbuild profiles [show NAME]`: the reference-image profiles this envbuild knows."""
+from __future__ import annotations
+
+import click
+
+
+@click.group("profiles", invoke_without_command=True)
+@click.pass_context
+def profiles(ctx: click.Context) -> int:
+    """List the reference-image profiles (lockfiles/<name>/profile.toml)."""
+    if ctx.invoked_subcommand is not None:
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    from envbuild.profile import load_profile, profile_names
+
+    table = Table(show_header=True, header_style="bold")
+    for col in ("profile", "image", "CUDA", "python", "torch", "NCCL", "description"):
+        table.add_column(col)
+    for name in profile_names():
+        p = load_profile(name)
+        comp = p.components
+        table.add_row(name, p.image, p.cuda, p.python,
+                      comp["torch"].version if "torch" in comp else "-",
+                      comp["nccl"].version if "nccl" in comp else "-", p.description)
+    Console(highlight=False).print(table)
+    return 0
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+def show(name: str, as_json: bool) -> int:
+    """Print one profile: every component with its source and whether it was read from the image."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from envbuild.profile import load_profile
+
+    p = load_profile(name)
+    if as_json:
+        click.echo(json.dumps(p.raw, indent=2, sort_keys=True))
+        return 0
+    console = Console(highlight=False)
+    console.print(f"[bold]{p.name}[/bold]  {p.description}\nimage {p.image} · CUDA {p.cuda} · python {p.python}"
+                  f" · {p.path}")
+    table = Table(show_header=True, header_style="bold", title="components")
+    for col in ("component", "pin", "verified", "source"):
+        table.add_column(col)
+    for c in p.components.values():
+        pin = c.version or ""
+        if c.commit:
+            pin = f"{pin} @{c.commit}".strip()
+        table.add_row(c.name, pin, "yes" if c.verified else "[yellow]no[/yellow]", c.source)
+    console.print(table)
+    if p.launch_env:
+        env = Table(show_header=True, header_style="bold", title="launch environment")
+        for col in ("variable", "value", "scope", "source"):
+            env.add_column(col)
+        for v in p.launch_env.values():
+            env.add_row(v.name, v.value, v.scope, v.source)
+        console.print(env)
+    if p.docker_run:
+        d = p.docker_run
+        console.print(f"docker run: shm {d.shm_size_bytes} B · memlock {d.memlock} · stack {d.stack_bytes} B"
+                      f" · ipc={d.ipc}  ({d.source})")
+    return 0

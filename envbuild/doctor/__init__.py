@@ -1,0 +1,1 @@
+"""The doctor: check registry, runner, multi-rank launcher and thresholds."""

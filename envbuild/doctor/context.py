@@ -1,0 +1,40 @@
+"""What a check gets to work with: the fact source, the profile, the mode and the user's options."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from envbuild.facts.source import FactSource, FactUnavailable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.profile import Profile
+
+
+@dataclass
+class DoctorContext:
+    facts: FactSource
+    profile: Optional["Profile"] = None
+    mode: str = "static"  # static | quick | full
+    gpus: Optional[List[int]] = None  # --gpus; None = every GPU NVML reports
+    python: Optional[str] = None  # python of the environment under test
+    require_gpu: bool = False
+    options: Dict[str, Any] = field(default_factory=dict)
+    cache: Dict[str, Any] = field(default_factory=dict)  # facts computed once and shared by checks
+
+    def gpu_indices(self) -> List[int]:
+        """GPUs this run may use: --gpus, else all that NVML reports; [] when no driver is reachable."""
+        try:
+            count = int(self.facts.nvml().get("device_count", 0))
+        except FactUnavailable:
+            return []
+        every = list(range(count))
+        if self.gpus is None:
+            return every
+        return [g for g in self.gpus if g in every]
+
+    def nvml_unavailable_reason(self) -> Optional[str]:
+        try:
+            self.facts.nvml()
+            return None
+        except FactUnavailable as exc:
+            return str(exc)

@@ -1,0 +1,71 @@
+"""Runs selected checks against a context and turns every outcome, crashes included, into Results."""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Callable, List, Optional
+
+from envbuild.doctor.context import DoctorContext
+from envbuild.doctor.registry import Check
+from envbuild.facts.source import FactUnavailable
+from envbuild.report.model import Result, Status
+
+
+def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
+    """The reason a check cannot run here, or None. Shown as the summary of its `skip`."""
+    if "profile" in check.needs and ctx.profile is None:
+        return "needs a profile: pass --profile NAME (see `envbuild profiles`)"
+    if "live" in check.needs and not ctx.facts.is_live:
+        return f"needs the live node; this run replays {ctx.facts.description}"
+    if "gpu" in check.needs or "multi_gpu" in check.needs:
+        if not ctx.facts.is_live:
+            return f"GPU probes need the live node; this run replays {ctx.facts.description}"
+        reason = ctx.nvml_unavailable_reason()
+        if reason is not None:
+            return f"no usable NVIDIA driver: {reason}"
+        gpus = ctx.gpu_indices()
+        if not gpus:
+            return "no GPU visible to NVML" + (f" among --gpus {ctx.gpus}" if ctx.gpus is not None else "")
+        if "multi_gpu" in check.needs and len(gpus) < 2:
+            return f"needs at least 2 GPUs; {len(gpus)} selected"
+    return None
+
+
+def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
+    start = time.monotonic()
+    reason = unmet_need(check, ctx)
+    if reason is not None:
+        # --require-gpu: a node that should have GPUs and shows none fails instead of skipping.
+        gpu_missing = ctx.require_gpu and ctx.facts.is_live and bool({"gpu", "multi_gpu"} & check.needs) \
+            and not ctx.gpu_indices()
+        status = Status.FAIL if gpu_missing else Status.SKIP
+        results = [Result(check.id, check.category, status, reason,
+                          remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]
+    else:
+        try:
+            out = check.fn(ctx)
+            results = out if isinstance(out, list) else [out]
+        except FactUnavailable as exc:
+            results = [Result(check.id, check.category, Status.SKIP, str(exc))]
+        except Exception as exc:  # a broken check is reported, never fatal to the run
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+            results = [Result(check.id, check.category, Status.ERROR,
+                              f"the check itself failed: {type(exc).__name__}: {exc}",
+                              evidence={"traceback": tail})]
+    elapsed = time.monotonic() - start
+    for r in results:
+        r.duration_s = round(elapsed / len(results), 4)
+        if r.status in (Status.FAIL, Status.WARN) and not r.causes:
+            r.causes = list(check.causes)
+    return results
+
+
+def run_checks(checks: List[Check], ctx: DoctorContext,
+               on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
+    results: List[Result] = []
+    for check in checks:
+        for r in run_check(check, ctx):
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    return results

@@ -1,0 +1,134 @@
+"""One doctor run from options to exit code: open the facts, pick checks, run them, write the reports."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from envbuild import __version__
+from envbuild.errors import EnvbuildError
+
+
+@dataclass
+class DoctorOptions:
+    profile: Optional[str] = None
+    python: Optional[str] = None
+    prefix: Optional[str] = None
+    root: Optional[str] = None
+    mode: str = "static"
+    gpus: Optional[List[int]] = None
+    checks: List[str] = field(default_factory=list)
+    skips: List[str] = field(default_factory=list)
+    list_only: bool = False
+    strict: bool = False
+    require_gpu: bool = False
+    json_path: Optional[str] = None
+    junit_path: Optional[str] = None
+    prom_path: Optional[str] = None
+    options: Dict[str, Any] = field(default_factory=dict)
+    quiet: bool = False
+
+
+def resolve_python(python: Optional[str], prefix: Optional[str]) -> str:
+    """The interpreter of the environment under test: --python, else --prefix/bin/python, else ours."""
+    if python and prefix:
+        raise EnvbuildError("give --python or --prefix, not both")
+    if prefix:
+        candidate = os.path.join(prefix, "bin", "python")
+        if not os.path.exists(candidate):
+            raise EnvbuildError(f"--prefix {prefix}: no bin/python there; is it an environment?")
+        return candidate
+    if python:
+        if not os.path.exists(python):
+            raise EnvbuildError(f"--python {python}: no such file")
+        return python
+    return sys.executable
+
+
+def host_facts(facts) -> Dict[str, Any]:
+    """Host identity for the report header, read through the fact source (works on bundles)."""
+    from envbuild.facts.source import FactUnavailable
+
+    def read(path: str) -> Optional[str]:
+        try:
+            return facts.read_text(path).strip()
+        except (FileNotFoundError, FactUnavailable, IsADirectoryError):
+            return None
+
+    hostname = read("/proc/sys/kernel/hostname")
+    if hostname is None and facts.is_live:
+        hostname = socket.gethostname()
+    meta = getattr(facts, "meta", {})
+    return {
+        "hostname": meta.get("hostname", hostname) if not facts.is_live else hostname,
+        "kernel": read("/proc/sys/kernel/osrelease"),
+        "source": facts.description,
+        "captured_at": meta.get("captured_at"),
+    }
+
+
+def gpu_inventory(facts) -> List[Dict[str, Any]]:
+    from envbuild.facts.source import FactUnavailable
+
+    try:
+        snap = facts.nvml()
+    except FactUnavailable:
+        return []
+    keys = ("index", "name", "uuid", "pci_bus_id", "memory_total_mib", "serial")
+    return [{k: d.get(k) for k in keys if k in d} for d in snap.get("devices", [])]
+
+
+def run_doctor(opts: DoctorOptions) -> int:
+    from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.registry import select
+    from envbuild.doctor.runner import run_checks
+    from envbuild.facts.source import open_source
+    from envbuild.profile import load_profile
+    from envbuild.report import terminal
+    from envbuild.report.model import Report
+
+    if opts.mode not in ("static", "quick", "full"):
+        raise EnvbuildError(f"unknown mode {opts.mode!r}")
+    chosen = select(opts.checks, opts.skips, mode=opts.mode)
+    if opts.list_only:
+        terminal.print_check_list(chosen)
+        return 0
+    profile = load_profile(opts.profile) if opts.profile else None
+    python = resolve_python(opts.python, opts.prefix)
+    facts = open_source(opts.root, python=python)
+    ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
+                        require_gpu=opts.require_gpu, options=dict(opts.options))
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    live = terminal.LiveProgress(enabled=not opts.quiet)
+    with live:
+        results = run_checks(chosen, ctx, on_result=live.update)
+    report = Report(
+        host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
+        profile=profile.name if profile else None,
+        options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks, "skips": opts.skips,
+                 "strict": opts.strict, "python": python, "root": opts.root, "set": opts.options},
+        started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__,
+    )
+    _write_reports(report, opts)
+    terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
+    return report.exit_code(strict=opts.strict)
+
+
+def _write_reports(report, opts: DoctorOptions) -> None:
+    if opts.json_path:
+        from envbuild.report.json_report import write_json
+
+        write_json(report, opts.json_path)
+    if opts.junit_path:
+        from envbuild.report.junit import write_junit
+
+        write_junit(report, opts.junit_path)
+    if opts.prom_path:
+        from envbuild.report.prometheus import write_prometheus
+
+        write_prometheus(report, opts.prom_path)

@@ -1,0 +1,1 @@
+"""The result model (model.py) and its renderers: terminal, JSON, JUnit XML, Prometheus textfile."""

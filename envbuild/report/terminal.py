@@ -1,0 +1,90 @@
+"""The terminal report: a table grouped by category, one actionable line per check, then the verdict."""
+from __future__ import annotations
+
+from typing import List
+
+from envbuild.report.model import Report, Result, Status
+
+_STYLE = {
+    Status.PASS: "green",
+    Status.WARN: "yellow",
+    Status.FAIL: "bold red",
+    Status.SKIP: "dim",
+    Status.ERROR: "magenta",
+}
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+class LiveProgress:
+    """Prints one line per finished check to stderr while the run goes on (GPU probes take minutes)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self._console = None
+
+    def __enter__(self) -> "LiveProgress":
+        if self.enabled:
+            self._console = _console(stderr=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def update(self, result: Result) -> None:
+        if self._console is not None and self._console.is_terminal:
+            self._console.print(f"[dim]… {result.check_id}: {result.status.value}[/dim]")
+
+
+def print_check_list(checks) -> None:
+    from rich.table import Table
+
+    table = Table(title="envbuild doctor checks", show_lines=False)
+    for col in ("id", "category", "needs", "modes", "timeout", "causes", "what it checks"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row(c.id, c.category, ",".join(sorted(c.needs)) or "-", ",".join(sorted(c.modes)),
+                      f"{c.timeout_s:.0f}s", ",".join(c.causes) or "-", c.title)
+    _console().print(table)
+
+
+def verdict_line(report: Report, strict: bool = False) -> str:
+    counts = report.counts()
+    parts = [f"{counts[s.value]} {s.value}" for s in (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)
+             if counts[s.value] or s in (Status.FAIL, Status.PASS)]
+    verdict = "FAIL" if report.exit_code(strict=strict) else "OK"
+    return f"{verdict}: " + " · ".join(parts)
+
+
+def print_report(report: Report, quiet: bool = False, strict: bool = False) -> None:
+    from rich.table import Table
+
+    console = _console()
+    if not quiet:
+        table = Table(show_header=True, header_style="bold", expand=False)
+        table.add_column("status", no_wrap=True)
+        table.add_column("check", no_wrap=True)
+        table.add_column("finding")
+        order = {"node": 0, "stack": 1, "gpu": 2, "comm": 3, "train": 4}
+        results: List[Result] = sorted(report.results, key=lambda r: order.get(r.category, 9))
+        last = None
+        for r in results:
+            if r.category != last:
+                table.add_row("", f"[bold]{r.category}[/bold]", "")
+                last = r.category
+            text = r.summary
+            if r.status in (Status.FAIL, Status.WARN, Status.ERROR):
+                if r.remediation:
+                    text += f"\n[cyan]fix:[/cyan] {r.remediation}"
+                if r.causes:
+                    text += f"\n[dim]causes: {', '.join(r.causes)}[/dim]"
+            name = r.check_id + (f" [{r.subject}]" if r.subject else "")
+            table.add_row(f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", name, text)
+        console.print(f"[bold]envbuild doctor[/bold] · {report.host.get('hostname')} · {report.host.get('source')}"
+                      + (f" · profile {report.profile}" if report.profile else ""))
+        console.print(table)
+    console.print(verdict_line(report, strict=strict))
