@@ -1,0 +1,1 @@
+"""Installing a locked environment: conda layer, pip layer, git sources, source builds, activation."""
