@@ -1,0 +1,81 @@
+"""The runner: needs, skips with reasons, crashed checks, --require-gpu, causes on fail."""
+from typing import Any, Dict
+
+import pytest
+
+from envbuild.doctor.context import DoctorContext
+from envbuild.doctor.registry import Check
+from envbuild.doctor.runner import run_check
+from envbuild.facts.source import FactSource, FactUnavailable
+from envbuild.report.model import Result, Status
+
+
+class FakeFacts(FactSource):
+    def __init__(self, nvml: Any, live: bool = True):
+        self._nvml = nvml
+        self.is_live = live
+        self.description = "fake"
+
+    def nvml(self) -> Dict[str, Any]:
+        if isinstance(self._nvml, Exception):
+            raise self._nvml
+        return self._nvml
+
+
+def make(fn, needs=(), causes=("D3",)):
+    return Check(id="t.x", category="node", title="t", fn=fn, needs=frozenset(needs), causes=tuple(causes))
+
+
+def ok(ctx):
+    return Result("t.x", "node", Status.PASS, "fine")
+
+
+@pytest.mark.parametrize("nvml,live,needs,expect", [
+    (FactUnavailable("no NVIDIA driver: libnvidia-ml.so.1 not found"), True, ("gpu",), "no usable NVIDIA driver: no NVIDIA driver"),
+    ({"device_count": 1}, True, ("multi_gpu",), "needs at least 2 GPUs; 1 selected"),
+    ({"device_count": 2}, False, ("gpu",), "GPU probes need the live node"),
+])
+def test_unmet_needs_skip_with_reason(nvml, live, needs, expect):
+    [r] = run_check(make(ok, needs), DoctorContext(facts=FakeFacts(nvml, live)))
+    assert r.status is Status.SKIP
+    assert expect in r.summary
+
+
+def test_profile_need_says_how():
+    [r] = run_check(make(ok, ("profile",)), DoctorContext(facts=FakeFacts({})))
+    assert r.status is Status.SKIP and "--profile" in r.summary
+
+
+def test_require_gpu_turns_skip_into_fail():
+    ctx = DoctorContext(facts=FakeFacts(FactUnavailable("no NVIDIA driver")), require_gpu=True)
+    [r] = run_check(make(ok, ("gpu",)), ctx)
+    assert r.status is Status.FAIL
+
+
+def test_crashing_check_is_error_with_traceback():
+    def boom(ctx):
+        raise KeyError("missing")
+
+    [r] = run_check(make(boom), DoctorContext(facts=FakeFacts({})))
+    assert r.status is Status.ERROR and "KeyError" in r.summary and "boom" in r.evidence["traceback"]
+
+
+def test_fact_unavailable_inside_check_is_skip():
+    def unreadable(ctx):
+        raise FactUnavailable("permission denied reading /proc/x")
+
+    [r] = run_check(make(unreadable), DoctorContext(facts=FakeFacts({})))
+    assert r.status is Status.SKIP and "permission denied" in r.summary
+
+
+def test_fail_without_causes_gets_declared_causes():
+    def bad(ctx):
+        return Result("t.x", "node", Status.FAIL, "broken")
+
+    [r] = run_check(make(bad, causes=("D3", "D7")), DoctorContext(facts=FakeFacts({})))
+    assert r.causes == ["D3", "D7"]
+
+
+def test_gpu_selection_filters_to_present_devices():
+    ctx = DoctorContext(facts=FakeFacts({"device_count": 2}), gpus=[1, 5])
+    assert ctx.gpu_indices() == [1]
