@@ -1,0 +1,82 @@
+"""`envbuild lock`: solve each profile's recipe and write its hashed lockfiles, or `--check` them.
+
+Exit codes: 0 written / fresh; 1 `--check` found a stale lock (a unified diff is printed); 2 bad input or a
+solve that cannot succeed (the message names the profile, the spec and the channels).
+"""
+from __future__ import annotations
+
+import click
+
+
+@click.command("lock")
+@click.option("--profile", "-p", "profiles", multiple=True, help="Profile name (repeatable; default: all profiles).")
+@click.option("--check", is_flag=True, help="Do not write: exit 1 with a diff when a lock is stale against its profile.")
+@click.option("--lockfiles", "lockfiles", default=None, metavar="DIR",
+              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
+def lock(profiles, check, lockfiles) -> int:
+    """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them."""
+    from rich.console import Console
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.lock import lockset
+
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False, soft_wrap=True, markup=False)
+    base = lockset.lockfiles_base(lockfiles)
+    names = lockset.select_profiles(base, tuple(profiles))
+    if not names:
+        raise EnvbuildError(f"no profiles in {base}")
+    stale = failed = 0
+    for name in names:
+        try:
+            if check:
+                stale += _check_one(base, name, out, err)
+            else:
+                _lock_one(base, name, out, err)
+        except EnvbuildError as exc:
+            if len(names) == 1:
+                raise
+            failed += 1
+            err.print(f"{name}: error: {exc}", markup=False)
+    if failed:
+        return 2
+    return 1 if stale else 0
+
+
+def _lock_one(base, name, out, err) -> None:
+    from envbuild.lock import lockset
+
+    profile, recipe = lockset.load(base, name)
+    with err.status(f"{name}: solving") as status:
+        outputs = lockset.compute(profile, recipe, progress=status.update)
+    written = lockset.write(outputs)
+    if written:
+        out.print(f"{name}: wrote {', '.join(written)} in {outputs.folder}")
+    else:
+        out.print(f"{name}: up to date ({', '.join(sorted(outputs.files))})")
+
+
+def _check_one(base, name, out, err) -> int:
+    """1 when stale (diff printed), 0 when fresh."""
+    from envbuild.errors import EnvbuildError
+    from envbuild.lock import lockset
+
+    profile, recipe = lockset.load(base, name)
+    spec = lockset.spec_outputs(profile, recipe)
+    reasons = lockset.stale_reasons(profile, recipe, spec)
+    if not reasons:
+        out.print(f"{name}: fresh")
+        return 0
+    out.print(f"{name}: STALE")
+    for r in reasons:
+        out.print(f"  - {r}")
+    label = f"{base.name}/{name}"
+    try:
+        with err.status(f"{name}: re-solving to show the difference") as status:
+            files = lockset.compute(profile, recipe, progress=status.update).files
+    except EnvbuildError as exc:
+        out.print(f"  (could not re-solve here, showing the input difference only: {exc})")
+        files = spec.files
+    out.out(lockset.unified_diff(profile.directory, files, label), end="")
+    out.print(f"{name}: run `envbuild lock --profile {name}` to refresh")
+    return 1

@@ -1,0 +1,169 @@
+"""Everything `envbuild lock` writes for one profile, computed in memory, then written or diffed.
+
+Outputs per profile folder: environment.yml + virtual-packages.yml (the rendered input), conda-lock.yml
+(conda-lock v1), and requirements.lock.txt (the pip layer, from envbuild.lock.pip_lock) when the recipe has
+pip requirements. Nothing time- or host-dependent goes in, so identical input gives byte-identical output.
+
+Staleness is judged on inputs (conda-lock's content_hash): a lock is stale when what the profile asks for
+changed, not when a channel published something newer. The scheduled CI lock job picks those up.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from envbuild.errors import EnvbuildError
+from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
+from envbuild.lock.recipe import Recipe, parse_recipe
+from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
+
+PIP_LOCK_FILE = "requirements.lock.txt"
+
+
+def lockfiles_base(option: Optional[str] = None) -> Path:
+    """The lockfiles folder: --lockfiles, else $ENVBUILD_LOCKFILES, else the checkout's/package's lockfiles/."""
+    from envbuild.paths import lockfiles_dir
+
+    chosen = option or os.environ.get("ENVBUILD_LOCKFILES")
+    base = Path(chosen).expanduser() if chosen else lockfiles_dir()
+    if not base.is_dir():
+        raise EnvbuildError(f"lockfiles folder {base} does not exist")
+    return base
+
+
+def select_profiles(base: Path, names: Tuple[str, ...]) -> List[str]:
+    from envbuild.profile import profile_names
+
+    known = profile_names(base)
+    for n in names:
+        if n not in known:
+            raise EnvbuildError(f"unknown profile {n!r} in {base}; known profiles: {', '.join(known) or '(none)'}")
+    return list(names) or known
+
+
+@dataclass
+class LockOutputs:
+    profile: str
+    folder: Path
+    files: Dict[str, str] = field(default_factory=dict)  # filename -> text
+    hashes: Dict[str, str] = field(default_factory=dict)  # platform -> content hash
+
+
+def load(base: Path, name: str):
+    """(Profile, Recipe) of a profile folder."""
+    from envbuild.profile import load_profile
+
+    profile = load_profile(name, base=base)
+    return profile, parse_recipe(profile)
+
+
+def spec_outputs(profile, recipe: Recipe) -> LockOutputs:
+    """The rendered spec files and the content hash per platform (no solve, no network)."""
+    out = LockOutputs(profile=profile.name, folder=profile.directory)
+    out.files.update(render_spec(recipe, profile.name, profile_file=profile.path.name))
+    spec = dict(out.files)
+    for p in recipe.platforms:
+        out.hashes[p] = content_hash(spec, p)
+    return out
+
+
+def spec_locations(profile, recipe: Recipe) -> Dict[str, str]:
+    """spec -> 'profile.toml:LINE' so a solve error can point at the line that asked for a package."""
+    lines = profile.path.read_text(encoding="utf-8").splitlines()
+    where: Dict[str, str] = {}
+    for spec in recipe.conda.specs + [s for g in recipe.conda.optional.values() for s in g]:
+        for i, line in enumerate(lines):
+            if f'"{spec}"' in line or f"'{spec}'" in line:
+                where[spec] = f"{profile.path}:{i + 1}"
+                break
+    return where
+
+
+def compute(profile, recipe: Recipe, progress=None) -> LockOutputs:
+    """Solve every platform and render all outputs."""
+    from envbuild.lock.conda_solve import solve_platform
+
+    out = spec_outputs(profile, recipe)
+    where = spec_locations(profile, recipe)
+    solved = {}
+    for p in recipe.platforms:
+        if progress:
+            progress(f"{profile.name}: solving conda layer for {p}")
+        solved[p] = solve_platform(recipe, p, where)
+    custom = {"envbuild.profile": profile.name}
+    for p in recipe.platforms:
+        custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
+                                                             sorted(virtual_packages(recipe, p).items()))
+    out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
+    if recipe.pip.requirements:
+        if progress:
+            progress(f"{profile.name}: resolving pip layer")
+        out.files[PIP_LOCK_FILE] = _pip_lock(profile, recipe)
+    return out
+
+
+def _pip_lock(profile, recipe: Recipe) -> str:
+    """The pip layer lock text from H4's resolver (envbuild.lock.pip_lock)."""
+    try:
+        from envbuild.lock.pip_lock import resolve_pip_lock
+    except ImportError as exc:
+        raise EnvbuildError(f"{profile.name}: the recipe has pip requirements but the pip resolver "
+                            f"(envbuild.lock.pip_lock) is not available: {exc}") from exc
+    return resolve_pip_lock(profile, recipe)
+
+
+def write(outputs: LockOutputs) -> List[str]:
+    """Write changed files atomically; returns the names written."""
+    written = []
+    for fname, text in sorted(outputs.files.items()):
+        path = outputs.folder / fname
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        tmp = path.with_name(f".{fname}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        written.append(fname)
+    return written
+
+
+def stale_reasons(profile, recipe: Recipe, spec: LockOutputs) -> List[str]:
+    """Why the lock on disk does not match the profile; empty when fresh. Never solves."""
+    folder = profile.directory
+    lock_path = folder / LOCK_FILE
+    if not lock_path.is_file():
+        return [f"{lock_path} does not exist"]
+    reasons = []
+    lock = read_lock(lock_path)
+    have = dict(lock.metadata.content_hash)
+    for p, h in sorted(spec.hashes.items()):
+        if have.get(p) != h:
+            reasons.append(f"{LOCK_FILE}: inputs for {p} changed (content hash {have.get(p, 'missing')[:12]} "
+                           f"!= {h[:12]})")
+    for p in sorted(set(have) - set(spec.hashes)):
+        reasons.append(f"{LOCK_FILE}: platform {p} is no longer in the recipe")
+    for fname in (ENV_SPEC, VPKG_SPEC):
+        path = folder / fname
+        if not path.is_file() or path.read_text(encoding="utf-8") != spec.files[fname]:
+            reasons.append(f"{fname}: differs from the profile's [recipe]")
+    if recipe.pip.requirements and not (folder / PIP_LOCK_FILE).is_file():
+        reasons.append(f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements")
+    if not recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
+        reasons.append(f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements")
+    return reasons
+
+
+def unified_diff(folder: Path, files: Dict[str, str], label: str) -> str:
+    """A `git diff`-like text of what writing `files` would change in `folder`."""
+    chunks = []
+    for fname, new in sorted(files.items()):
+        path = folder / fname
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if old == new:
+            continue
+        chunks.extend(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                           fromfile=f"a/{label}/{fname}" if old else "/dev/null",
+                                           tofile=f"b/{label}/{fname}"))
+    return "".join(c if c.endswith("\n") else c + "\n" for c in chunks)
