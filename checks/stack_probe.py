@@ -1,0 +1,688 @@
+"""Stack probe: what CUDA/NCCL/cuDNN stack THIS interpreter really gets. Prints ONE JSON object on stdout.
+
+Run by the python of the environment under test (`<env>/bin/python checks/stack_probe.py`), never
+imported by envbuild. Standard library only; uses torch when it is installed and still reports what it
+can without it (reachable libraries, distributions, environment). The keys are documented in
+envbuild/facts/stack.py.
+
+Why a separate process: which libnccl/libcudart/libcuda a process maps depends on that interpreter's
+RPATHs, LD_LIBRARY_PATH and import order, and a library once mapped cannot be unmapped. So the probe
+(1) snapshots the environment variables, (2) initialises CUDA and NCCL the way a training process does,
+(3) reads /proc/self/maps, and only then (4) reads the versions of the *other* reachable copies in a
+child process so that they never enter this process's maps.
+
+Never hangs: the CUDA/NCCL initialisation runs under a watchdog that, on timeout, prints whatever was
+gathered (with the phase that hung) and exits; every subprocess has a timeout. Every part records its
+own error instead of aborting the whole probe.
+"""
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PAYLOAD_VERSION = 1
+LIB_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda", "libnvidia-ml")
+# Libraries whose reachable copies are inventoried (libnvidia-ml only matters when mapped).
+REACHABLE_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda")
+ENV_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", "TMS_", "SGLANG_", "NVTE_",
+                "RAY_EXPERIMENTAL_NOSET_", "VLLM_NCCL_", "CUBLAS_", "NVSHMEM_")
+ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "RAY_USE_UVLOOP", "PATH_CUDA")
+NCCL_VERSION_RE = re.compile(rb"NCCL version (\d+\.\d+\.\d+)([^\x00\s]*)")
+SUBPROCESS_TIMEOUT_S = 20.0
+
+
+def family_of(basename):
+    """'libcudnn_ops.so.9' -> 'libcudnn'; 'libcuda.so.1' -> 'libcuda'; None for unrelated libraries."""
+    for fam in ("libnvidia-ml", "libcudart", "libcudnn", "libnccl", "libcuda"):
+        if basename.startswith(fam + ".so") or (fam == "libcudnn" and basename.startswith("libcudnn_")):
+            return fam
+        if fam == "libnccl" and basename.startswith("libnccl") and ".so" in basename and "net" not in basename:
+            return fam if basename.startswith("libnccl.so") else None
+    return None
+
+
+def path_flags(path):
+    """Markers that matter for C7/C8: a stub libcuda or a forward-compat (cuda-compat) libcuda."""
+    low = path.lower()
+    parts = low.split("/")
+    return {"stub": "stubs" in parts, "compat": ("compat" in parts) or ("cuda-compat" in low)}
+
+
+def version_from_filename(path):
+    """'libcuda.so.580.159.04' -> '580.159.04'; 'libcudart.so.12.9.79' -> '12.9.79'; None if only a major."""
+    m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", os.path.basename(path))
+    return m.group(1) if m else None
+
+
+def nccl_string_version(path):
+    """The 'NCCL version X.Y.Z+cudaA.B' string compiled into libnccl (no dlopen needed)."""
+    import mmap
+
+    with open(path, "rb") as fh:
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # empty file
+            return None
+        try:
+            idx = mm.find(b"NCCL version ")
+            if idx < 0:
+                return None
+            m = NCCL_VERSION_RE.match(mm[idx: idx + 80])
+            return (m.group(1) + m.group(2)).decode("ascii", "replace") if m else None
+        finally:
+            mm.close()
+
+
+def decode_cuda_version(v):
+    """12090 -> '12.9' (the encoding of cudaRuntimeGetVersion / cuDriverGetVersion)."""
+    return "%d.%d" % (v // 1000, (v % 1000) // 10) if v else None
+
+
+def decode_nccl_code(v):
+    """ncclGetVersion code: 22809 -> '2.28.9' (major*10000+minor*100+patch from 2.9 on)."""
+    if v >= 10000:
+        return "%d.%d.%d" % (v // 10000, (v % 10000) // 100, v % 100)
+    return "%d.%d.%d" % (v // 1000, (v % 1000) // 100, v % 100)
+
+
+def decode_cudnn(v):
+    """cudnnGetVersion: 91900 -> '9.19.0' (major*10000+minor*100+patch since cuDNN 9)."""
+    if v >= 90000:
+        return "%d.%d.%d" % (v // 10000, (v % 10000) // 100, v % 100)
+    return "%d.%d.%d" % (v // 1000, (v % 1000) // 100, v % 100)
+
+
+def api_version(family, handle):
+    """Ask a loaded library for its version through its C API. Returns (raw code, decoded string, error)."""
+    out = ctypes.c_int(0)
+    if family == "libnccl":
+        rc = handle.ncclGetVersion(ctypes.byref(out))
+        return (out.value, decode_nccl_code(out.value), None) if rc == 0 else (None, None, "ncclGetVersion returned %d" % rc)
+    if family == "libcudart":
+        rc = handle.cudaRuntimeGetVersion(ctypes.byref(out))
+        return (out.value, decode_cuda_version(out.value), None) if rc == 0 else (None, None, "cudaRuntimeGetVersion returned %d" % rc)
+    if family == "libcuda":
+        rc = handle.cuDriverGetVersion(ctypes.byref(out))
+        if rc == 0:
+            return out.value, decode_cuda_version(out.value), None
+        return None, None, "cuDriverGetVersion returned %d%s" % (rc, " (CUDA_ERROR_STUB_LIBRARY: a stub libcuda)" if rc == 34 else "")
+    if family == "libcudnn":
+        handle.cudnnGetVersion.restype = ctypes.c_size_t
+        v = int(handle.cudnnGetVersion())
+        return v, decode_cudnn(v), None
+    return None, None, "no version API for %s" % family
+
+
+def version_of_file(family, path):
+    """Version of one library file, read without mapping it here when possible (NCCL: the string)."""
+    info = {}
+    fv = version_from_filename(os.path.realpath(path))
+    if fv:
+        info["file_version"] = fv
+    if family == "libnccl":
+        try:
+            s = nccl_string_version(path)
+            if s:
+                info["version"] = s.split("+")[0]
+                info["version_string"] = s
+                info["version_method"] = "NCCL version string"
+        except OSError as exc:
+            info["error"] = "cannot read: %s" % exc
+    return info
+
+
+# ---------------------------------------------------------------- parts of the probe
+
+
+def read_maps():
+    """Every mapped file of the families above, from /proc/self/maps, in first-mapped order."""
+    seen, out = set(), []
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) < 6:
+                continue
+            path = parts[5].strip()
+            if not path.startswith("/") or path in seen:
+                continue
+            fam = family_of(os.path.basename(path))
+            if fam is None:
+                continue
+            seen.add(path)
+            entry = {"family": fam, "path": path, "realpath": os.path.realpath(path)}
+            entry.update(path_flags(path))
+            out.append(entry)
+    return out
+
+
+def add_mapped_versions(mapped):
+    """Ask each mapped library (already in this process) for its version through its API."""
+    for entry in mapped:
+        entry.update(version_of_file(entry["family"], entry["path"]))
+        if entry["family"] in ("libnccl", "libcudart", "libcuda") or os.path.basename(entry["path"]).startswith("libcudnn.so"):
+            try:
+                handle = ctypes.CDLL(entry["path"], mode=getattr(os, "RTLD_NOLOAD", 4) | ctypes.RTLD_GLOBAL)
+                raw, dec, err = api_version(entry["family"], handle)
+                if raw is not None:
+                    entry["api_version_code"] = raw
+                    entry["api_version"] = dec
+                    if entry["family"] == "libnccl":
+                        entry["version"] = dec
+                        entry.setdefault("version_method", "ncclGetVersion")
+                if err:
+                    entry["api_error"] = err
+            except (OSError, AttributeError) as exc:
+                entry["api_error"] = str(exc)
+
+
+def site_dirs():
+    """Directories on sys.path (site-packages, PYTHONPATH entries) that exist."""
+    out = []
+    for p in sys.path:
+        if p and os.path.isdir(p) and p not in out:
+            out.append(p)
+    return out
+
+
+def prefixes():
+    out = []
+    for p in (sys.prefix, os.environ.get("CONDA_PREFIX")):
+        if p and os.path.isdir(p) and os.path.realpath(p) not in [os.path.realpath(x) for x in out]:
+            out.append(p)
+    return out
+
+
+def ldconfig_entries():
+    """(soname, path) pairs of `ldconfig -p`, in the cache's order (the order the loader searches)."""
+    exe = None
+    for cand in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/usr/bin/ldconfig"):
+        if os.path.exists(cand):
+            exe = cand
+            break
+    if exe is None:
+        raise RuntimeError("ldconfig not found")
+    proc = subprocess.run([exe, "-p"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SUBPROCESS_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    out = []
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        m = re.match(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
+        if m and "64" in m.group(2):  # skip 32-bit entries; the loader of a 64-bit python ignores them
+            out.append((m.group(1), m.group(3)))
+    return out
+
+
+def list_libs(directory):
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in names
+            if family_of(n) in REACHABLE_FAMILIES and os.path.isfile(os.path.join(directory, n))]
+
+
+def reachable_libraries(errors):
+    """Every libnccl/libcudart/libcudnn/libcuda a process of this env could load, with where it was found.
+
+    Origins: LD_LIBRARY_PATH entries (searched first by the loader), site-packages/nvidia/*/lib (torch's
+    RPATH), PREFIX/lib (+ stubs, cuda-compat, targets/*/lib), the ld.so cache (`ldconfig -p`).
+    """
+    found = {}  # path -> entry
+
+    def add(path, origin, order_key=None):
+        entry = found.get(path)
+        if entry is None:
+            entry = {"family": family_of(os.path.basename(path)), "path": path, "realpath": os.path.realpath(path),
+                     "origins": []}
+            entry.update(path_flags(path))
+            found[path] = entry
+        if origin not in entry["origins"]:
+            entry["origins"].append(origin)
+
+    ld_path = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    for d in ld_path:
+        for p in list_libs(d):
+            add(p, "LD_LIBRARY_PATH")
+    for sd in site_dirs():
+        nv = os.path.join(sd, "nvidia")
+        if os.path.isdir(nv):
+            for sub in sorted(os.listdir(nv)):
+                for p in list_libs(os.path.join(nv, sub, "lib")):
+                    add(p, "site-packages")
+        for p in list_libs(os.path.join(sd, "torch", "lib")):
+            add(p, "torch/lib")
+    for pre in prefixes():
+        for rel in ("lib", "lib/stubs", "lib64", "cuda-compat", "targets/x86_64-linux/lib",
+                    "targets/x86_64-linux/lib/stubs", "targets/sbsa-linux/lib"):
+            for p in list_libs(os.path.join(pre, rel)):
+                add(p, "prefix")
+    try:
+        for soname, path in ldconfig_entries():
+            if family_of(os.path.basename(soname)) in REACHABLE_FAMILIES:
+                add(path, "ldconfig")
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        errors["ldconfig"] = str(exc)
+    return list(found.values()), ld_path
+
+
+def resolution_order(reachable, ld_path, errors):
+    """For each soname a process asks for by name, the candidates in the loader's search order
+    (LD_LIBRARY_PATH, then the ld.so cache). RPATHs (torch -> nvidia/*/lib) come before both for torch's
+    own libraries, so the first entry is what any *other* library asking by name gets."""
+    sonames = ["libcuda.so.1", "libnccl.so.2", "libcudart.so.12", "libcudart.so.13", "libcudnn.so.9"]
+    out = {}
+    try:
+        cache = ldconfig_entries()
+    except (OSError, RuntimeError, subprocess.TimeoutExpired):
+        cache = []
+    for so in sonames:
+        cands = []
+        for d in ld_path:
+            p = os.path.join(d, so)
+            if os.path.exists(p):
+                cands.append({"path": p, "origin": "LD_LIBRARY_PATH", "stub": path_flags(p)["stub"],
+                              "compat": path_flags(p)["compat"]})
+        for name, p in cache:
+            if name == so and p not in [c["path"] for c in cands]:
+                cands.append({"path": p, "origin": "ldconfig", "stub": path_flags(p)["stub"],
+                              "compat": path_flags(p)["compat"]})
+        if cands:
+            out[so] = cands
+    return out
+
+
+VERSION_CHILD = r"""
+import ctypes, json, sys
+sys.path.insert(0, sys.argv[1])
+import stack_probe as sp
+out = {}
+for fam, path in json.loads(sys.stdin.read()):
+    try:
+        h = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        raw, dec, err = sp.api_version(fam, h)
+        out[path] = {"api_version_code": raw, "api_version": dec, "api_error": err}
+    except Exception as exc:
+        out[path] = {"api_error": "%s: %s" % (type(exc).__name__, exc)}
+print(json.dumps(out))
+"""
+
+
+def versions_in_child(items, errors):
+    """dlopen each (family, path) in a child process and ask its C API for the version.
+
+    A child, so that the copies NOT loaded by this env never show up in our /proc/self/maps."""
+    if not items:
+        return {}
+    try:
+        proc = subprocess.run([sys.executable, "-c", VERSION_CHILD, os.path.dirname(os.path.abspath(__file__))],
+                              input=json.dumps(items).encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=SUBPROCESS_TIMEOUT_S)
+        return json.loads(proc.stdout.decode() or "{}")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        errors["reachable_versions"] = "%s: %s" % (type(exc).__name__, exc)
+        return {}
+
+
+def add_reachable_versions(reachable, errors):
+    """Versions of every reachable copy: NCCL from its version string, the others (and NCCL builds
+    without the string) from their C API in a child process, once per real file."""
+    ask = {}
+    for entry in reachable:
+        entry.update(version_of_file(entry["family"], entry["path"]))
+        base = os.path.basename(entry["path"])
+        wants_api = entry["family"] in ("libcudart", "libcuda") or base.startswith("libcudnn.so") \
+            or (entry["family"] == "libnccl" and "version" not in entry)
+        if wants_api:
+            ask.setdefault(entry["realpath"], (entry["family"], entry["realpath"]))
+    answers = versions_in_child(list(ask.values()), errors)
+    for entry in reachable:
+        ans = answers.get(entry["realpath"])
+        if not ans:
+            continue
+        for k, v in ans.items():
+            if v is not None:
+                entry[k] = v
+        if entry["family"] == "libnccl" and ans.get("api_version") and "version" not in entry:
+            entry["version"] = ans["api_version"]
+            entry["version_method"] = "ncclGetVersion"
+
+
+def distributions(errors):
+    """Installed distributions (name, version, where), from importlib.metadata: finds cu12+cu13 mixes."""
+    try:
+        from importlib import metadata
+    except ImportError as exc:  # pragma: no cover (python < 3.8)
+        errors["distributions"] = str(exc)
+        return []
+    out = []
+    for dist in metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+            loc = getattr(dist, "_path", None)
+            out.append({"name": name, "version": dist.version,
+                        "location": str(loc.parent) if loc is not None else None})
+        except Exception as exc:  # a broken dist-info must not hide the others
+            errors.setdefault("distributions", "")
+            errors["distributions"] += "%s; " % exc
+    out.sort(key=lambda d: ((d["name"] or "").lower(), d["location"] or ""))
+    return out
+
+
+def find_package_dir(name):
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.dirname(spec.origin) if spec.origin else None
+
+
+def git_info(pkg_dir, patches, errors, key):
+    """The git checkout a package is imported from (editable installs), its HEAD, dirty state and
+    whether each of the profile's patches is applied (`git apply --reverse --check`)."""
+    d = os.path.realpath(pkg_dir)
+    root = None
+    for _ in range(6):
+        if os.path.exists(os.path.join(d, ".git")):
+            root = d
+            break
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    rel = os.path.relpath(os.path.realpath(pkg_dir), root) if root else ""
+    if root is None or "site-packages" in rel.split(os.sep) or "dist-packages" in rel.split(os.sep):
+        return None  # a wheel install living inside some unrelated repository is not a checkout
+
+    def git(*args):
+        return subprocess.run(["git", "-C", root] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=SUBPROCESS_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+    info = {"root": root}
+    try:
+        head = git("rev-parse", "HEAD")
+        info["commit"] = head.stdout.decode().strip() or None
+        status = git("status", "--porcelain", "--untracked-files=no")
+        info["dirty"] = bool(status.stdout.strip())
+        info["changed_files"] = len(status.stdout.decode().splitlines())
+        states = []
+        for p in patches:
+            if p.get("target") != key:
+                continue
+            path = p["path"]
+            if not os.path.isfile(path):
+                states.append({"file": p.get("file", path), "state": "missing-patch-file"})
+                continue
+            rev = git("apply", "--reverse", "--check", path)
+            if rev.returncode == 0:
+                state = "applied"
+            else:
+                fwd = git("apply", "--check", path)
+                state = "not-applied" if fwd.returncode == 0 else "conflicts"
+            states.append({"file": p.get("file", path), "state": state,
+                           "detail": (rev.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[0][:300]})
+        if states:
+            info["patches"] = states
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        errors["git_" + key] = str(exc)
+    return info
+
+
+def package_info(import_name, dist_names, patches, errors, key):
+    from importlib import metadata
+
+    info = {"import_name": import_name}
+    pkg_dir = find_package_dir(import_name)
+    info["location"] = pkg_dir
+    for dn in dist_names:
+        try:
+            info["version"] = metadata.version(dn)
+            info["distribution"] = dn
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    if pkg_dir is None and "version" not in info:
+        return None
+    if pkg_dir is not None:
+        g = git_info(pkg_dir, patches, errors, key)
+        if g:
+            info["git"] = g
+    return info
+
+
+def tms_info(errors):
+    """torch_memory_saver's native hook libraries: slime LD_PRELOADs the one for torch's CUDA major."""
+    pkg = find_package_dir("torch_memory_saver")
+    hooks = []
+    dirs = []
+    if pkg:
+        dirs += [pkg, os.path.dirname(pkg)]
+    for d in dirs:
+        try:
+            for n in sorted(os.listdir(d)):
+                if n.startswith("torch_memory_saver") and ".so" in n:
+                    hooks.append(os.path.join(d, n))
+        except OSError:
+            continue
+    if not pkg and not hooks:
+        return None
+    out = {"location": pkg, "hook_files": sorted(set(hooks))}
+    try:
+        from importlib import metadata
+
+        out["version"] = metadata.version("torch_memory_saver")
+    except Exception:
+        pass
+    return out
+
+
+def env_snapshot():
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+
+
+def probe_torch(result, errors, init_state):
+    """Import torch, read its versions, then initialise CUDA and NCCL like a training process would."""
+    try:
+        import torch
+    except ImportError as exc:
+        result["torch"] = {"present": False, "error": str(exc)}
+        return None
+    except Exception as exc:  # a broken torch install is itself a finding
+        result["torch"] = {"present": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+        return None
+    t = {"present": True, "version": torch.__version__, "cuda": getattr(torch.version, "cuda", None),
+         "git_version": getattr(torch.version, "git_version", None), "file": torch.__file__}
+    m = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)$", torch.__version__)
+    t["cuda_tag"] = m.group(1) if m else None
+    result["torch"] = t
+    try:
+        v = torch.cuda.nccl.version()
+        t["nccl_version"] = ".".join(str(x) for x in v[:3]) if isinstance(v, tuple) else decode_nccl_code(int(v))
+        if isinstance(v, tuple) and len(v) > 3 and v[3]:
+            t["nccl_version_suffix"] = str(v[3])
+    except Exception as exc:
+        t["nccl_error"] = "%s: %s" % (type(exc).__name__, exc)
+    try:
+        cv = torch.backends.cudnn.version()
+        t["cudnn_version_code"] = cv
+        t["cudnn_version"] = decode_cudnn(cv) if cv else None
+    except Exception as exc:
+        t["cudnn_error"] = "%s: %s" % (type(exc).__name__, exc)
+    init_state["phase"] = "torch.cuda.is_available"
+    try:
+        t["cuda_available"] = bool(torch.cuda.is_available())
+        t["device_count"] = torch.cuda.device_count() if t["cuda_available"] else 0
+        t["arch_list"] = torch.cuda.get_arch_list() if t["cuda_available"] else []
+    except Exception as exc:
+        t["cuda_available"] = False
+        errors["cuda_available"] = "%s: %s" % (type(exc).__name__, exc)
+    init = {"cuda_tensor": False, "nccl_group": False, "method": None}
+    result["init"] = init
+    if not t.get("cuda_available"):
+        init["method"] = "no GPU: CUDA and NCCL not initialised (libraries are those mapped by `import torch`)"
+        return torch
+    init_state["phase"] = "cuda tensor"
+    x = torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    init["cuda_tensor"] = True
+    init_state["phase"] = "nccl process group"
+    import torch.distributed as dist
+
+    # Never NVLS on a probe (it is one rank anyway); set after the environment was recorded.
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+    fd, store_path = tempfile.mkstemp(prefix="envbuild-stackprobe-")
+    os.close(fd)
+    os.unlink(store_path)
+    try:
+        store = dist.FileStore(store_path, 1)
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        init["nccl_group"] = True
+        init["method"] = "1-rank NCCL process group over a FileStore + all_reduce"
+        init_state["phase"] = "nccl destroy"
+        dist.destroy_process_group()
+    finally:
+        if os.path.exists(store_path):
+            os.unlink(store_path)
+    return torch
+
+
+def probe_without_torch(result, errors):
+    """No torch: load libcuda, libcudart and libnccl by name, as a process of this env would, so that
+    the maps and versions reflect the loader's choice (LD_LIBRARY_PATH, ld.so cache)."""
+    init = {"cuda_tensor": False, "nccl_group": False, "method": "no torch: dlopen by name"}
+    result["init"] = init
+    loaded = {}
+    for so in ("libcuda.so.1", "libcudart.so.12", "libcudart.so.13", "libnccl.so.2"):
+        try:
+            loaded[so] = ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            init.setdefault("dlopen_errors", {})[so] = str(exc)
+    h = loaded.get("libnccl.so.2")
+    if h is not None:
+        raw, dec, err = api_version("libnccl", h)
+        init["nccl_get_version"] = dec or err
+
+
+def bound_cuda_versions(result, mapped):
+    """cudaRuntimeGetVersion / cuDriverGetVersion of the copies this process actually mapped."""
+    for fam, key in (("libcudart", "cuda_runtime"), ("libcuda", "cuda_driver")):
+        copies = [m for m in mapped if m["family"] == fam]
+        if not copies:
+            result[key] = {"mapped": False}
+            continue
+        first = copies[0]
+        result[key] = {"mapped": True, "path": first["path"], "version_code": first.get("api_version_code"),
+                       "version": first.get("api_version"), "error": first.get("api_error")}
+
+
+def parse_args(argv):
+    """--patches FILE: JSON list of {"target": "sglang"|"megatron", "file": name, "path": abs path}.
+    --init-timeout S: watchdog for the CUDA/NCCL initialisation (default 120)."""
+    opts = {"patches": [], "init_timeout": 120.0}
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--patches" and i + 1 < len(argv):
+            with open(argv[i + 1]) as fh:
+                opts["patches"] = json.load(fh)
+            i += 2
+        elif argv[i] == "--init-timeout" and i + 1 < len(argv):
+            opts["init_timeout"] = float(argv[i + 1])
+            i += 2
+        else:
+            raise SystemExit("stack_probe.py: unknown argument %r" % argv[i])
+    return opts
+
+
+def main(argv):
+    t0 = time.monotonic()
+    # Libraries (NCCL_DEBUG=INFO, torch warnings) print to fd 1; keep the real stdout for our JSON only.
+    json_fd = os.dup(1)
+    os.dup2(2, 1)
+    errors = {}
+    result = {"payload": "stack_probe", "payload_version": PAYLOAD_VERSION, "errors": errors}
+    emitted = threading.Lock()
+
+    def emit(exit_code):
+        if not emitted.acquire(blocking=False):
+            return
+        result["elapsed_s"] = round(time.monotonic() - t0, 3)
+        data = (json.dumps(result, sort_keys=True, default=str) + "\n").encode()
+        os.write(json_fd, data)
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+    opts = parse_args(argv)
+    result["env"] = env_snapshot()
+    result["python"] = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
+                        "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+                        "sys_path_dirs": site_dirs(), "platform": sys.platform}
+    init_state = {"phase": "import torch"}
+
+    def watchdog():
+        errors["init"] = "CUDA/NCCL initialisation did not finish within %.0f s (hung in: %s)" % (
+            opts["init_timeout"], init_state["phase"])
+        try:
+            result["mapped"] = read_maps()
+        except Exception as exc:
+            errors["maps"] = str(exc)
+        emit(3)
+
+    timer = threading.Timer(opts["init_timeout"], watchdog)
+    timer.daemon = True
+    timer.start()
+    torch_mod = None
+    try:
+        torch_mod = probe_torch(result, errors, init_state)
+        if torch_mod is None:
+            probe_without_torch(result, errors)
+    except Exception as exc:
+        errors["init"] = "%s during %s: %s" % (type(exc).__name__, init_state["phase"], exc)
+    timer.cancel()
+
+    for name, fn in (("mapped", read_maps),):
+        try:
+            result[name] = fn()
+        except Exception as exc:
+            errors[name] = "%s: %s" % (type(exc).__name__, exc)
+            result[name] = []
+    try:
+        add_mapped_versions(result["mapped"])
+    except Exception as exc:
+        errors["mapped_versions"] = "%s: %s" % (type(exc).__name__, exc)
+    bound_cuda_versions(result, result["mapped"])
+    try:
+        reachable, ld_path = reachable_libraries(errors)
+        add_reachable_versions(reachable, errors)
+        result["reachable"] = reachable
+        result["resolution"] = resolution_order(reachable, ld_path, errors)
+    except Exception as exc:
+        errors["reachable"] = "%s: %s" % (type(exc).__name__, exc)
+        result.setdefault("reachable", [])
+    for key, fn in (("distributions", lambda: distributions(errors)),
+                    ("torch_memory_saver", lambda: tms_info(errors)),
+                    ("sglang", lambda: package_info("sglang", ("sglang",), opts["patches"], errors, "sglang")),
+                    ("megatron", lambda: package_info("megatron", ("megatron-core", "megatron_core"),
+                                                      opts["patches"], errors, "megatron"))):
+        try:
+            result[key] = fn()
+        except Exception as exc:
+            errors[key] = "%s: %s" % (type(exc).__name__, exc)
+            result[key] = None
+    emit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
