@@ -1,0 +1,124 @@
+"""Small, real wheels and PEP 503 indexes for the pip-layer tests, built by the tests themselves.
+
+Wheels are written directly as zip files with METADATA, WHEEL and a RECORD of sha256 digests, the same
+bytes `pip wheel` would give a one-module package, so pip installs, hashes and uninstalls them like any
+wheel. Fixed zip timestamps make them byte-reproducible. `write_simple_index` lays out a PEP 503 tree
+(with `#sha256=` fragments and PEP 658 `.metadata` files, as PyPI serves) and `serve` puts a folder on
+127.0.0.1 with http.server so pip really talks HTTP to a loopback index.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import html
+import threading
+import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence
+
+_ZIP_DATE = (2026, 1, 1, 0, 0, 0)
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def make_wheel(
+    dest: Path,
+    name: str,
+    version: str,
+    requires: Sequence[str] = (),
+    tag: str = "py3-none-any",
+    requires_python: Optional[str] = None,
+    module_text: Optional[str] = None,
+) -> Path:
+    """Write `<name>-<version>-<tag>.whl` into `dest` holding module `<name>` with `__version__`."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if requires_python:
+        meta.append(f"Requires-Python: {requires_python}")
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    files: Dict[str, bytes] = {
+        f"{dist}/__init__.py": (module_text or f'__version__ = "{version}"\n').encode(),
+        f"{info}/METADATA": ("\n".join(meta) + "\n\n").encode(),
+        f"{info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: envbuild-tests\nRoot-Is-Purelib: true\nTag: {tag}\n").encode(),
+        f"{info}/top_level.txt": f"{dist}\n".encode(),
+    }
+    record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()]
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out = dest / f"{dist}-{version}-{tag}.whl"
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path, data in files.items():
+            zf.writestr(zipfile.ZipInfo(path, date_time=_ZIP_DATE), data)
+    return out
+
+
+def wheel_metadata(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        return zf.read(name)
+
+
+def write_simple_index(root: Path, wheels: Sequence[Path], with_hashes: bool = True) -> Path:
+    """A PEP 503 tree under `root` (root/<project>/index.html + the files) for `wheels`; returns root."""
+    root = Path(root)
+    by_project: Dict[str, List[Path]] = {}
+    for w in wheels:
+        project = w.name.split("-")[0].replace("_", "-").lower()
+        by_project.setdefault(project, []).append(Path(w))
+    links = []
+    for project, files in sorted(by_project.items()):
+        pdir = root / project
+        pdir.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for w in sorted(files):
+            data = w.read_bytes()
+            (pdir / w.name).write_bytes(data)
+            meta = wheel_metadata(w)
+            (pdir / (w.name + ".metadata")).write_bytes(meta)
+            frag = f"#sha256={hashlib.sha256(data).hexdigest()}" if with_hashes else ""
+            meta_attr = f' data-core-metadata="sha256={hashlib.sha256(meta).hexdigest()}"'
+            rows.append(f'<a href="{html.escape(w.name + frag)}"{meta_attr}>{html.escape(w.name)}</a><br/>')
+        (pdir / "index.html").write_text("<html><body>\n" + "\n".join(rows) + "\n</body></html>\n")
+        links.append(f'<a href="{project}/">{project}</a><br/>')
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "index.html").write_text("<html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+    return root
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@contextlib.contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve `directory` over http on 127.0.0.1; yields the base URL (ending in /)."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def tamper(wheel: Path) -> None:
+    """Change a wheel's bytes in place (a valid zip still, with a different sha256)."""
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr(zipfile.ZipInfo("tampered.txt", date_time=_ZIP_DATE), b"not what was locked\n")
+
