@@ -120,7 +120,7 @@ def sha256_of_url(url: str) -> str:
     return digest.hexdigest()
 
 
-def _pip_env() -> Dict[str, str]:
+def isolated_pip_env() -> Dict[str, str]:
     """pip's environment without the user's pip config, so a stray extra-index-url cannot sneak in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
@@ -145,7 +145,7 @@ def _run_resolver(python: str, args: List[str], markers: Dict[str, str], table: 
     with tempfile.TemporaryDirectory(prefix="envbuild-piplock-") as tmp:
         report = Path(tmp) / "report.json"
         cmd = [python, "-c", _PIP_WITH_TARGET_MARKERS, json.dumps(markers), *args, "--report", str(report)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_pip_env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=isolated_pip_env())
         if proc.returncode != 0:
             raise EnvbuildError(f"pip could not resolve the pip layer: {_explain_failure(proc.stderr, table)}")
         return json.loads(report.read_text(encoding="utf-8"))
