@@ -1,0 +1,334 @@
+"""The payload side of envbuild's GPU probes: rank context, phases, results, timing, busbw, exact fills.
+
+Runs INSIDE the environment under test (its python, torch, libcuda, NCCL), started by
+envbuild/doctor/launcher.py. Stdlib at import time; torch is imported lazily, so the rank, phase and
+emit parts also work in a python without torch (the launcher's CI tests use exactly that).
+
+How to write a probe
+--------------------
+1. Create checks/<probe>.py (a script; no package imports besides _harness, torch and the stdlib)::
+
+       from _harness import Probe
+
+       def main(p: Probe) -> None:
+           with p.phase("init"):
+               p.init_dist()                      # env:// rendezvous; nccl binds device_id
+           with p.phase("all_reduce"):            # a hang here is reported as "hung in all_reduce"
+               ...
+           p.metric("busbw_64MiB", 301.2, "GB/s")
+           p.evidence["nccl_version"] = "2.28.9"
+           p.finish("pass", "all_reduce exact, 301 GB/s")  # or p.finish("fail", "<what a person can act on>")
+
+       if __name__ == "__main__":
+           Probe.run(main)
+
+   ``Probe.run`` sets up faulthandler, the test hooks, and turns an exception into an "error" result
+   (exit code 1) with the traceback tail, so a crash still leaves rank<k>.json behind.
+2. Name phases after what the rank waits on (``init``, ``all_reduce 64MiB``, ``destroy``): a hang is
+   reported with each rank's phase, and ``phase_deadlines`` in launch() are keyed by these names.
+3. Register the check in envbuild/doctor/checks/<category>_<topic>.py: call
+   ``envbuild.doctor.launcher.launch("<probe>.py", nranks, python=ctx.python, gpus=..., args=[...],
+   deadline_s=...)`` and turn the outcome into Results with ``envbuild.doctor.probes``
+   (``failure_result`` for hangs/crashes, ``rank_results``/``merge_metrics`` for the rest).
+4. Test hooks (used only by tests and the fault-injection runs): ENVBUILD_TEST_SIGSTOP_AT=<phase>
+   makes rank ENVBUILD_TEST_SIGSTOP_RANK (default: the last rank) SIGSTOP itself on entering that phase;
+   ENVBUILD_TEST_CRASH_AT=<phase> makes it exit with code 3 there.
+
+Files written in ENVBUILD_RUN_DIR: rank<k>.phase (current phase, flushed at every change), rank<k>.json
+(the result, atomically), rank<k>.stacks (faulthandler output on SIGUSR1).
+"""
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+# ---------------------------------------------------------------------------------------------------
+# nccl-tests' bandwidth definitions (research/validators.md §1.1, from nccl-tests doc/PERFORMANCE.md):
+# algbw = S / t, with S the bytes of the operation; for all_gather, reduce_scatter and all_to_all S is the
+# total array (count * typesize * nranks), for all_reduce and broadcast the per-rank buffer. busbw = algbw
+# x factor(n).
+# ---------------------------------------------------------------------------------------------------
+BUSBW_FACTOR: Dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+def op_bytes(op: str, per_rank_bytes: int, nranks: int) -> int:
+    """S in algbw = S / t, as nccl-tests counts it, given the per-rank input buffer size.
+
+    For all_gather the per-rank input is one shard, so the total array is shard x n; for reduce_scatter
+    and all_to_all the per-rank input already is the total array.
+    """
+    if op == "all_gather":
+        return per_rank_bytes * nranks
+    return per_rank_bytes
+
+
+def algbw_busbw(op: str, nbytes: int, seconds: float, nranks: int) -> "tuple[float, float]":
+    """(algbw, busbw) in GB/s (1e9 bytes/s, as nccl-tests prints) for S = nbytes moved in `seconds`."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * BUSBW_FACTOR[op](nranks)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rank context, phases, results
+# ---------------------------------------------------------------------------------------------------
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Probe:
+    """One rank of a probe: its identity, its phase file, its result."""
+
+    def __init__(self) -> None:
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.local_rank = _env_int("LOCAL_RANK", 0)
+        self.backend = os.environ.get("ENVBUILD_BACKEND", "nccl")
+        self.deadline_s = float(os.environ.get("ENVBUILD_DEADLINE_S", "300") or 300)
+        self.run_dir = os.environ.get("ENVBUILD_RUN_DIR") or tempfile.mkdtemp(prefix="envbuild-rank-")
+        self.metrics: List[Dict[str, Any]] = []
+        self.evidence: Dict[str, Any] = {}
+        self._phases: List[str] = []
+        self._error_phase: Optional[str] = None
+        self._finished = False
+        self._stacks_fh = None
+        self.device = None  # torch.device once init_dist/cuda_device ran
+
+    # --- files ---------------------------------------------------------------------------------------
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.run_dir, f"rank{self.rank}{suffix}")
+
+    def _write_atomic(self, suffix: str, data: Dict[str, Any]) -> None:
+        final = self.path(suffix)
+        tmp = final + f".tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+
+    def setup(self) -> None:
+        """faulthandler on SIGUSR1 (the launcher's stack-dump signal) and on fatal signals."""
+        self._stacks_fh = open(self.path(".stacks"), "a", encoding="utf-8")
+        faulthandler.register(signal.SIGUSR1, file=self._stacks_fh, all_threads=True, chain=False)
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+
+    # --- phases --------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Record that this rank is in `name` (nested phases restore the outer one on exit)."""
+        self._phases.append(name)
+        self._write_phase(name)
+        self._test_hooks(name)
+        try:
+            yield
+        except BaseException:
+            if self._error_phase is None:  # the innermost phase an exception left
+                self._error_phase = name
+            raise
+        finally:
+            self._phases.pop()
+            if self._phases:
+                self._write_phase(self._phases[-1])
+            # Leaving the outermost phase keeps its name on file: a rank that then hangs in teardown
+            # is reported as "after <last phase>", which is where it was.
+
+    def _write_phase(self, name: str) -> None:
+        self._write_atomic(".phase", {"phase": name, "t": time.time(), "pid": os.getpid()})
+
+    def _test_hooks(self, name: str) -> None:
+        target_rank = _env_int("ENVBUILD_TEST_SIGSTOP_RANK", self.world_size - 1)
+        if self.rank != target_rank:
+            return
+        if os.environ.get("ENVBUILD_TEST_SIGSTOP_AT") == name:
+            sys.stderr.write(f"[envbuild test hook] rank {self.rank} stops itself (SIGSTOP) in phase {name!r}\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if os.environ.get("ENVBUILD_TEST_CRASH_AT") == name:
+            sys.stderr.write(f"[envbuild test hook] rank {self.rank} crashes in phase {name!r}\n")
+            sys.stderr.flush()
+            os._exit(3)
+
+    # --- results -------------------------------------------------------------------------------------
+    def metric(self, name: str, value: float, unit: str, expect: Optional[str] = None,
+               source: Optional[str] = None) -> None:
+        m: Dict[str, Any] = {"name": name, "value": value, "unit": unit}
+        if expect is not None:
+            m["expect"] = expect
+        if source is not None:
+            m["source"] = source
+        self.metrics.append(m)
+
+    def emit(self, result: Dict[str, Any]) -> None:
+        """Write rank<k>.json atomically: {rank, status, summary, metrics, evidence, ...}."""
+        data = {"rank": self.rank, "world_size": self.world_size, "metrics": self.metrics,
+                "evidence": self.evidence}
+        data.update(result)
+        self._write_atomic(".json", data)
+        self._finished = True
+
+    def finish(self, status: str, summary: str, **extra: Any) -> None:
+        self.emit(dict(status=status, summary=summary, **extra))
+
+    @classmethod
+    def run(cls, main: Callable[["Probe"], None]) -> None:
+        """Entry point of a payload: set up, run main(probe), report an exception as an error result."""
+        p = cls()
+        p.setup()
+        code = 0
+        try:
+            main(p)
+            if not p._finished:
+                p.finish("error", "the probe ended without a result")
+                code = 1
+        except SystemExit:
+            raise
+        except BaseException as exc:  # the result file must exist whatever happened
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
+            sys.stderr.write(tail)
+            where = p._error_phase
+            p.finish("error", f"{type(exc).__name__} in phase {where!r}: {str(exc)[:300]}",
+                     exception=type(exc).__name__, traceback=tail, phase=where)
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        p.teardown()
+        sys.exit(code)
+
+    def teardown(self) -> None:
+        """Destroy the default process group if one is left, so NCCL shuts down cleanly."""
+        if "torch" in sys.modules:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                with self.phase("teardown"):
+                    dist.destroy_process_group()
+
+    # --- torch helpers (lazy) ------------------------------------------------------------------------
+    def cuda_device(self):
+        """Bind this rank to its GPU: device LOCAL_RANK among the visible ones (the launcher's mapping)."""
+        import torch
+
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise RuntimeError("no CUDA device visible (CUDA_VISIBLE_DEVICES=%r)"
+                               % os.environ.get("CUDA_VISIBLE_DEVICES"))
+        self.device = torch.device("cuda", self.local_rank % n)
+        torch.cuda.set_device(self.device)
+        return self.device
+
+    def init_dist(self, backend: Optional[str] = None, timeout_s: Optional[float] = None):
+        """init_process_group over env:// (MASTER_ADDR/PORT from the launcher).
+
+        nccl: binds device_id so the communicator is created eagerly on this rank's GPU. gloo: CPU.
+        The collective timeout defaults to the run deadline, so the launcher (not torch) ends a hang.
+        """
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        backend = backend or self.backend
+        timeout = datetime.timedelta(seconds=timeout_s or max(self.deadline_s, 10.0))
+        kwargs: Dict[str, Any] = dict(backend=backend, init_method="env://", rank=self.rank,
+                                      world_size=self.world_size, timeout=timeout)
+        if backend == "nccl":
+            kwargs["device_id"] = self.cuda_device()
+        else:
+            self.device = torch.device("cpu")
+        dist.init_process_group(**kwargs)
+        return dist
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+class Timer:
+    """Elapsed seconds of a region: CUDA events on a GPU (device time), perf_counter on CPU."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.cuda = device is not None and getattr(device, "type", "cpu") == "cuda"
+
+    def __enter__(self) -> "Timer":
+        if self.cuda:
+            import torch
+
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._stop = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cuda:
+            self._stop.record()
+            self._stop.synchronize()
+            self.seconds = self._start.elapsed_time(self._stop) / 1e3
+        else:
+            self.seconds = time.perf_counter() - self._t0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Exact-correctness fills: small integers survive every reduction exactly. A bf16 holds integers up to
+# 256 exactly and fp32 up to 2**24; the helpers keep every sum inside that range so "equal" means equal.
+# ---------------------------------------------------------------------------------------------------
+EXACT_LIMIT = {"bfloat16": 256, "float16": 2048, "float32": 2 ** 24, "int32": 2 ** 31 - 1}
+
+
+def fill_value_bound(dtype_name: str, nranks: int) -> int:
+    """Largest per-rank value v such that a sum over nranks of values in [0, v] stays exact."""
+    return max(1, EXACT_LIMIT[dtype_name] // max(1, nranks))
+
+
+def _pattern(numel: int, rank: int, bound: int, salt: int, device):
+    import torch
+
+    idx = torch.arange(numel, device=device, dtype=torch.int64)
+    return (idx * 7 + rank * 3 + salt) % (bound + 1)
+
+
+def exact_fill(numel: int, rank: int, nranks: int, dtype, device, salt: int = 0):
+    """A tensor with integer values (i*7 + rank*3 + salt) mod (bound+1): distinct per rank and index,
+    cheap to regenerate on any rank, and exactly summable in `dtype` across nranks."""
+    bound = fill_value_bound(str(dtype).replace("torch.", ""), nranks)
+    return _pattern(numel, rank, bound, salt, device).to(dtype)
+
+
+def exact_sum(numel: int, nranks: int, dtype, device, salt: int = 0):
+    """The exact elementwise sum over ranks of exact_fill(numel, r, nranks, dtype, ...)."""
+    bound = fill_value_bound(str(dtype).replace("torch.", ""), nranks)
+    total = _pattern(numel, 0, bound, salt, device)
+    for r in range(1, nranks):
+        total += _pattern(numel, r, bound, salt, device)
+    return total.to(dtype)
+
+
+def mismatches(got, want) -> int:
+    """Number of elements that differ (bitwise equality of values; NaN counts as a mismatch)."""
+    return int((got != want).sum().item())

@@ -1,0 +1,480 @@
+"""The hang-proof multi-rank launcher: one payload process per rank, run by the ENV's python.
+
+Why our own launcher and not torchrun: a doctor probe exists to survive the failures it looks for.
+A rank stuck in an NCCL collective, a rank stopped by a signal, a rank that segfaults while its peer
+waits forever — each must end in a report, inside a deadline, with every process gone. torchrun
+restarts and waits; it does not dump stacks, name the phase a rank hung in, or guarantee no orphan.
+The payloads still use torch's own rendezvous (``init_process_group(init_method="env://")``): the
+launcher only hands them the env:// variables.
+
+Each rank runs in its own session (hence its own process group), so one ``killpg`` reaches the
+rank and anything it spawned; descendants that left the group (setsid) are found through /proc and
+killed by PID. The payload side (checks/_harness.py) writes:
+
+- ``rank<k>.phase``   the phase the rank is in (JSON, rewritten at every phase change),
+- ``rank<k>.json``    its result (written atomically at the end),
+- ``rank<k>.stacks``  faulthandler's dump when we send SIGUSR1,
+
+and its stdout/stderr go to ``rank<k>.stdout.log`` / ``rank<k>.log`` in the run directory.
+
+This module must not import torch: envbuild runs in a small python without it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from envbuild.paths import payload_dir
+
+# How long a rank's peers may keep running after it crashed before they count as hung: NCCL has no
+# way to notice a dead peer quickly, so the survivors would otherwise wait for the whole deadline.
+CRASH_GRACE_S = 3.0
+# Between SIGTERM and SIGKILL. SIGTERM first so NCCL's atexit cleanup can unlink /dev/shm/nccl-*
+# segments (SIGKILL leaves them behind: research/error999.md O1).
+TERM_GRACE_S = 2.0
+POLL_S = 0.05
+SCAN_S = 0.2  # how often /proc is scanned for the ranks' descendants
+TAIL_CHARS = 4000
+
+# Variables that could turn on NVLink multicast (NVLS). On lent machines NVLS must never run
+# (research/gpu-machine.md; DESIGN.md "Rules of the house"), so the launcher pins them off unless the
+# caller opts in with allow_nvls=True, which only a user-facing flag may set.
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    returncode: Optional[int]  # negative = killed by that signal (Popen convention)
+    result: Optional[dict]  # what the payload emit()ted, None if it never did
+    phase: Optional[str]  # the phase the rank was in last (None: never entered one)
+    stderr_tail: str
+    log_path: str  # the rank's stderr log (tracebacks, NCCL WARN lines when not redirected)
+    stack_dump: str  # faulthandler + py-spy output taken before the kill ("" when not needed)
+    stdout_path: str = ""
+    pid: int = 0
+    phase_elapsed_s: Optional[float] = None  # time spent in `phase` when the run ended
+
+
+@dataclass
+class LaunchOutcome:
+    ranks: List[RankOutcome]
+    timed_out: bool  # the run or a phase deadline was hit
+    hung_ranks: List[int]  # ranks still running when the run was stopped (deadline or peer crash)
+    crashed_ranks: List[int]  # ranks that exited non-zero on their own
+    wall_s: float
+    run_dir: str = ""
+    reason: str = ""  # why the run was stopped early, "" when every rank exited on its own
+    leftover_pids: List[int] = field(default_factory=list)  # must stay empty; kept for the report
+
+    @property
+    def ok(self) -> bool:
+        """Every rank exited 0 on its own and emitted a result."""
+        return (not self.timed_out and not self.hung_ranks and not self.crashed_ranks
+                and all(r.returncode == 0 and r.result is not None for r in self.ranks))
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface for the env:// rendezvous (MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resolve_payload(payload: str) -> Path:
+    """A payload is a file name in payload_dir(); an absolute path is accepted for tests."""
+    path = Path(payload)
+    if not path.is_absolute():
+        path = payload_dir() / payload
+    if not path.is_file():
+        raise FileNotFoundError(f"payload {payload!r} not found (looked at {path})")
+    return path
+
+
+def rank_env(rank: int, nranks: int, *, port: int, run_dir: str, gpus: Optional[List[int]], backend: str,
+             deadline_s: float, base: Dict[str, str], extra: Optional[Dict[str, str]],
+             per_rank: Optional[Dict[str, str]], allow_nvls: bool, pythonpath: Optional[str]) -> Dict[str, str]:
+    """The environment of one rank: the caller's env, then the rank variables, then NVLS pinned off."""
+    env = dict(base)
+    env.update(extra or {})
+    env.update(per_rank or {})
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(nranks), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(nranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "ENVBUILD_RUN_DIR": run_dir, "ENVBUILD_BACKEND": backend, "ENVBUILD_DEADLINE_S": f"{deadline_s:.1f}",
+        "PYTHONUNBUFFERED": "1",
+    })
+    if gpus is not None:
+        # Every rank sees the selected GPUs in --gpus order and uses device LOCAL_RANK % len: a payload
+        # that needs several GPUs in one process (P2P) runs with nranks=1 and sees them all.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        env["ENVBUILD_GPU"] = str(gpus[rank % len(gpus)]) if gpus else ""
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if not allow_nvls:
+        asked = {k: v for k, v in {**(extra or {}), **(per_rank or {})}.items() if k in NVLS_OFF}
+        if asked.get("NCCL_NVLS_ENABLE", "0") not in ("0", ""):
+            raise ValueError("NCCL_NVLS_ENABLE=1 needs allow_nvls=True (an explicit user opt-in); "
+                             "NVLink multicast is never run by default")
+        env.update(NVLS_OFF)
+    return env
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path, limit: int = TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _proc_state(pid: int) -> Optional[str]:
+    """The state letter from /proc/<pid>/stat (R, S, D, T = stopped, Z = zombie), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "r") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(")") + 2:].split(" ", 1)[0]
+
+
+def _proc_table() -> Dict[int, tuple]:
+    """pid -> (ppid, pgid, state) for every process we can see."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "r") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(")") + 2:].split(" ")
+        table[int(name)] = (int(rest[1]), int(rest[2]), rest[0])
+    return table
+
+
+def descendants(pids: List[int], table: Optional[Dict[int, tuple]] = None) -> List[int]:
+    """Every live descendant of `pids` (children, grandchildren, ...), found through /proc."""
+    table = _proc_table() if table is None else table
+    children: Dict[int, List[int]] = {}
+    for pid, (ppid, _pgid, _state) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def group_members(pgids: List[int]) -> List[int]:
+    """Live (non-zombie) processes whose process group is one of `pgids`."""
+    wanted = set(pgids)
+    return sorted(pid for pid, (_pp, pgid, state) in _proc_table().items() if pgid in wanted and state != "Z")
+
+
+class _Rank:
+    def __init__(self, rank: int, proc: subprocess.Popen, run_dir: Path):
+        self.rank = rank
+        self.proc = proc
+        self.pgid = proc.pid  # start_new_session=True: the rank leads its own group
+        self.run_dir = run_dir
+        self.exited_on_own: Optional[int] = None
+        self.killed = False
+        self.stack_dump = ""
+
+    def path(self, suffix: str) -> Path:
+        return self.run_dir / f"rank{self.rank}{suffix}"
+
+    def phase(self) -> Optional[dict]:
+        return _read_json(self.path(".phase"))
+
+
+def _dump_stacks(ranks: List[_Rank]) -> None:
+    """faulthandler (SIGUSR1, registered by the harness) then py-spy, for every rank still alive."""
+    alive = [r for r in ranks if r.proc.poll() is None]
+    for r in alive:
+        try:
+            os.kill(r.proc.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    if alive:
+        time.sleep(0.5)  # faulthandler writes from its C signal handler; give it a moment
+    pyspy = shutil.which("py-spy")
+    for r in alive:
+        parts = []
+        state = _proc_state(r.proc.pid)
+        if state == "T":
+            parts.append(f"[pid {r.proc.pid} is stopped (state T, e.g. SIGSTOP): it cannot run its "
+                         "faulthandler; py-spy reads it from outside]")
+        fh_text = _tail(r.path(".stacks"), 16000)
+        if fh_text.strip():
+            parts.append("--- faulthandler ---\n" + fh_text)
+        if pyspy:
+            try:
+                out = subprocess.run([pyspy, "dump", "--pid", str(r.proc.pid)], capture_output=True, text=True,
+                                     timeout=15, stdin=subprocess.DEVNULL)
+                parts.append("--- py-spy dump ---\n" + (out.stdout or "") + (out.stderr or ""))
+            except (subprocess.TimeoutExpired, OSError) as exc:
+                parts.append(f"--- py-spy dump failed: {exc} ---")
+        else:
+            parts.append("[py-spy is not on PATH: no native/py-spy stack]")
+        r.stack_dump = "\n".join(parts)
+
+
+class _Subreaper:
+    """While a run lasts, make this process the child subreaper (Linux prctl), so a payload's
+    grandchild whose parent exited is re-parented to us instead of to init: still findable, still
+    killable. Restored afterwards. Without prctl (not Linux) the /proc scan alone is used."""
+
+    PR_SET_CHILD_SUBREAPER = 36
+    PR_GET_CHILD_SUBREAPER = 37
+
+    def __enter__(self) -> "_Subreaper":
+        self.prev = None
+        try:
+            import ctypes
+
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            val = ctypes.c_int(0)
+            if self.libc.prctl(self.PR_GET_CHILD_SUBREAPER, ctypes.byref(val), 0, 0, 0) == 0:
+                self.prev = val.value
+                self.libc.prctl(self.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            self.prev = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.prev is not None:
+            self.libc.prctl(self.PR_SET_CHILD_SUBREAPER, self.prev, 0, 0, 0)
+
+
+class _Tracker:
+    """Every process a run started, directly or not: rank PIDs, their descendants, and orphans that
+    were re-parented to us (the subreaper). Scanned while the run goes, so a child that outlives its
+    rank is still known when the run ends."""
+
+    def __init__(self) -> None:
+        self.me = os.getpid()
+        table = _proc_table()
+        self.before = {pid for pid, (ppid, _g, _s) in table.items() if ppid == self.me}
+        self.before |= set(descendants(list(self.before), table))
+        self.known: set = set()
+
+    def scan(self, ranks: List["_Rank"]) -> None:
+        table = _proc_table()
+        roots = [r.proc.pid for r in ranks]
+        adopted = [pid for pid, (ppid, _g, _s) in table.items()
+                   if ppid == self.me and pid not in self.before and pid not in roots]
+        self.known |= set(descendants(roots, table)) | set(adopted) | set(descendants(adopted, table))
+        self.known -= set(roots)
+
+    def reap(self) -> None:
+        """Collect the exit status of adopted orphans so they do not stay as zombies."""
+        for pid in list(self.known):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _kill_all(ranks: List[_Rank], tracker: _Tracker) -> List[int]:
+    """SIGTERM (+SIGCONT for stopped ranks), then SIGKILL, every rank's group and every descendant.
+
+    Returns PIDs still alive afterwards (must be empty; reported rather than hidden).
+    """
+    pgids = [r.pgid for r in ranks]
+    tracker.scan(ranks)
+    strays = sorted(tracker.known)  # includes children that left the group or lost their parent
+
+    def live_strays() -> List[int]:
+        tracker.reap()
+        return [p for p in strays if _proc_state(p) not in (None, "Z")]
+
+    if not (any(r.proc.poll() is None for r in ranks) or group_members(pgids) or live_strays()):
+        return []
+
+    def signal_all(sig: int) -> None:
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in strays:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    signal_all(signal.SIGTERM)
+    signal_all(signal.SIGCONT)  # a stopped process only acts on SIGTERM once continued
+    end = time.monotonic() + TERM_GRACE_S
+    while time.monotonic() < end:
+        for r in ranks:
+            r.proc.poll()
+        if all(r.proc.returncode is not None for r in ranks) and not group_members(pgids) \
+                and not live_strays():
+            break
+        time.sleep(POLL_S)
+    signal_all(signal.SIGKILL)
+    for r in ranks:
+        try:
+            r.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    end = time.monotonic() + 5.0
+    left: List[int] = []
+    while time.monotonic() < end:
+        left = sorted(set(group_members(pgids)) | set(live_strays()))
+        if not left:
+            break
+        time.sleep(POLL_S)
+    return left
+
+
+def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]], args: List[str],
+           deadline_s: float, backend: str = "nccl", env: Optional[Dict[str, str]] = None,
+           per_rank_env: Optional[List[Dict[str, str]]] = None,
+           phase_deadlines: Optional[Dict[str, float]] = None, run_dir: Optional[str] = None,
+           allow_nvls: bool = False) -> LaunchOutcome:
+    """Run `payload` as `nranks` processes under `python` and return what each rank did.
+
+    deadline_s bounds the whole run; phase_deadlines maps a phase name (or "*" for any phase) to the
+    most seconds a rank may spend in it. The run directory (a fresh temp dir unless given) keeps the
+    per-rank logs for the report. Raises FileNotFoundError for a missing payload or python.
+    """
+    script = resolve_payload(payload)
+    if not (os.path.isfile(python) or shutil.which(python)):
+        raise FileNotFoundError(f"python {python!r} not found")
+    if per_rank_env is not None and len(per_rank_env) != nranks:
+        raise ValueError(f"per_rank_env has {len(per_rank_env)} entries for {nranks} ranks")
+    rd = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="envbuild-run-"))
+    rd.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    in_payload_dir = script.parent.resolve() == payload_dir().resolve()
+    pythonpath = None if in_payload_dir else str(payload_dir())
+    base = dict(os.environ)
+    phase_deadlines = dict(phase_deadlines or {})
+
+    envs = [rank_env(k, nranks, port=port, run_dir=str(rd), gpus=gpus, backend=backend, deadline_s=deadline_s,
+                     base=base, extra=env, per_rank=(per_rank_env[k] if per_rank_env else None),
+                     allow_nvls=allow_nvls, pythonpath=pythonpath) for k in range(nranks)]
+    ranks: List[_Rank] = []  # filled by _watch as ranks start, so the cleanup sees every one
+    start = time.monotonic()
+    with _Subreaper():
+        tracker = _Tracker()
+        try:
+            timed_out, reason = _watch(ranks, [python, "-u", str(script)] + list(args), envs, rd, deadline_s,
+                                       phase_deadlines, tracker, start)
+        finally:
+            leftover = _kill_all(ranks, tracker)
+    return _outcome(ranks, timed_out, reason, leftover, time.monotonic() - start, rd)
+
+
+def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: Path, deadline_s: float,
+           phase_deadlines: Dict[str, float], tracker: _Tracker, start: float) -> "tuple[bool, str]":
+    """Start the ranks and watch them until all exit, one crashes (plus a grace), or a deadline passes.
+
+    Returns (timed_out, reason). Ranks still alive at the end get their stacks dumped and are marked
+    killed; the caller's cleanup kills them.
+    """
+    reason = ""
+    timed_out = False
+    for k, env in enumerate(envs):
+        with open(rd / f"rank{k}.stdout.log", "wb") as out, open(rd / f"rank{k}.log", "wb") as err:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=str(rd),
+                                    start_new_session=True, close_fds=True)
+        ranks.append(_Rank(k, proc, rd))
+    first_crash_at: Optional[float] = None
+    last_scan = 0.0
+    while True:
+        now = time.monotonic()
+        if now - last_scan > SCAN_S:
+            tracker.scan(ranks)
+            last_scan = now
+        for r in ranks:
+            if r.exited_on_own is None and r.proc.poll() is not None:
+                r.exited_on_own = r.proc.returncode
+                if r.proc.returncode != 0 and first_crash_at is None:
+                    first_crash_at = now
+                    reason = f"rank {r.rank} exited with code {r.proc.returncode}"
+        if all(r.exited_on_own is not None for r in ranks):
+            break
+        if first_crash_at is not None and now - first_crash_at > CRASH_GRACE_S:
+            break
+        if now - start > deadline_s:
+            timed_out = True
+            reason = f"run deadline of {deadline_s:.0f} s passed"
+            break
+        over = _phase_overrun(ranks, phase_deadlines)
+        if over:
+            timed_out = True
+            reason = over
+            break
+        time.sleep(POLL_S)
+    if any(r.proc.poll() is None for r in ranks):
+        _dump_stacks(ranks)
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.killed = True
+    return timed_out, reason
+
+
+def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[int], wall: float,
+             rd: Path) -> LaunchOutcome:
+    outcomes = []
+    for r in ranks:
+        ph = r.phase()
+        elapsed = None
+        if ph and ph.get("t") is not None and r.killed:
+            elapsed = round(time.time() - float(ph["t"]), 2)
+        outcomes.append(RankOutcome(
+            rank=r.rank, returncode=r.proc.returncode, result=_read_json(r.path(".json")),
+            phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
+            log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
+            pid=r.proc.pid, phase_elapsed_s=elapsed,
+        ))
+    hung = [r.rank for r in ranks if r.killed]
+    crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]
+    return LaunchOutcome(ranks=outcomes, timed_out=timed_out, hung_ranks=hung, crashed_ranks=crashed,
+                         wall_s=round(wall, 3), run_dir=str(rd), reason=reason, leftover_pids=leftover)
+
+
+def _phase_overrun(ranks: List[_Rank], deadlines: Dict[str, float]) -> str:
+    """A message when a live rank has been in a phase longer than its deadline, else ""."""
+    if not deadlines:
+        return ""
+    now = time.time()
+    for r in ranks:
+        if r.proc.poll() is not None:
+            continue
+        ph = r.phase()
+        if not ph or not ph.get("phase"):
+            continue
+        name = ph["phase"]
+        limit = deadlines.get(name, deadlines.get("*"))
+        if limit is not None and now - float(ph.get("t", now)) > limit:
+            return f"rank {r.rank} spent more than {limit:.0f} s in phase {name!r}"
+    return ""
