@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
@@ -23,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 BUNDLE_MARKER = ".envbuild/bundle.json"
 BUNDLE_FORMAT = 1
+_MAX_READ = 4 * 1024 * 1024  # node files the checks read are small; a cap keeps a runaway file from filling memory
 
 
 class FactUnavailable(Exception):
@@ -47,6 +49,10 @@ COMMANDS: Dict[str, List[str]] = {
     "nvidia-smi-topo": ["nvidia-smi", "topo", "-m"],
     "nvidia-smi-nvlink-status": ["nvidia-smi", "nvlink", "-s"],
     "uname-r": ["uname", "-r"],
+    # /dev/shm usage: statvfs cannot go through a FactSource, so its `df` line is recorded like any command.
+    "df-dev-shm": ["df", "-P", "-B1", "/dev/shm"],
+    # ACSCtl of the PCIe bridges above the GPUs (capabilities are shown to root only).
+    "lspci-vvv": ["lspci", "-vvv"],
 }
 
 
@@ -146,8 +152,17 @@ class LiveSource(FactSource):
     def read_text(self, path: str) -> str:
         p = self._path(path)
         try:
-            with open(p, "rb") as fh:
-                data = fh.read(4 * 1024 * 1024)
+            # Read in small chunks: a single huge read() of a /proc/sys file fails with ENOMEM.
+            chunks: List[bytes] = []
+            size = 0
+            with open(p, "rb", buffering=0) as fh:
+                while size < _MAX_READ:
+                    chunk = fh.read(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+            data = b"".join(chunks)
         except PermissionError as exc:
             raise FactUnavailable(f"permission denied reading {_norm(path)} (run as root to read it)") from exc
         except IsADirectoryError:
@@ -212,6 +227,21 @@ class LiveSource(FactSource):
         if self._stack_error is not None:
             raise FactUnavailable(self._stack_error)
         return self._stack_cache  # type: ignore[return-value]
+
+
+_ENVIRON = re.compile(r"^/proc/[^/]+/environ$")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|API_?KEY|ACCESS_KEY|PRIVATE|AUTH|COOKIE|SESSION",
+                          re.IGNORECASE)
+
+
+def redact_environ(text: str) -> str:
+    """A bundle travels to other people: keep every variable name (checks judge names and CUDA/NCCL values),
+    but blank the values of variables whose names look like credentials."""
+    out = []
+    for item in text.split("\0"):
+        name, sep, value = item.partition("=")
+        out.append(f"{name}=<redacted>" if sep and _SECRET_NAME.search(name) else item)
+    return "\0".join(out)
 
 
 class RecordingSource(FactSource):
@@ -299,6 +329,8 @@ class RecordingSource(FactSource):
         meta_dir = directory / ".envbuild"
         meta_dir.mkdir(parents=True, exist_ok=True)
         for key, text in self.files.items():
+            if _ENVIRON.match(key):
+                text = redact_environ(text)
             dest = directory / key.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text, encoding="utf-8")

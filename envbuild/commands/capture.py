@@ -1,0 +1,91 @@
+"""`envbuild capture`: save what the doctor reads on this node (--node DIR), or an image's stack as a profile
+manifest (--env OUT.toml).
+
+--node runs every static check (node + stack) through a RecordingSource wrapped around the live node, so the
+bundle holds exactly the files, command outputs, NVML readings and stack facts the checks used, no more; then
+`envbuild doctor --root DIR` on any machine gives the same verdicts. The run's own report is saved beside it
+(DIR/.envbuild/report.json) so a replay can be compared with what the node said.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Optional
+
+import click
+
+
+@click.command("capture")
+@click.option("--node", "node_dir", metavar="DIR", help="Write a node bundle here (for `envbuild doctor --root DIR`).")
+@click.option("--env", "env_out", metavar="OUT.toml", help="Write the env's stack facts as a profile manifest.")
+@click.option("--python", "python", metavar="PATH", help="Python of the environment to capture (default: this one).")
+@click.option("--prefix", metavar="DIR", help="Environment prefix to capture (uses DIR/bin/python).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the bundle line.")
+def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[str], prefix: Optional[str],
+            quiet: bool) -> int:
+    """Save this node's facts as a bundle (--node DIR) or this env's stack as a profile manifest (--env OUT)."""
+    from envbuild.doctor.session import resolve_python
+    from envbuild.errors import EnvbuildError
+
+    if bool(node_dir) == bool(env_out):
+        raise EnvbuildError("give exactly one of --node DIR or --env OUT.toml")
+    interpreter = resolve_python(python, prefix)
+    if env_out:
+        try:
+            from envbuild.facts.manifest import write_env_manifest
+        except ImportError as exc:
+            raise EnvbuildError(f"capture --env is not available in this build ({exc})") from exc
+        write_env_manifest(interpreter, env_out)
+        click.echo(f"wrote {env_out}")
+        return 0
+    return capture_node(node_dir, interpreter, quiet=quiet)
+
+
+def capture_node(directory: str, python: str, quiet: bool = False, argv: Optional[list] = None) -> int:
+    """Run the static checks through a recorder, save the bundle and its report; exit code 0 (a capture that
+    finds failures still succeeded: the failures are in the report)."""
+    import datetime as _dt
+    import platform
+    import socket
+    import time
+    from pathlib import Path
+
+    from envbuild import __version__
+    from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.registry import select
+    from envbuild.doctor.runner import run_checks
+    from envbuild.doctor.session import gpu_inventory, host_facts
+    from envbuild.errors import EnvbuildError
+    from envbuild.facts.source import LiveSource, RecordingSource
+    from envbuild.report.json_report import write_json
+    from envbuild.report.model import Report
+    from envbuild.report.terminal import verdict_line
+
+    out = Path(directory)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise EnvbuildError(f"--node {out}: exists and is not an empty directory; choose a new path")
+    rec = RecordingSource(LiveSource("/", python=python))
+    ctx = DoctorContext(facts=rec, mode="static", python=python)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    results = run_checks(select(mode="static"), ctx)
+    host = host_facts(rec)
+    gpus = gpu_inventory(rec)
+    meta: Dict[str, Any] = {
+        "hostname": host.get("hostname") or socket.gethostname(),
+        "captured_at": started,
+        "envbuild_version": __version__,
+        "kernel": host.get("kernel") or platform.release(),
+        "argv": list(argv if argv is not None else sys.argv),
+        "python": python,
+    }
+    rec.save(out, meta)
+    report = Report(host=host, gpus=gpus, results=results, profile=None,
+                    options={"mode": "static", "python": python, "root": None, "capture": str(out)},
+                    started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
+    write_json(report, out / ".envbuild" / "report.json")
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    files = sum(1 for p in out.rglob("*") if p.is_file())
+    click.echo(f"captured {out}: {files} files, {size / 1024:.0f} KiB; {verdict_line(report)}")
+    if not quiet:
+        click.echo(f"replay anywhere with: envbuild doctor --root {out}")
+    return 0
