@@ -106,13 +106,19 @@ def compute(profile, recipe: Recipe, progress=None) -> LockOutputs:
 
 
 def _pip_lock(profile, recipe: Recipe) -> str:
-    """The pip layer lock text from H4's resolver (envbuild.lock.pip_lock)."""
+    """The pip layer lock text from the pip resolver (envbuild.lock.pip_lock), for the first platform.
+
+    The Python version is the profile's `python`; the platform tags follow the recipe's __glibc.
+    """
     try:
-        from envbuild.lock.pip_lock import resolve_pip_lock
+        from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
     except ImportError as exc:
         raise EnvbuildError(f"{profile.name}: the recipe has pip requirements but the pip resolver "
                             f"(envbuild.lock.pip_lock) is not available: {exc}") from exc
-    return resolve_pip_lock(profile, recipe)
+    platform = recipe.platforms[0]
+    glibc = virtual_packages(recipe, platform).get("__glibc", "2.28")
+    return resolve_pip_lock(recipe.pip.requirements, recipe.pip.indexes, python_version=profile.python,
+                            platform_tags=platform_tags_for(platform, glibc))
 
 
 def write(outputs: LockOutputs) -> List[str]:

@@ -1,0 +1,104 @@
+"""`envbuild create`: build the profile's locked environment in a staging prefix, verify it, swap it in.
+
+Exit codes: 0 created (or already up to date); 1 the staged env failed the doctor's stack checks; 2 bad
+input (unknown profile, stale or malformed lock, tampered archive, missing backend); 130 interrupted
+(the previous env is intact; rerun to resume).
+"""
+from __future__ import annotations
+
+import click
+
+
+@click.command("create")
+@click.option("--profile", "-p", "profile_name", default=None, help="Profile to build (default: the only one).")
+@click.option("--prefix", "prefix", default=None, metavar="DIR", help="Target prefix.")
+@click.option("--name", "-n", "env_name", default=None,
+              help="Env name: a prefix under $ENVBUILD_ENVS_DIR or ~/.envbuild/envs (default: the profile name).")
+@click.option("--bundle", "bundle", default=None, metavar="FILE", help="Offline bundle from `envbuild pack`.")
+@click.option("--dry-run", is_flag=True, help="Show the plan (what, how big, from where) and stop.")
+@click.option("--backend", type=click.Choice(["rattler", "micromamba", "conda"]), default="rattler",
+              show_default=True, help="Conda layer installer; micromamba/conda must be on PATH.")
+@click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
+@click.option("--lockfiles", default=None, metavar="DIR",
+              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
+def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lockfiles) -> int:
+    """Build the profile's pinned environment, atomically (resumable after any interruption)."""
+    from envbuild.errors import EnvbuildError
+    from envbuild.install import manifest, pipeline
+    from envbuild.install.create_ui import CreateUI
+
+    ui = CreateUI()
+    if prefix and env_name:
+        raise EnvbuildError("give --prefix or --name, not both")
+    job = _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles)
+    ui.plan(job)
+    if dry_run:
+        return 0
+    existing = manifest.read(job.target)
+    if existing and existing.get("lock_key") == job.key and not force:
+        ui.note(f"{job.target} is already built from these locks; nothing to do (--force rebuilds)")
+        return 0
+    try:
+        pipeline.run(job, ui)
+    except KeyboardInterrupt:
+        ui.note(f"interrupted: {job.target} is as it was; rerun the same command to resume")
+        return 130
+    ui.done(job)
+    return 0
+
+
+def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
+    """Everything the plan shows, read and checked before anything is written."""
+    import os
+    from pathlib import Path
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.install import conda_layer, pipeline
+    from envbuild.lock import condalock, lockset
+    from envbuild.lock.spec import content_hash, render_spec
+
+    bundle_obj, mirrors = None, []
+    if bundle:
+        from envbuild.install.bundle_source import open_bundle
+
+        bundle_obj = open_bundle(Path(bundle))
+        mirrors = [bundle_obj.channel_dir]
+        lockfiles = lockfiles or str(bundle_obj.lockfiles_dir)
+    base = lockset.lockfiles_base(lockfiles)
+    names = lockset.select_profiles(base, (profile_name,) if profile_name else ())
+    if not profile_name and len(names) != 1:
+        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
+    profile, recipe = lockset.load(base, names[0])
+    folder = profile.directory
+    lock_path = folder / condalock.LOCK_FILE
+    if not lock_path.is_file():
+        raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}`")
+    lock = condalock.read_lock(lock_path)
+
+    from rattler import Platform
+
+    platform = str(Platform.current())
+    if platform not in lock.metadata.platforms:
+        raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
+                            f"{', '.join(lock.metadata.platforms)}")
+    spec = render_spec(recipe, profile.name, profile_file=profile.path.name)
+    if lock.metadata.content_hash.get(platform) != content_hash(spec, platform):
+        raise EnvbuildError(f"{lock_path} is stale against {profile.path} (the recipe changed since it was "
+                            f"locked); run `envbuild lock --profile {profile.name}`")
+    categories = ["main"] + sorted(recipe.conda.optional)
+    conda = condalock.locked_conda(lock, platform, categories)
+    lock_files = {"conda-lock.yml": lock_path}
+    pip_lock = folder / lockset.PIP_LOCK_FILE
+    if pip_lock.is_file():
+        lock_files[lockset.PIP_LOCK_FILE] = pip_lock
+    if prefix:
+        target = Path(prefix).expanduser()
+    else:
+        envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
+        target = envs / (env_name or profile.name)
+    job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target.absolute(), platform=platform,
+                             backend=backend, lock_files=lock_files, conda=conda,
+                             planned=conda_layer.plan(conda, mirrors),
+                             pip_lock=pip_lock if pip_lock.is_file() else None, bundle=bundle_obj)
+    job.key = pipeline.lock_key(lock_files, recipe)
+    return job

@@ -1,0 +1,74 @@
+"""Activation scripts of a created env, rendered from templates/ with jinja2.
+
+Writes <prefix>/etc/conda/activate.d/envbuild.sh and deactivate.d/envbuild.sh (run by conda/micromamba
+activate) and <prefix>/envbuild/activate (for nodes without conda). They set CUDA_HOME, build a library
+path without driver stubs, add cuda-compat only when the host driver is older than the runtime needs and
+the GPU supports forward compatibility, and export the profile's [recipe.activation] env.
+
+`compat_needed` is the same decision in Python, used for the create plan and tests.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+# Minimum Linux x86_64 driver of each CUDA toolkit release (NVIDIA CUDA Toolkit Release Notes, table
+# "CUDA Toolkit and Corresponding Driver Versions", GA releases).
+MIN_DRIVER = {
+    "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06", "12.4": "550.54.14",
+    "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06",
+}
+COMPAT_DIR = "cuda-compat"  # where conda-forge/nvidia cuda-compat puts libcuda.so.*
+_NO_FORWARD_COMPAT = ("GeForce", "TITAN")
+
+
+def min_driver(cuda: str) -> str:
+    major_minor = ".".join(cuda.split(".")[:2])
+    return MIN_DRIVER.get(major_minor, "0")
+
+
+def _vkey(v: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def compat_needed(driver: Optional[str], cuda: str, gpu_names: Sequence[str]) -> Tuple[bool, str]:
+    """(use cuda-compat?, why). Mirrors the shell logic in templates/activate.sh.j2."""
+    need = min_driver(cuda)
+    if not driver:
+        return False, "no NVIDIA driver found"
+    if _vkey(driver) >= _vkey(need):
+        return False, f"driver {driver} >= {need} needed by CUDA {cuda}"
+    if not gpu_names or any(tag in n for n in gpu_names for tag in _NO_FORWARD_COMPAT):
+        return False, f"driver {driver} < {need}, but the GPU does not support forward compatibility"
+    return True, f"driver {driver} < {need} needed by CUDA {cuda}: using cuda-compat"
+
+
+def _shell_value(value: str) -> str:
+    """Escape for a double-quoted shell string, keeping $VAR expansion (values may use $CONDA_PREFIX)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+
+
+def write_scripts(staging: Path, target: Path, profile_name: str, cuda: str, env: Dict[str, str]) -> Dict[str, Path]:
+    """Render the scripts into `staging`, naming `target` as the prefix; returns role -> path."""
+    import jinja2
+
+    from envbuild.paths import templates_dir
+
+    for name in env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"activation variable {name!r} is not a shell name")
+    jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+    ctx = dict(profile=profile_name, prefix=str(target), cuda=cuda, min_driver=min_driver(cuda),
+               compat_dir=COMPAT_DIR, env={k: _shell_value(v) for k, v in env.items()})
+    out = {
+        "activate.d": staging / "etc" / "conda" / "activate.d" / "envbuild.sh",
+        "deactivate.d": staging / "etc" / "conda" / "deactivate.d" / "envbuild.sh",
+        "activate": staging / "envbuild" / "activate",
+    }
+    templates = {"activate.d": "activate.sh.j2", "deactivate.d": "deactivate.sh.j2", "activate": "activate.j2"}
+    for role, path in out.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(jenv.get_template(templates[role]).render(**ctx), encoding="utf-8")
+    return out

@@ -1,0 +1,218 @@
+"""The conda layer of `envbuild create`: fetch every locked archive, verify it, then link it into a prefix.
+
+Why we hash ourselves: py-rattler checks sha256 only for http(s) downloads, not for `file://` channels
+(research/envbuilders.md §2.2, tested) — and bundles and mirrors are exactly file:// channels. So every
+archive is copied or downloaded into envbuild's archive cache, hashed, compared with the lock, and only the
+verified copy is handed to the installer. A mismatch names the file and leaves the target untouched.
+
+Backends: py-rattler (embedded, default) links with `alternative_target_prefix`, so files in the staging
+prefix already carry the final target path. micromamba/conda (when asked and on PATH) install the same
+verified archives from an @EXPLICIT file into the staging prefix; their prefix placeholders then name the
+staging path, which `relocate()` rewrites to the target (text files, and null-padded binary strings —
+the staging path is always longer than the target path, so binary rewrites fit).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from envbuild.errors import EnvbuildError
+from envbuild.lock.condalock import LockedConda
+
+BACKENDS = ("rattler", "micromamba", "conda")
+
+
+class ArchiveHashMismatch(EnvbuildError):
+    """A fetched archive differs from its lock entry: refused before anything is linked."""
+
+
+@dataclass(frozen=True)
+class PlannedArchive:
+    locked: LockedConda
+    source: str  # URL or local path the archive is read from
+    size: Optional[int]  # bytes, when known before fetching
+
+
+def cache_dir() -> Path:
+    """envbuild's download cache: $ENVBUILD_CACHE_DIR, else ~/.envbuild/cache."""
+    return Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser()
+
+
+def _local_path(url: str) -> Optional[Path]:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        return Path(urllib.parse.unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(url)
+    return None
+
+
+def plan(locked: Sequence[LockedConda], mirrors: Sequence[Path] = ()) -> List[PlannedArchive]:
+    """Where each archive comes from: a mirror channel folder (bundle) holding <subdir>/<file>, else its URL."""
+    out = []
+    for pkg in locked:
+        source, size = pkg.url, None
+        for mirror in mirrors:
+            candidate = Path(mirror) / pkg.subdir / pkg.filename
+            if candidate.is_file():
+                source = str(candidate)
+                break
+        local = _local_path(source)
+        if local is not None and local.is_file():
+            size = local.stat().st_size
+        out.append(PlannedArchive(pkg, source, size))
+    return out
+
+
+def _verified_path(pkg: LockedConda, root: Path) -> Path:
+    return root / "archives" / pkg.sha256[:2] / pkg.sha256 / pkg.filename
+
+
+def _digest(path: Path, algo: str) -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = None,
+                     advance: Optional[Callable[[PlannedArchive], None]] = None) -> Dict[str, Path]:
+    """Copy/download each archive into the cache and check it against the lock; filename -> verified path.
+
+    Raises ArchiveHashMismatch on the first archive whose sha256 (or md5, when the lock has no sha256)
+    differs; a verified copy already in the cache is re-hashed, never trusted blindly.
+    """
+    root = root or cache_dir()
+    out: Dict[str, Path] = {}
+    for item in planned:
+        pkg = item.locked
+        if not pkg.sha256 and not pkg.md5:
+            raise EnvbuildError(f"{pkg.filename}: the lock has no hash for it; refusing to install unverified")
+        algo, expected = ("sha256", pkg.sha256) if pkg.sha256 else ("md5", pkg.md5)
+        dest = _verified_path(pkg, root) if pkg.sha256 else root / "archives" / "md5" / pkg.md5 / pkg.filename
+        if dest.is_file() and _digest(dest, algo) == expected:
+            out[pkg.filename] = dest
+            if advance:
+                advance(item)
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        _copy_from(item.source, tmp)
+        got = _digest(tmp, algo)
+        if got != expected:
+            tmp.unlink(missing_ok=True)
+            raise ArchiveHashMismatch(
+                f"{pkg.filename}: {algo} mismatch, refusing to install it (from {item.source}; "
+                f"lock says {expected}, archive is {got}). Nothing was installed at the target.")
+        os.replace(tmp, dest)
+        out[pkg.filename] = dest
+        if advance:
+            advance(item)
+    return out
+
+
+def _copy_from(source: str, dest: Path) -> None:
+    local = _local_path(source)
+    try:
+        if local is not None:
+            shutil.copyfile(local, dest)
+        else:
+            with urllib.request.urlopen(source, timeout=60) as resp, open(dest, "wb") as f:
+                shutil.copyfileobj(resp, f, 1 << 20)
+    except (OSError, ValueError) as exc:
+        dest.unlink(missing_ok=True)
+        raise EnvbuildError(f"cannot fetch {source}: {exc}") from exc
+
+
+# -- linking --------------------------------------------------------------------------------------------
+
+def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
+            root: Optional[Path] = None) -> None:
+    """Link the verified archives into `staging` so that the files name `target` as their prefix."""
+    if backend == "rattler":
+        asyncio.run(_install_rattler(list(verified), staging, target, root or cache_dir()))
+        return
+    exe = shutil.which(backend)
+    if exe is None:
+        raise EnvbuildError(f"--backend {backend}: no `{backend}` executable on PATH; install it or use the "
+                            f"default embedded backend (--backend rattler)")
+    explicit = staging.parent / f".{staging.name}.explicit.txt"
+    lines = ["@EXPLICIT"] + [Path(p).as_uri() + "#" + _digest(Path(p), "md5") for p in verified]
+    explicit.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cmd = [exe, "create", "--yes", "--prefix", str(staging), "--file", str(explicit)]
+    cmd += ["--offline"] if backend == "micromamba" else ["--offline", "--no-default-packages"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        explicit.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise EnvbuildError(f"{backend} create failed (exit {proc.returncode}):\n{tail}")
+    relocate(staging, staging, target)
+
+
+async def _install_rattler(verified: List[Path], staging: Path, target: Path, root: Path) -> None:
+    from rattler import RepoDataRecord, install as rattler_install
+
+    records = [await RepoDataRecord.from_package_archive(p) for p in verified]
+    await rattler_install(records, target_prefix=staging, cache_dir=root / "rattler-pkgs",
+                          alternative_target_prefix=target, show_progress=False)
+
+
+def relocate(prefix: Path, old: Path, new: Path) -> int:
+    """Rewrite prefix strings `old` -> `new` in the files conda-meta marks as prefix-dependent.
+
+    Text files: plain replacement. Binary files: each C string holding `old` is rewritten in place and
+    padded with NULs to its original length, which needs len(new) <= len(old). Returns files rewritten.
+    """
+    old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
+    if len(new_b) > len(old_b):
+        raise EnvbuildError(f"cannot relocate binaries from {old} to the longer path {new}")
+    count = 0
+    for meta in sorted((prefix / "conda-meta").glob("*.json")):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        for entry in (data.get("paths_data") or {}).get("paths", []):
+            if not entry.get("prefix_placeholder"):
+                continue
+            path = prefix / entry["_path"]
+            if not path.is_file() or path.is_symlink():
+                continue
+            blob = path.read_bytes()
+            if old_b not in blob:
+                continue
+            if entry.get("file_mode") == "binary":
+                blob = _replace_binary(blob, old_b, new_b)
+            else:
+                blob = blob.replace(old_b, new_b)
+            mode = path.stat().st_mode
+            path.unlink()  # never write through a hardlink into the package cache
+            path.write_bytes(blob)
+            os.chmod(path, mode)
+            count += 1
+    return count
+
+
+def _replace_binary(blob: bytes, old: bytes, new: bytes) -> bytes:
+    out = bytearray()
+    i = 0
+    while True:
+        j = blob.find(old, i)
+        if j < 0:
+            out += blob[i:]
+            return bytes(out)
+        end = blob.find(b"\0", j)
+        end = len(blob) if end < 0 else end
+        segment = blob[j:end]
+        replaced = segment.replace(old, new)
+        out += blob[i:j] + replaced + b"\0" * (len(segment) - len(replaced))
+        i = end

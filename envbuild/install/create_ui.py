@@ -1,0 +1,100 @@
+"""What `envbuild create` shows: the plan, progress bars on long phases, the doctor gate, the summary.
+
+Everything goes to stderr through rich, so stdout stays clean for scripts; bars degrade to plain lines
+when stderr is not a terminal (CI logs).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+from urllib.parse import urlparse
+
+
+def _size(n) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _origin(source: str) -> str:
+    parsed = urlparse(source)
+    if parsed.scheme in ("http", "https"):
+        return f"{parsed.netloc}{parsed.path.rsplit('/', 2)[0]}"
+    path = parsed.path if parsed.scheme == "file" else source
+    return path.rsplit("/", 2)[0]
+
+
+class CreateUI:
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, markup=False)
+
+    def plan(self, job) -> None:
+        from rich.table import Table
+
+        c = self.console
+        c.print(f"envbuild create: profile {job.profile.name} -> {job.target}", markup=False)
+        c.print(f"  platform {job.platform}, conda backend {job.backend}, lock key {job.key[:12]}", markup=False)
+        table = Table(title="conda layer", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("package", "version", "build", "category", "size", "from"):
+            table.add_column(col, no_wrap=col != "from")
+        total, unknown = 0, 0
+        for item in job.planned:
+            p = item.locked
+            table.add_row(p.name, p.version, p.build, p.category, _size(item.size), _origin(item.source))
+            if item.size is None:
+                unknown += 1
+            else:
+                total += item.size
+        c.print(table)
+        more = f" (+{unknown} of unknown size, fetched over the network)" if unknown else ""
+        c.print(f"  {len(job.planned)} conda archives, {_size(total)}{more}", markup=False)
+        r = job.recipe
+        if r.pip.requirements:
+            where = str(job.pip_lock) if job.pip_lock else "NOT LOCKED"
+            c.print(f"  pip layer: {len(r.pip.requirements)} requirements, lock {where}", markup=False)
+        for g in r.git:
+            c.print(f"  git {g.name}: {g.url} @ {g.commit[:12]}, {len(g.patches)} patch(es), install {g.install}",
+                    markup=False)
+        for b in r.builds:
+            c.print(f"  source build {b.name} (from git {b.git})", markup=False)
+        if r.activation.env:
+            c.print(f"  activation sets: {', '.join(sorted(r.activation.env))}", markup=False)
+
+    @contextlib.contextmanager
+    def bar(self, label: str, total: int) -> Iterator:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=self.console, transient=False) as progress:
+            task = progress.add_task(label, total=total)
+            yield lambda: progress.advance(task)
+
+    @contextlib.contextmanager
+    def spinner(self, label: str) -> Iterator:
+        with self.console.status(label):
+            yield
+        self.console.print(f"  done: {label}", markup=False)
+
+    def gate(self, gate) -> None:
+        counts = {}
+        for r in gate.results:
+            counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no stack checks registered"
+        self.console.print(f"  doctor stack checks: {summary}", markup=False)
+        for r in gate.results:
+            if r.status.value in ("fail", "warn", "error"):
+                self.console.print(f"    {r.status.value.upper()} {r.check_id}: {r.summary}", markup=False)
+
+    def done(self, job) -> None:
+        phases = ", ".join(f"{k} {v:.2f}s" for k, v in job.timings.items())
+        self.console.print(f"created {job.target} ({phases})", markup=False)
+        self.console.print(f"  activate: source {job.target}/envbuild/activate", markup=False)

@@ -1,0 +1,105 @@
+"""<prefix>/envbuild/manifest.json: what `envbuild create` installed, with hashes.
+
+Why: doctor and a later create need to know, without re-reading locks, what this env is made of and
+whether a file changed since. Conda files reuse the sha256 that the linker recorded in conda-meta
+(`sha256_in_prefix`, computed after prefix rewriting); every other file (pip, builds, activation) is
+hashed here. The `lock_key` ties the env to the locks it was built from, so a rerun of create with the same
+locks knows there is nothing to do.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+MANIFEST = "envbuild/manifest.json"
+SCHEMA = 1
+_SKIP = ("envbuild/manifest.json", "envbuild/.create-state.json")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def conda_records(prefix: Path) -> List[Dict[str, Any]]:
+    out = []
+    for meta in sorted((prefix / "conda-meta").glob("*.json")):
+        out.append(json.loads(meta.read_text(encoding="utf-8")))
+    return out
+
+
+def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
+          layers: Optional[Dict[str, Any]] = None, progress=None) -> Dict[str, Any]:
+    """The manifest dict of the staged `prefix` (paths relative, `target` recorded as the prefix)."""
+    owner: Dict[str, str] = {}
+    known: Dict[str, str] = {}
+    packages = []
+    for rec in conda_records(prefix):
+        pkg_id = f"{rec['name']}-{rec['version']}-{rec['build']}"
+        lock = next((p for p in locked if p.filename == rec.get("fn") or
+                     (p.name, p.version, p.build) == (rec["name"], rec["version"], rec["build"])), None)
+        packages.append({"name": rec["name"], "version": rec["version"], "build": rec["build"],
+                         "url": lock.url if lock else rec.get("url"), "sha256": lock.sha256 if lock else rec.get("sha256"),
+                         "category": lock.category if lock else None})
+        for entry in (rec.get("paths_data") or {}).get("paths", []):
+            owner[entry["_path"]] = pkg_id
+            if entry.get("sha256_in_prefix") or entry.get("sha256"):
+                known[entry["_path"]] = entry.get("sha256_in_prefix") or entry["sha256"]
+    files = []
+    for dirpath, dirnames, filenames in os.walk(prefix):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            full = Path(dirpath) / fn
+            rel = full.relative_to(prefix).as_posix()
+            if rel in _SKIP:
+                continue
+            entry: Dict[str, Any] = {"path": rel, "owner": owner.get(rel, _owner_of(rel))}
+            if full.is_symlink():
+                entry["link"] = os.readlink(full)
+            else:
+                entry["sha256"] = known.get(rel) or _sha256(full)
+                entry["size"] = full.stat().st_size
+            files.append(entry)
+            if progress:
+                progress()
+    return {
+        "schema": SCHEMA,
+        "prefix": str(target),
+        "profile": profile,
+        "lock_key": lock_key,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "conda": sorted(packages, key=lambda p: p["name"]),
+        "layers": layers or {},
+        "files": files,
+    }
+
+
+def _owner_of(rel: str) -> str:
+    if rel.startswith(("etc/conda/activate.d/envbuild", "etc/conda/deactivate.d/envbuild", "envbuild/")):
+        return "envbuild"
+    if rel.startswith("conda-meta/"):
+        return "conda-meta"
+    return "unowned"
+
+
+def write(prefix: Path, manifest: Dict[str, Any]) -> Path:
+    path = prefix / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read(prefix: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return json.loads((Path(prefix) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,176 @@
+"""The phases of `envbuild create`, run in a staging prefix and swapped into place only at the end.
+
+    fetch -> conda -> pip -> git -> builds -> activation -> manifest -> doctor -> swap
+
+Each phase is recorded in the staging prefix's state file when it finishes, so a rerun after a crash or
+SIGKILL resumes after the last finished phase (the state is keyed by the locks' hash: other locks, clean
+start). Nothing touches the target before `swap`, which is one atomic exchange.
+
+ENVBUILD_TEST_KILL_AT=<phase> makes the process SIGKILL itself after that phase's work and before the
+state records it (for `swap`: right after the exchange, before the old env is removed), so tests can prove
+that every interruption point leaves the old env intact and that a rerun finishes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from envbuild.errors import EnvbuildError
+
+PHASES = ("fetch", "conda", "pip", "git", "builds", "activation", "manifest", "doctor", "swap")
+
+
+def kill_point(phase: str) -> None:
+    """Test hook: die here, uncleanly, when ENVBUILD_TEST_KILL_AT names this phase."""
+    if os.environ.get("ENVBUILD_TEST_KILL_AT") == phase:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class CreateJob:
+    """Everything create needs, resolved before any work starts (so --dry-run can show it)."""
+
+    profile: Any  # envbuild.profile.Profile
+    recipe: Any  # envbuild.lock.recipe.Recipe
+    target: Path
+    platform: str
+    backend: str
+    lock_files: Dict[str, Path]  # name -> path of each lock this env is built from
+    conda: List[Any]  # LockedConda to install
+    planned: List[Any]  # conda_layer.PlannedArchive
+    pip_lock: Optional[Path] = None
+    bundle: Optional[Any] = None
+    key: str = ""
+    timings: Dict[str, float] = field(default_factory=dict)
+
+
+def lock_key(lock_files: Dict[str, Path], recipe) -> str:
+    """Hash of the locks and of the recipe parts no lock holds (git commits, patches, builds, activation)."""
+    h = hashlib.sha256()
+    for name in sorted(lock_files):
+        h.update(name.encode() + b"\0" + lock_files[name].read_bytes() + b"\0")
+    extra = {"git": [g.__dict__ for g in recipe.git], "builds": [b.__dict__ for b in recipe.builds],
+             "activation": recipe.activation.env}
+    h.update(json.dumps(extra, sort_keys=True).encode())
+    for g in recipe.git:
+        for p in g.patches:
+            patch = Path(recipe.profile_dir) / p
+            h.update(patch.read_bytes() if patch.is_file() else b"missing:" + p.encode())
+    return h.hexdigest()
+
+
+def run(job: CreateJob, ui) -> Dict[str, Any]:
+    """Run (or resume) every phase; returns the manifest. `ui` gives progress bars and messages."""
+    from envbuild.install import activation, conda_layer, manifest
+    from envbuild.install.staging import Staging
+
+    staging = Staging(job.target, job.key)
+    staging.acquire()
+    try:
+        done = staging.open()
+        if done:
+            ui.note(f"resuming in {staging.path}: done already: {', '.join(done)}")
+        prefix = staging.path
+        verified: Dict[str, Path] = {}
+        layers: Dict[str, Any] = {}
+
+        def phase(name: str, fn: Callable[[], Any]) -> Any:
+            if name in staging.done():
+                return None
+            t0 = time.monotonic()
+            result = fn()
+            kill_point(name)
+            staging.mark_done(name)
+            job.timings[name] = time.monotonic() - t0
+            return result
+
+        def fetch() -> None:
+            with ui.bar("fetch + verify archives", len(job.planned)) as advance:
+                verified.update(conda_layer.fetch_and_verify(job.planned, advance=lambda _item: advance()))
+
+        phase("fetch", fetch)
+        if "conda" not in staging.done():
+            if not verified:  # resumed after fetch: re-verify from the cache (cheap, and never trusted blind)
+                verified.update(conda_layer.fetch_and_verify(job.planned))
+
+            def conda() -> None:
+                with ui.spinner(f"linking {len(job.conda)} conda packages ({job.backend})"):
+                    conda_layer.install(job.backend, [verified[p.filename] for p in job.conda], prefix, job.target)
+
+            phase("conda", conda)
+        layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))
+        layers["git"] = phase("git", lambda: _git_layer(job, prefix, ui))
+        layers["builds"] = phase("builds", lambda: _build_layer(job, prefix, ui))
+        phase("activation", lambda: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
+                                                              job.recipe.activation.env))
+
+        def write_manifest() -> None:
+            with ui.spinner("hashing installed files for the manifest"):
+                data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
+                                      layers={k: v for k, v in layers.items() if v})
+            manifest.write(prefix, data)
+
+        phase("manifest", write_manifest)
+
+        def doctor() -> None:
+            from envbuild.install.doctor_gate import run_stack_checks
+
+            with ui.spinner("doctor stack checks on the staged env"):
+                gate = run_stack_checks(prefix, job.profile)
+            ui.gate(gate)
+            if not gate.ok:
+                from envbuild.install.doctor_gate import DoctorGateFailed
+
+                ids = ", ".join(r.check_id for r in gate.failed)
+                raise DoctorGateFailed(f"the staged env fails the doctor's stack checks ({ids}); the env at "
+                                    f"{job.target} was left as it was; the staged one stays in {prefix}")
+
+        phase("doctor", doctor)
+        t0 = time.monotonic()
+        staging.swap(kill_hook=lambda: kill_point("swap"))
+        job.timings["swap"] = time.monotonic() - t0
+        return manifest.read(job.target) or {}
+    finally:
+        staging.release()
+
+
+def _layer_module(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(f"envbuild.install.{name}")
+    except ImportError as exc:
+        raise EnvbuildError(f"the recipe needs envbuild.install.{name}, which cannot be imported: {exc}") from exc
+
+
+def _pip_layer(job: CreateJob, prefix: Path, ui) -> Any:
+    if not job.recipe.pip.requirements:
+        return None
+    if job.pip_lock is None:
+        raise EnvbuildError(f"{job.profile.name}: the recipe has pip requirements but there is no pip lock; "
+                            f"run `envbuild lock --profile {job.profile.name}`")
+    mod = _layer_module("pip_layer")
+    with ui.spinner("pip layer (--require-hashes --no-deps)"):
+        return mod.install_pip_layer(prefix=prefix, lock_path=job.pip_lock, bundle=job.bundle)
+
+
+def _git_layer(job: CreateJob, prefix: Path, ui) -> Any:
+    if not job.recipe.git:
+        return None
+    mod = _layer_module("git_sources")
+    with ui.spinner(f"git sources ({len(job.recipe.git)}) at their commits, with patches"):
+        return mod.install_git_sources(prefix=prefix, recipe=job.recipe, bundle=job.bundle)
+
+
+def _build_layer(job: CreateJob, prefix: Path, ui) -> Any:
+    if not job.recipe.builds:
+        return None
+    mod = _layer_module("source_builds")
+    with ui.spinner(f"source builds ({len(job.recipe.builds)}) via the wheelhouse cache"):
+        return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle)
