@@ -150,22 +150,45 @@ def _layer_module(name: str):
 
 
 def _pip_layer(job: CreateJob, prefix: Path, ui) -> Any:
+    """The pip layer through envbuild.install.pip_layer.install_locked (--require-hashes --no-deps)."""
     if not job.recipe.pip.requirements:
         return None
     if job.pip_lock is None:
         raise EnvbuildError(f"{job.profile.name}: the recipe has pip requirements but there is no pip lock; "
                             f"run `envbuild lock --profile {job.profile.name}`")
     mod = _layer_module("pip_layer")
+    wheelhouse = getattr(job.bundle, "wheelhouse_dir", None)
     with ui.spinner("pip layer (--require-hashes --no-deps)"):
-        return mod.install_pip_layer(prefix=prefix, lock_path=job.pip_lock, bundle=job.bundle)
+        installed = mod.install_locked(prefix / "bin" / "python", job.pip_lock,
+                                       find_links=[wheelhouse] if wheelhouse else [],
+                                       index_urls=[] if job.bundle else [i.url for i in job.recipe.pip.indexes],
+                                       offline=job.bundle is not None)
+    return [dict(w.__dict__) for w in installed]
 
 
 def _git_layer(job: CreateJob, prefix: Path, ui) -> Any:
+    """Checkouts at their commits with patches (envbuild.install.git_sources), editable ones pip-installed."""
+    import subprocess
+
     if not job.recipe.git:
         return None
     mod = _layer_module("git_sources")
-    with ui.spinner(f"git sources ({len(job.recipe.git)}) at their commits, with patches"):
-        return mod.install_git_sources(prefix=prefix, recipe=job.recipe, bundle=job.bundle)
+    mirror = getattr(job.bundle, "git_dir", None)
+    out = []
+    for src in job.recipe.git:
+        dest = prefix / "src" / src.name
+        with ui.spinner(f"git {src.name} @ {src.commit[:12]} ({len(src.patches)} patch(es))"):
+            mod.fetch_source(src, dest, job.recipe.profile_dir, mirror_root=mirror)
+            if src.install == "editable":
+                proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-deps",
+                                       "--no-build-isolation", "--no-index", "-e", str(dest / src.subdir)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
+                    raise EnvbuildError(f"git source {src.name}: editable install failed:\n{tail}")
+        out.append({"name": src.name, "url": src.url, "commit": src.commit, "patches": list(src.patches),
+                    "install": src.install, "path": f"src/{src.name}"})
+    return out
 
 
 def _build_layer(job: CreateJob, prefix: Path, ui) -> Any:

@@ -44,11 +44,21 @@ def requested_specs(recipe: Recipe) -> List[Tuple[str, str]]:
 
 
 def solve_platform(recipe: Recipe, platform: str, spec_where: Dict[str, str] = None) -> List[SolvedPackage]:
-    """Solve one platform; raises SolveError naming the failing spec (and where it is written)."""
-    return asyncio.run(_solve(recipe, platform, spec_where or {}))
+    """Solve one platform; raises SolveError naming the failing spec (and where it is written).
+
+    The error is raised only after the event loop is gone: rattler's Gateway must not outlive the loop
+    in a traceback, or its worker threads can crash the interpreter at exit.
+    """
+    import gc
+
+    ok, value = asyncio.run(_solve(recipe, platform, spec_where or {}))
+    gc.collect()
+    if not ok:
+        raise SolveError(value)
+    return value
 
 
-async def _solve(recipe: Recipe, platform: str, spec_where: Dict[str, str]) -> List[SolvedPackage]:
+async def _solve(recipe: Recipe, platform: str, spec_where: Dict[str, str]):
     from rattler import Gateway, solve
     from rattler.exceptions import SolverError
 
@@ -59,11 +69,13 @@ async def _solve(recipe: Recipe, platform: str, spec_where: Dict[str, str]) -> L
         records = await solve(sources=list(recipe.conda.channels), specs=[s for s, _ in requests], gateway=gateway,
                               platforms=subdirs, virtual_packages=_vpkgs(recipe, platform))
     except SolverError as exc:
-        raise SolveError(await _explain(gateway, recipe, platform, requests, str(exc), spec_where)) from exc
+        return False, await _explain(gateway, recipe, platform, requests, str(exc), spec_where)
     except Exception as exc:  # channel unreachable, bad repodata: say which channel list was used
-        raise SolveError(f"{platform}: cannot read channels {', '.join(recipe.conda.channels)}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-    return categorize(records, requests)
+        return False, (f"{platform}: cannot read channels {', '.join(recipe.conda.channels)}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    finally:
+        del gateway
+    return True, categorize(records, requests)
 
 
 async def _explain(gateway, recipe: Recipe, platform: str, requests: Sequence[Tuple[str, str]], message: str,

@@ -154,3 +154,38 @@ def build_channel(channel: Path, packages: Optional[List[Pkg]] = None) -> Dict[s
 if __name__ == "__main__":
     for name, path in build_channel(Path(sys.argv[1])).items():
         print(name, hashlib.sha256(path.read_bytes()).hexdigest()[:12])
+
+
+FIXTURE_PROFILE = """schema = 1
+[profile]
+name = "{name}"
+description = "fixture profile for envbuild's lock/create tests"
+image = "none"
+framework = "none"
+cuda = "12.9"
+cuda_major = 12
+python = "3.11"
+
+[components]
+
+[recipe]
+platforms = ["linux-64"]
+virtual_packages = ["__cuda=12.9", "__glibc=2.35"]
+
+[recipe.conda]
+channels = ["{channel}"]
+specs = ["python 3.11.*", "footool 2.*", "foodata"]
+optional = {{ compat = ["cuda-compat 12.9.*"] }}
+
+[recipe.activation]
+env = {{ FOO_HOME = "$CONDA_PREFIX/share/foodata", FIXTURE_MARK = "{mark}" }}
+"""
+
+
+def write_fixture_profile(base: Path, channel: Path, name: str = "fx", mark: str = "a") -> Path:
+    """lockfiles-style folder base/<name>/profile.toml whose recipe uses the fixture channel."""
+    folder = Path(base) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "profile.toml"
+    path.write_text(FIXTURE_PROFILE.format(name=name, channel=Path(channel).as_uri(), mark=mark), encoding="utf-8")
+    return path
