@@ -55,7 +55,7 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     from envbuild.doctor.runner import run_checks
     from envbuild.doctor.session import gpu_inventory, host_facts
     from envbuild.errors import EnvbuildError
-    from envbuild.facts.source import LiveSource, RecordingSource
+    from envbuild.facts.source import FactUnavailable, LiveSource, RecordingSource
     from envbuild.report.json_report import write_json
     from envbuild.report.model import Report
     from envbuild.report.terminal import verdict_line
@@ -67,6 +67,13 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     ctx = DoctorContext(facts=rec, mode="static", python=python)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
+    # NVML first (before the stack probe starts a CUDA process, so its process list shows the node at rest),
+    # then the stack facts: both go into the bundle whole, whichever checks read them today.
+    for read in (rec.nvml, rec.stack):
+        try:
+            read()
+        except FactUnavailable:
+            pass
     results = run_checks(select(mode="static"), ctx)
     host = host_facts(rec)
     gpus = gpu_inventory(rec)

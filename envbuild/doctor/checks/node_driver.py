@@ -17,24 +17,21 @@ CAT = "node"
 
 
 def _stack_libcuda(ctx) -> Dict[str, Any]:
-    """The libcuda the env's python mapped after cuInit, from the stack payload (engineer H2's keys).
+    """The libcuda the env's python mapped after CUDA init, from the stack payload (envbuild/facts/stack.py:
+    `mapped` entries of family libcuda, and `cuda_driver` = cuDriverGetVersion of the first one).
 
     Empty when the stack facts are unavailable: the driver verdict then rests on the node alone."""
     try:
         stack = ctx.facts.stack()
     except FactUnavailable:
         return {}
-    out: Dict[str, Any] = {}
-    driver = stack.get("driver") if isinstance(stack.get("driver"), dict) else {}
-    mapped = stack.get("mapped") if isinstance(stack.get("mapped"), dict) else {}
-    libcuda = mapped.get("libcuda") or driver.get("libcuda_paths") or []
-    if isinstance(libcuda, str):
-        libcuda = [libcuda]
-    out["libcuda_mapped"] = list(libcuda)
-    for key in ("cuda_driver_version", "cuDriverGetVersion"):
-        if driver.get(key) is not None:
-            out["cuDriverGetVersion"] = driver.get(key)
-    return out
+    libs = [m for m in (stack.get("mapped") or []) if isinstance(m, dict) and m.get("family") == "libcuda"]
+    driver = stack.get("cuda_driver") if isinstance(stack.get("cuda_driver"), dict) else {}
+    return {
+        "libcuda_mapped": [{"path": m.get("realpath") or m.get("path"), "file_version": m.get("file_version"),
+                            "stub": bool(m.get("stub")), "compat": bool(m.get("compat"))} for m in libs],
+        "cuDriverGetVersion": driver.get("version_code"),
+    }
 
 
 @check("node.driver_version", CAT, "One NVIDIA driver version: kernel module = NVML = libnvidia-ml = libcuda",
@@ -94,10 +91,10 @@ def driver_version(ctx) -> Result:
     stack = _stack_libcuda(ctx)
     if stack:
         evidence["stack_payload"] = stack
-        for path in stack.get("libcuda_mapped", []):
-            v = P.version_from_soname(path, "libcuda")
+        for lib in stack.get("libcuda_mapped", []):
+            v = lib.get("file_version") or P.version_from_soname(lib.get("path") or "", "libcuda")
             # a forward-compat or stub libcuda differs from the module by design: stack.* checks judge those (C1/C7/C8)
-            if v and "compat" not in path and "stubs" not in path:
+            if v and not lib.get("compat") and not lib.get("stub"):
                 versions["libcuda_mapped"] = v
     evidence["versions"] = versions
     known = {k: v for k, v in versions.items() if v}
