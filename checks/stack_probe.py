@@ -351,6 +351,28 @@ def add_reachable_versions(reachable, errors):
             entry["version_method"] = "ncclGetVersion"
 
 
+def direct_url(dist):
+    """PEP 610 direct_url.json: the git commit a distribution was installed from (pip install git+...,
+    editable checkouts), which is how commit-pinned pieces (apex, TMS, Megatron) can be compared."""
+    try:
+        text = dist.read_text("direct_url.json")
+    except Exception:
+        return {}
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    out = {"url": data.get("url")}
+    vcs = data.get("vcs_info") or {}
+    if vcs.get("commit_id"):
+        out["commit"] = vcs["commit_id"]
+    if (data.get("dir_info") or {}).get("editable"):
+        out["editable"] = True
+    return out
+
+
 def distributions(errors):
     """Installed distributions (name, version, where), from importlib.metadata: finds cu12+cu13 mixes."""
     try:
@@ -363,8 +385,10 @@ def distributions(errors):
         try:
             name = dist.metadata["Name"]
             loc = getattr(dist, "_path", None)
-            out.append({"name": name, "version": dist.version,
-                        "location": str(loc.parent) if loc is not None else None})
+            entry = {"name": name, "version": dist.version,
+                     "location": str(loc.parent) if loc is not None else None}
+            entry.update(direct_url(dist))
+            out.append(entry)
         except Exception as exc:  # a broken dist-info must not hide the others
             errors.setdefault("distributions", "")
             errors["distributions"] += "%s; " % exc

@@ -1,0 +1,78 @@
+"""Installed wheels: one CUDA major across the env (C6), and torch_memory_saver's native hook (C9)."""
+from __future__ import annotations
+
+import os
+
+from envbuild.doctor.registry import check
+from envbuild.facts import stack_view as sv
+from envbuild.report.model import Result, Status
+
+
+@check("stack.cuda_wheel_mix", "stack", "all CUDA wheels are built for one CUDA major", causes=("C6",))
+def cuda_wheel_mix(ctx) -> Result:
+    """cu12 and cu13 wheels share site-packages/nvidia/* files and need different drivers; sglang >= 0.5.12
+    pulls cu13 defaults into cu129 stacks (slime's build_conda.sh removes that 'cu13 spill')."""
+    stack = ctx.facts.stack()
+    majors = sv.cuda_majors(stack)
+    tmajor = sv.torch_cuda_major(stack)
+    evidence = {"by_cuda_major": {str(k): v for k, v in sorted(majors.items())}, "torch_cuda_major": tmajor}
+    if tmajor is not None:
+        majors.setdefault(tmajor, [])
+    dups = {n: [c.get("location") for c in copies] for n, copies in sv.dist_map(stack).items() if len(copies) > 1}
+    if dups:
+        evidence["installed_twice"] = dups
+    if len(majors) > 1:
+        other = sorted(m for m in majors if m != tmajor) if tmajor is not None else sorted(majors)[1:]
+        wrong = [p for m in other for p in majors[m]]
+        base = f"torch is cu{tmajor}" if tmajor is not None else f"cu{sorted(majors)[0]}"
+        return Result("stack.cuda_wheel_mix", "stack", Status.FAIL,
+                      f"CUDA majors are mixed: {base}, but {', '.join(wrong[:6])}"
+                      + (f" and {len(wrong) - 6} more" if len(wrong) > 6 else "") + f" are built for CUDA "
+                      + "/".join(str(m) for m in other),
+                      evidence=evidence, causes=["C6"],
+                      remediation="pip uninstall the wheels of the other major, then force-reinstall the "
+                                  f"cu{tmajor or sorted(majors)[0]} ones (shared files under site-packages/nvidia "
+                                  "were overwritten); pin cuda-python to the same major")
+    only = next(iter(majors), None)
+    return Result("stack.cuda_wheel_mix", "stack", Status.PASS,
+                  f"every CUDA wheel is built for CUDA {only}" if only else "no CUDA-specific wheels installed",
+                  evidence=evidence)
+
+
+@check("stack.tms_hook", "stack", "torch_memory_saver has its preload hook for torch's CUDA major", causes=("C9", "M3"))
+def tms_hook(ctx) -> Result:
+    """slime --offload-train LD_PRELOADs torch_memory_saver_hook_mode_preload_cu<major>; a python-only build
+    (no --no-build-isolation) lacks it: 'Only hook_mode=preload supports pauseable CUDA Graph'."""
+    from envbuild.facts.source import FactUnavailable
+
+    stack = ctx.facts.stack()
+    tms = stack.get("torch_memory_saver")
+    if not tms:
+        raise FactUnavailable("torch_memory_saver is not installed in this env (needed only for --offload-train)")
+    t = sv.require_torch(stack)
+    major = sv.torch_cuda_major(stack)
+    hooks = [os.path.basename(h) for h in tms.get("hook_files") or []]
+    evidence = {"location": tms.get("location"), "version": tms.get("version"), "hook_files": hooks,
+                "torch_cuda": t.get("cuda")}
+    fix = (f"rebuild it for CUDA {major}: TMS_CUDA_MAJOR={major} pip install --no-build-isolation "
+           "'torch_memory_saver @ git+https://github.com/fzyzcjy/torch_memory_saver@<profile commit>'")
+    preload = [h for h in hooks if "preload" in h]
+    if major is not None:
+        right = [h for h in preload if f"cu{major}" in h]
+        unsuffixed = [h for h in preload if "_cu1" not in h]
+        if right or unsuffixed:
+            return Result("stack.tms_hook", "stack", Status.PASS,
+                          f"torch_memory_saver preload hook for CUDA {major}: {(right or unsuffixed)[0]}",
+                          evidence=evidence)
+        if preload:
+            return Result("stack.tms_hook", "stack", Status.FAIL,
+                          f"torch_memory_saver has preload hooks only for another CUDA major ({', '.join(preload)}); "
+                          f"torch is CUDA {t.get('cuda')}", evidence=evidence, causes=["C9"], remediation=fix)
+    if not hooks:
+        return Result("stack.tms_hook", "stack", Status.FAIL,
+                      "torch_memory_saver is a python-only build: no native hook library, so --offload-train fails "
+                      "('Only hook_mode=preload supports pauseable CUDA Graph')",
+                      evidence=evidence, causes=["C9"], remediation=fix)
+    return Result("stack.tms_hook", "stack", Status.WARN,
+                  f"torch_memory_saver has native hooks ({', '.join(hooks)}) but no preload hook for torch's CUDA",
+                  evidence=evidence, causes=["C9"], remediation=fix)

@@ -1,0 +1,199 @@
+"""Reading the stack probe's JSON: versions, library copies and CUDA majors, as small pure functions.
+
+The stack checks and `envbuild capture --env` share these, so that a version means the same thing in a
+doctor verdict and in a captured profile. Keys of the probe's JSON are documented in
+envbuild/facts/stack.py.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+
+def canonical(name: str) -> str:
+    """PEP 503 name: 'Transformer_Engine' -> 'transformer-engine'."""
+    return re.sub(r"[-_.]+", "-", name or "").lower()
+
+
+def dist_map(stack: Dict[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
+    """Canonical distribution name -> every installed copy (more than one means shadowing)."""
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for d in stack.get("distributions") or []:
+        out.setdefault(canonical(d.get("name", "")), []).append(d)
+    return out
+
+
+def dist(stack: Dict[str, Any], *names: str) -> Optional[Dict[str, Any]]:
+    """The first installed copy of the first of `names` that is installed."""
+    m = dist_map(stack)
+    for n in names:
+        if canonical(n) in m:
+            return m[canonical(n)][0]
+    return None
+
+
+def _release(v: str) -> List[str]:
+    return [p for p in re.split(r"[.]", v) if p != ""]
+
+
+def version_matches(expected: str, actual: Optional[str]) -> bool:
+    """Does `actual` satisfy the profile's pin `expected`?
+
+    The release parts are compared up to the shorter of the two, so a profile's "12.9.1" matches
+    torch.version.cuda "12.9" and a pin "1" matches numpy "1.26.4"; a local tag in the pin ("+cu129")
+    must be equal in the actual version (2.11.0+cu130 is not 2.11.0+cu129)."""
+    if actual is None:
+        return False
+    exp_rel, _, exp_local = expected.partition("+")
+    act_rel, _, act_local = actual.partition("+")
+    if exp_local and exp_local != act_local:
+        return False
+    a, b = _release(exp_rel), _release(act_rel)
+    n = min(len(a), len(b))
+    return n > 0 and a[:n] == b[:n]
+
+
+def commit_matches(expected: str, actual: Optional[str]) -> bool:
+    return bool(actual) and (actual.startswith(expected) or expected.startswith(actual or "-"))
+
+
+def torch_info(stack: Dict[str, Any]) -> Dict[str, Any]:
+    return stack.get("torch") or {"present": False}
+
+
+def torch_cuda_major(stack: Dict[str, Any]) -> Optional[int]:
+    cuda = torch_info(stack).get("cuda")
+    if cuda:
+        try:
+            return int(str(cuda).split(".")[0])
+        except ValueError:
+            return None
+    return None
+
+
+def cuda_code_to_str(code: Optional[int]) -> Optional[str]:
+    if not code:
+        return None
+    return f"{code // 1000}.{(code % 1000) // 10}"
+
+
+def major_minor(v: Optional[str]) -> Optional[Tuple[int, int]]:
+    if not v:
+        return None
+    m = re.match(r"(\d+)\.(\d+)", str(v))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def mapped(stack: Dict[str, Any], family: str) -> List[Dict[str, Any]]:
+    return [m for m in stack.get("mapped") or [] if m.get("family") == family]
+
+
+def reachable(stack: Dict[str, Any], family: str) -> List[Dict[str, Any]]:
+    return [m for m in stack.get("reachable") or [] if m.get("family") == family]
+
+
+def distinct_files(entries: Iterable[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Entries keyed by real file (symlinks libnccl.so -> libnccl.so.2 count once)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for e in entries:
+        out.setdefault(e.get("realpath") or e.get("path"), e)
+    return out
+
+
+def main_library(entries: Iterable[Dict[str, Any]], soname_prefix: str) -> List[Dict[str, Any]]:
+    """Only the main library of a family (libcudnn.so.9, not libcudnn_ops.so.9)."""
+    import os
+
+    return [e for e in entries if os.path.basename(e.get("path", "")).startswith(soname_prefix)]
+
+
+def nccl_version_in_use(stack: Dict[str, Any]) -> Tuple[Optional[str], str]:
+    """The NCCL this env runs, and where that was read: the mapped libnccl, else torch's report."""
+    libs = mapped(stack, "libnccl")
+    for m in libs:
+        if m.get("version"):
+            return m["version"], f"mapped {m['path']}"
+    v = torch_info(stack).get("nccl_version")
+    if v:
+        return v, "torch.cuda.nccl.version()"
+    return None, "no libnccl mapped and torch did not report one"
+
+
+_CU_SUFFIX = re.compile(r"-cu(\d+)$")
+# CUDA 13 wheels dropped the -cuXX suffix for toolkit parts (nvidia-cuda-runtime 13.x, cuda-toolkit 13.x).
+_UNSUFFIXED_TOOLKIT = re.compile(r"^(nvidia-(cuda-|cublas|cufft|curand|cusolver|cusparse|nvjitlink|nvtx|npp|nvjpeg|cufile)"
+                                 r"|cuda-toolkit$|cuda-bindings$|cuda-python$)")
+
+
+def cuda_major_of_dist(d: Dict[str, Any]) -> Optional[int]:
+    """Which CUDA major a distribution is built for, when its name or version says so."""
+    name = canonical(d.get("name", ""))
+    version = str(d.get("version", ""))
+    m = _CU_SUFFIX.search(name)
+    if m:
+        digits = m.group(1)
+        return int(digits[:2]) if len(digits) >= 3 else int(digits)
+    m = re.search(r"\+cu(\d{3})", version)
+    if m:
+        return int(m.group(1)[:2])
+    if _UNSUFFIXED_TOOLKIT.match(name):
+        try:
+            return int(version.split(".")[0])
+        except ValueError:
+            return None
+    return None
+
+
+def cuda_majors(stack: Dict[str, Any]) -> Dict[int, List[str]]:
+    """CUDA major -> 'name==version' of each distribution built for it."""
+    out: Dict[int, List[str]] = {}
+    for d in stack.get("distributions") or []:
+        major = cuda_major_of_dist(d)
+        if major is not None and major >= 10:
+            out.setdefault(major, []).append(f"{d.get('name')}=={d.get('version')}")
+    return out
+
+
+def gpu_names(facts: Any) -> List[str]:
+    """GPU names from NVML through the fact source, [] when NVML is not available."""
+    from envbuild.facts.source import FactUnavailable
+
+    try:
+        return [d.get("name") or "" for d in facts.nvml().get("devices", [])]
+    except FactUnavailable:
+        return []
+
+
+def forward_compat_supported(name: str) -> Optional[bool]:
+    """CUDA forward compatibility works on datacenter GPUs (and select RTX server SKUs), not on GeForce.
+
+    Returns False for GeForce/TITAN, None (unknown) for RTX workstation cards, True otherwise."""
+    low = name.lower()
+    if "geforce" in low or "titan" in low:
+        return False
+    if "rtx" in low or "quadro" in low:
+        return None
+    return True
+
+
+def require_torch(stack: Dict[str, Any]) -> Dict[str, Any]:
+    """torch's facts, or FactUnavailable (-> skip) naming the interpreter when torch is not importable."""
+    from envbuild.facts.source import FactUnavailable
+
+    t = torch_info(stack)
+    if not t.get("present"):
+        exe = (stack.get("python") or {}).get("executable", "the env's python")
+        raise FactUnavailable(f"torch is not importable with {exe} ({t.get('error', 'not installed')}); "
+                              "pass --python/--prefix of the environment under test")
+    return t
+
+
+def causes_in_text(text: str) -> List[str]:
+    """Cause ids whose exact log signatures occur in `text` (an error the probe recorded)."""
+    from envbuild.knowledge import load_causes
+
+    found = []
+    for cause in load_causes().values():
+        if any(sig and sig in text for sig in cause.signatures):
+            found.append(cause.id)
+    return found
