@@ -36,6 +36,9 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lock
         return 0
     existing = manifest.read(job.target)
     if existing and existing.get("lock_key") == job.key and not force:
+        from envbuild.install.staging import Staging
+
+        Staging(job.target, job.key).tidy()
         ui.note(f"{job.target} is already built from these locks; nothing to do (--force rebuilds)")
         return 0
     try:

@@ -140,7 +140,9 @@ def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
             root: Optional[Path] = None) -> None:
     """Link the verified archives into `staging` so that the files name `target` as their prefix."""
     if backend == "rattler":
-        asyncio.run(_install_rattler(list(verified), staging, target, root or cache_dir()))
+        error = asyncio.run(_install_rattler(list(verified), staging, target, root or cache_dir()))
+        if error:
+            raise EnvbuildError(f"conda layer: {error}")
         return
     exe = shutil.which(backend)
     if exe is None:
@@ -161,12 +163,17 @@ def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
     relocate(staging, staging, target)
 
 
-async def _install_rattler(verified: List[Path], staging: Path, target: Path, root: Path) -> None:
+async def _install_rattler(verified: List[Path], staging: Path, target: Path, root: Path) -> Optional[str]:
+    """Link with py-rattler; returns the error text (rattler's cause chain, one line) or None."""
     from rattler import RepoDataRecord, install as rattler_install
 
-    records = [await RepoDataRecord.from_package_archive(p) for p in verified]
-    await rattler_install(records, target_prefix=staging, cache_dir=root / "rattler-pkgs",
-                          alternative_target_prefix=target, show_progress=False)
+    try:
+        records = [await RepoDataRecord.from_package_archive(p) for p in verified]
+        await rattler_install(records, target_prefix=staging, cache_dir=root / "rattler-pkgs",
+                              alternative_target_prefix=target, show_progress=False)
+    except Exception as exc:  # rattler's InstallerError/LinkError carry a "Caused by:" chain
+        return " <- ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return None
 
 
 def relocate(prefix: Path, old: Path, new: Path) -> int:

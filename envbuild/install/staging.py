@@ -102,6 +102,17 @@ class Staging:
         elif self.old.exists():
             shutil.rmtree(self.old, ignore_errors=True)
 
+    def tidy(self) -> None:
+        """The target is already built from these locks: drop what an interrupted swap left behind."""
+        self.acquire()
+        try:
+            self.recover()
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            (self.target / STATE_FILE).unlink(missing_ok=True)
+        finally:
+            self.release()
+
     def swap(self, kill_hook=None) -> None:
         """Put the staging prefix at the target atomically; the previous env is removed only afterwards."""
         if self.target.exists() or self.target.is_symlink():

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
+# Binary files carry conda-build's long host placeholder, so a long target prefix still fits when padded.
+LONG_PLACEHOLDER = "/home/build/_h_env_" + "placehold_" * 23 + "pl"
 _TIMESTAMP_MS = 1767225600000  # 2026-01-01, fixed so archives and repodata are reproducible
 
 
@@ -73,7 +75,7 @@ def _info_files(p: Pkg) -> Dict[str, bytes]:
                  "size_in_bytes": len(data)}
         if rel in p.text_prefix or rel in p.binary_prefix:
             entry["file_mode"] = "text" if rel in p.text_prefix else "binary"
-            entry["prefix_placeholder"] = PLACEHOLDER
+            entry["prefix_placeholder"] = PLACEHOLDER if rel in p.text_prefix else LONG_PLACEHOLDER
         paths.append(entry)
     for rel in sorted(p.symlinks):
         paths.append({"_path": rel, "path_type": "softlink"})
@@ -82,9 +84,10 @@ def _info_files(p: Pkg) -> Dict[str, bytes]:
         "info/paths.json": json.dumps({"paths": paths, "paths_version": 1}, indent=2).encode(),
         "info/files": ("\n".join(sorted(list(p.files) + list(p.symlinks))) + "\n").encode(),
     }
-    prefixed = [(rel, "text") for rel in p.text_prefix] + [(rel, "binary") for rel in p.binary_prefix]
+    prefixed = [(rel, "text", PLACEHOLDER) for rel in p.text_prefix]
+    prefixed += [(rel, "binary", LONG_PLACEHOLDER) for rel in p.binary_prefix]
     if prefixed:
-        out["info/has_prefix"] = "".join(f"{PLACEHOLDER} {mode} {rel}\n" for rel, mode in sorted(prefixed)).encode()
+        out["info/has_prefix"] = "".join(f"{ph} {mode} {rel}\n" for rel, mode, ph in sorted(prefixed)).encode()
     return out
 
 
@@ -123,7 +126,7 @@ def index_channel(channel: Path) -> None:
 def default_packages(python_exe: Optional[str] = None) -> List[Pkg]:
     """The fixture profile's packages. `python` links to the interpreter running the tests."""
     py = os.path.realpath(python_exe or sys.executable)
-    bin_blob = b"\x7fELF-fixture\x00" + PLACEHOLDER.encode() + b"/lib/libfoo.so\x00tail\x00"
+    bin_blob = b"\x7fELF-fixture\x00" + LONG_PLACEHOLDER.encode() + b"/lib/libfoo.so\x00tail\x00"
     return [
         Pkg("python", "3.11.7", "h0_fixture", depends=["__glibc >=2.17"], symlinks={"bin/python": py},
             files={"share/python-fixture/README": b"python links to the host interpreter\n"}),
