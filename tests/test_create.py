@@ -205,3 +205,22 @@ def test_cuda_compat_only_for_old_driver_on_forward_compatible_gpu(world, driver
     ld, flag = out.stdout.strip().split("|")
     assert (flag == "1") is expect
     assert ld.startswith(f"{world['target']}/cuda-compat") is expect
+
+
+def test_doctor_gate_failure_keeps_previous_env(world):
+    """A staged env that contradicts its profile (fail-level pin) never replaces the working env."""
+    from envbuild.doctor.registry import all_checks
+
+    if not any(c.id == "stack.profile_match" for c in all_checks()):
+        pytest.skip("the doctor's stack.profile_match check is not in this tree")
+    target = world["target"]
+    assert run(["create", "--name", "fx"], world["env"]).returncode == 0
+    before = (target / "envbuild" / "manifest.json").read_bytes()
+    profile = world["base"] / "fx" / "profile.toml"
+    profile.write_text(profile.read_text().replace(
+        "[components]\n", '[components.python]\nversion = "3.10.4"\nsource = "test"\nverified = false\n'
+                          'severity = "fail"\n', 1))
+    r = run(["create", "--name", "fx", "--force"], world["env"])
+    assert r.returncode == 1, r.stderr
+    assert "FAIL stack." in r.stderr and "the staged env fails the doctor's stack checks" in r.stderr
+    assert (target / "envbuild" / "manifest.json").read_bytes() == before
