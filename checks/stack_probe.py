@@ -589,11 +589,14 @@ def probe_without_torch(result, errors):
     init = {"cuda_tensor": False, "nccl_group": False, "method": "no torch: dlopen by name"}
     result["init"] = init
     loaded = {}
-    for so in ("libcuda.so.1", "libcudart.so.12", "libcudart.so.13", "libnccl.so.2"):
-        try:
-            loaded[so] = ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)
-        except OSError as exc:
-            init.setdefault("dlopen_errors", {})[so] = str(exc)
+    # One CUDA runtime only (the first major found), as one process of the env would have.
+    for group in (("libcuda.so.1",), ("libcudart.so.12", "libcudart.so.13"), ("libnccl.so.2",)):
+        for so in group:
+            try:
+                loaded[so] = ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError as exc:
+                init.setdefault("dlopen_errors", {})[so] = str(exc)
     h = loaded.get("libnccl.so.2")
     if h is not None:
         raw, dec, err = api_version("libnccl", h)

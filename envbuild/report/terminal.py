@@ -87,4 +87,34 @@ def print_report(report: Report, quiet: bool = False, strict: bool = False) -> N
         console.print(f"[bold]envbuild doctor[/bold] · {report.host.get('hostname')} · {report.host.get('source')}"
                       + (f" · profile {report.profile}" if report.profile else ""))
         console.print(table)
+        for r in results:
+            if r.check_id == PROFILE_TABLE_CHECK and r.evidence.get("rows"):
+                console.print(profile_table(r))
     console.print(verdict_line(report, strict=strict))
+
+
+PROFILE_TABLE_CHECK = "stack.profile_match"
+_VERDICT_STYLE = {"match": "green", "differs": "bold red", "missing": "yellow", "unknown commit": "yellow",
+                  "not checked": "dim", "match (commit unknown)": "green"}
+
+
+def profile_table(result: Result):
+    """component | image | this env | verdict, with why each mismatch matters (from stack.profile_match)."""
+    from rich.table import Table
+
+    ev = result.evidence
+    table = Table(title=f"{ev.get('profile')}: image {ev.get('image')} vs this env", show_header=True,
+                  header_style="bold", expand=False)
+    for col in ("component", "image", "this env", "verdict"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("why it matters", overflow="fold", min_width=30)
+    for row in ev["rows"]:
+        verdict = row.get("verdict", "")
+        style = _VERDICT_STYLE.get(verdict, "")
+        if verdict == "differs" and row.get("severity") == "info":
+            style = "yellow"
+        image = row.get("image", "") + ("" if row.get("verified", True) else " [dim]*[/dim]")
+        table.add_row(row.get("component", ""), image, row.get("env", ""),
+                      f"[{style}]{verdict}[/]" if style else verdict, row.get("why", ""))
+    table.caption = "* image fact not read from the image itself (verified = false in the profile)"
+    return table

@@ -1,0 +1,116 @@
+"""Fixtures for the stack probe and stack checks: real shared libraries built with gcc that export the
+version APIs of libnccl / libcuda / libcudart, dist-info directories, and helpers to run the probe and
+the doctor CLI against them. The libraries are tiny but real: the probe dlopens them, reads their
+'NCCL version' strings and finds them in /proc/self/maps, exactly as with NVIDIA's."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "checks" / "stack_probe.py"
+
+NCCL_SRC = r"""
+__attribute__((used)) const char envbuild_fake_nccl_version[] = "NCCL version " VSTR;
+int ncclGetVersion(int *v) { *v = VCODE; return 0; }
+"""
+CUDA_SRC = r"""
+int cuDriverGetVersion(int *v) { if (RC) return RC; *v = VCODE; return 0; }
+int cuInit(unsigned int f) { return RC; }
+"""
+CUDART_SRC = r"""
+int cudaRuntimeGetVersion(int *v) { *v = VCODE; return 0; }
+"""
+
+
+def need_gcc() -> str:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build the fixture libraries")
+    return gcc
+
+
+def build_lib(directory: Path, filename: str, soname: str, source: str, defines: Dict[str, str],
+              links: List[str] = ()) -> Path:
+    """Compile `source` into directory/filename with SONAME `soname`; add symlinks `links` to it."""
+    gcc = need_gcc()
+    directory.mkdir(parents=True, exist_ok=True)
+    src = directory / (filename + ".c")
+    src.write_text(source)
+    out = directory / filename
+    cmd = [gcc, "-shared", "-fPIC", "-o", str(out), f"-Wl,-soname,{soname}", str(src)]
+    cmd += [f"-D{k}={v}" for k, v in defines.items()]
+    subprocess.run(cmd, check=True, capture_output=True)
+    src.unlink()
+    for name in links:
+        (directory / name).symlink_to(filename)
+    return out
+
+
+def fake_nccl(directory: Path, version: str, cuda: str = "12.9") -> Path:
+    major, minor, patch = (int(x) for x in version.split("."))
+    return build_lib(directory, "libnccl.so.2", "libnccl.so.2", NCCL_SRC,
+                     {"VSTR": f'"{version}+cuda{cuda}"', "VCODE": str(major * 10000 + minor * 100 + patch)})
+
+
+def fake_libcuda(directory: Path, driver: str = "580.159.04", cuda_code: int = 13000, rc: int = 0) -> Path:
+    """A libcuda.so.<driver> with libcuda.so.1 -> it; rc=34 makes it behave like the toolkit's stub."""
+    return build_lib(directory, f"libcuda.so.{driver}", "libcuda.so.1", CUDA_SRC,
+                     {"RC": str(rc), "VCODE": str(cuda_code)}, links=["libcuda.so.1"])
+
+
+def fake_cudart(directory: Path, major: int, code: int) -> Path:
+    return build_lib(directory, f"libcudart.so.{major}", f"libcudart.so.{major}", CUDART_SRC, {"VCODE": str(code)})
+
+
+def dist_info(site: Path, name: str, version: str, direct_url: Optional[dict] = None) -> Path:
+    """A minimal installed distribution (what pip leaves in site-packages)."""
+    d = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (d / "INSTALLER").write_text("pip\n")
+    if direct_url is not None:
+        (d / "direct_url.json").write_text(json.dumps(direct_url))
+    return d
+
+
+def clean_env(**extra: str) -> Dict[str, str]:
+    """The test process's environment without the variables the probe reports, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NCCL_", "PYTORCH_", "TMS_", "SGLANG_", "LD_", "CONDA_PREFIX", "PYTHONPATH"))}
+    env.update(extra)
+    return env
+
+
+def run_probe(env: Dict[str, str], *args: str, python: str = sys.executable, timeout: float = 60) -> dict:
+    proc = subprocess.run([python, str(PROBE)] + list(args), capture_output=True, text=True, env=env,
+                          timeout=timeout)
+    assert proc.stdout.strip(), f"probe printed nothing (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, f"probe must print exactly one JSON line, got {len(lines)}"
+    data = json.loads(lines[0])
+    data["_rc"] = proc.returncode
+    data["_stderr"] = proc.stderr
+    return data
+
+
+def run_doctor(args: List[str], env: Dict[str, str], tmp: Path, timeout: float = 120):
+    """Run `envbuild doctor ... --json` as a user would; returns (process, {check_id: result dict})."""
+    out = tmp / f"report-{len(list(tmp.glob('report-*.json')))}.json"
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("COLUMNS", "200")
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--json", str(out)] + args,
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    results = {}
+    if out.exists():
+        for r in json.loads(out.read_text())["results"]:
+            results[r["check_id"]] = r
+    return proc, results
