@@ -16,13 +16,15 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import string
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 from envbuild.errors import EnvbuildError
 from envbuild.lock.pip_lock import isolated_pip_env
@@ -157,3 +159,99 @@ def build_or_reuse(build: object, python: Union[str, Path], src_dir: Union[str, 
             raise
         return entry.wheel
     return folder / wheel.name
+
+
+_ENV_FACTS_PROBE = (
+    "import json, sys\n"
+    "from importlib import metadata\n"
+    "def v(n):\n"
+    "    try:\n"
+    "        return metadata.version(n)\n"
+    "    except Exception:\n"
+    "        return 'none'\n"
+    "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'torch': v('torch')}))\n"
+)
+
+
+def wheel_cache_dir() -> Path:
+    """The source-build wheel cache: $ENVBUILD_WHEEL_CACHE, else <envbuild cache>/source-wheels.
+
+    Point ENVBUILD_WHEEL_CACHE at a shared filesystem and the first node's builds serve every other node.
+    """
+    explicit = os.environ.get("ENVBUILD_WHEEL_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser() / "source-wheels"
+
+
+def env_key_facts(python: Union[str, Path], prefix: Union[str, Path], build: object,
+                  activation_env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """python/torch/CUDA/arch of the environment a build is for, read from the env itself.
+
+    torch's version comes from its installed metadata (no import: no GPU needed), CUDA from the env's nvcc,
+    the arch from TORCH_CUDA_ARCH_LIST (the build's env, the recipe's activation, the caller's environment).
+    """
+    proc = subprocess.run([str(python), "-c", _ENV_FACTS_PROBE], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EnvbuildError(f"cannot read the python/torch versions of {python}: {proc.stderr.strip()[-300:]}")
+    facts = json.loads(proc.stdout)
+    nvcc = Path(prefix) / "bin" / "nvcc"
+    cuda = "none"
+    if nvcc.is_file():
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+        found = re.search(r"release (\d+\.\d+)", out)  # "Cuda compilation tools, release 12.9, V12.9.86"
+        cuda = found.group(1) if found else "unknown"
+    arch = ((getattr(build, "env", {}) or {}).get("TORCH_CUDA_ARCH_LIST")
+            or (activation_env or {}).get("TORCH_CUDA_ARCH_LIST") or os.environ.get("TORCH_CUDA_ARCH_LIST") or "none")
+    return {"python": facts["python"], "torch": facts["torch"], "cuda": cuda, "gpu_arch": arch}
+
+
+def _install_wheel(python: Union[str, Path], wheel: Path, sha256: str) -> None:
+    """pip-install exactly the verified bytes (a one-line hashed requirement), no deps, no index."""
+    project = wheel.name.split("-", 1)[0]
+    with tempfile.TemporaryDirectory(prefix="envbuild-build-") as tmp:
+        req = Path(tmp) / "wheel.txt"
+        req.write_text(f"{project} @ {wheel.absolute().as_uri()} --hash=sha256:{sha256}\n", encoding="utf-8")
+        proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--require-hashes",
+                               "--force-reinstall", "--no-input", "--disable-pip-version-check", "-r", str(req)],
+                              capture_output=True, text=True, env=isolated_pip_env())
+    if proc.returncode != 0:
+        raise EnvbuildError(f"installing {wheel.name} failed: {proc.stderr.strip()[-400:]}")
+
+
+def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Optional[object] = None,
+                          cache_dir: Optional[Union[str, Path]] = None) -> List[Dict[str, object]]:
+    """The `builds` phase of create: every recipe build from the bundle, the cache, or compiled now; installed.
+
+    Sources are the git checkouts create made under <prefix>/src/<git name>/<subdir>. A bundle's
+    prebuilt entries (`bundle.builds_dir`, same layout as the cache) are used when their key matches this
+    env. Returns one record per build for the manifest (wheel, sha256, key, where it came from).
+    """
+    prefix = Path(prefix)
+    python = prefix / "bin" / "python"
+    cache = Path(cache_dir) if cache_dir else wheel_cache_dir()
+    activation_env = getattr(getattr(recipe, "activation", None), "env", {}) or {}
+    extra_env = {"CONDA_PREFIX": str(prefix), "PREFIX": str(prefix)}
+    records: List[Dict[str, object]] = []
+    for build in getattr(recipe, "builds", []):
+        src = recipe.git_source(build.git)
+        src_dir = prefix / "src" / src.name / (src.subdir or "")
+        facts = env_key_facts(python, prefix, build, activation_env)
+        key = build_key(build, src_dir, facts)
+        entry, origin = None, "cache"
+        bundled = getattr(bundle, "builds_dir", None)
+        if bundled is not None:
+            entry = read_entry(_entry_folder(Path(bundled), key))
+            origin = "bundle" if entry else origin
+        if entry is None:
+            entry = read_entry(_entry_folder(cache, key))
+        if entry is None:
+            origin = "built"
+            build_or_reuse(build, python, src_dir, cache, facts, extra_env=extra_env)
+            entry = read_entry(_entry_folder(cache, key))
+            if entry is None:
+                raise EnvbuildError(f"source build {build.name!r}: the cache entry vanished right after the build")
+        _install_wheel(python, entry.wheel, entry.sha256)
+        records.append({"name": build.name, "wheel": entry.wheel.name, "sha256": entry.sha256, "key": key,
+                        "from": origin, "build_seconds": entry.build_seconds})
+    return records

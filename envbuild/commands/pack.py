@@ -1,0 +1,34 @@
+"""`envbuild pack`: one tar file with everything `envbuild create --bundle` needs on an air-gapped node.
+
+Exit codes: 0 written; 2 bad input (unknown profile, missing or malformed lock, a file that does not match
+its lock hash, a git commit that is not in its repository).
+"""
+from __future__ import annotations
+
+import click
+
+
+@click.command("pack")
+@click.option("--profile", "-p", "profile_name", default=None, help="Profile to pack (default: the only one).")
+@click.option("--output", "-o", "output", required=True, metavar="FILE", help="The bundle to write (a .tar).")
+@click.option("--lockfiles", default=None, metavar="DIR",
+              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
+@click.option("--wheel-cache", "wheel_cache", default=None, metavar="DIR",
+              help="Source-build wheel cache to take prebuilt wheels from (default: $ENVBUILD_WHEEL_CACHE, "
+                   "else the envbuild cache's source-wheels/).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the summary line.")
+def pack(profile_name, output, lockfiles, wheel_cache, quiet) -> int:
+    """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks."""
+    from pathlib import Path
+
+    from envbuild.pack.builder import make_bundle
+
+    note = (lambda _m: None) if quiet else (lambda m: click.echo(f"pack: {m}", err=True))
+    s = make_bundle(profile_name, Path(output), lockfiles=lockfiles,
+                    wheel_cache=Path(wheel_cache) if wheel_cache else None, note=note)
+    click.echo(f"wrote {s.output} ({s.size_bytes / 1e6:.1f} MB): {s.conda_archives} conda archives, {s.wheels} wheels, "
+               f"{len(s.builds)} prebuilt source builds, {len(s.git_mirrors)} git mirrors")
+    if s.skipped_builds:
+        click.echo(f"note: no cached wheel for {', '.join(s.skipped_builds)}; create --bundle will build them from "
+                   "the bundled git mirrors (the env needs their build tools)", err=True)
+    return 0

@@ -1,0 +1,126 @@
+"""Make an offline bundle for one profile from its locks (online, once; see bundle.py for the layout).
+
+Every part is fetched and verified against its lock before it goes in: conda archives through the same
+fetch_and_verify create uses (sha256, also for file:// channels), wheels against the pip lock's hashes,
+git mirrors checked to hold the recipe's commit, source-built wheels re-hashed from the wheel cache. The
+staged tree is then hashed into the manifest and tarred; the output file appears only when complete.
+"""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from envbuild.errors import EnvbuildError
+
+
+@dataclass
+class PackSummary:
+    output: Path
+    conda_archives: int = 0
+    wheels: int = 0
+    builds: List[str] = field(default_factory=list)
+    git_mirrors: List[str] = field(default_factory=list)
+    size_bytes: int = 0
+    skipped_builds: List[str] = field(default_factory=list)  # builds with no cached wheel for this commit
+
+
+def _conda_part(profile, stage: Path, note: Callable[[str], None]) -> int:
+    """Every archive of conda-lock.yml (all platforms, all categories), verified, indexed as a channel."""
+    from envbuild.install import conda_layer
+    from envbuild.lock import condalock
+
+    lock_path = profile.directory / condalock.LOCK_FILE
+    if not lock_path.is_file():
+        raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}` first")
+    lock = condalock.read_lock(lock_path)
+    categories = sorted({p.category for p in lock.package})
+    channel = stage / "channel"
+    (channel / "noarch").mkdir(parents=True, exist_ok=True)  # conda channels always have noarch/
+    count = 0
+    for platform in lock.metadata.platforms:
+        locked = condalock.locked_conda(lock, platform, categories)
+        note(f"conda: {len(locked)} archives for {platform}")
+        verified = conda_layer.fetch_and_verify(conda_layer.plan(locked))
+        for pkg in locked:
+            dest = channel / pkg.subdir / pkg.filename
+            if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(verified[pkg.filename], dest)
+                count += 1
+    from rattler.index import index_fs
+
+    asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
+    return count
+
+
+def _wheel_part(profile, stage: Path, note: Callable[[str], None]) -> int:
+    from envbuild.install.pip_layer import fetch_locked_wheel
+    from envbuild.lock.lockset import PIP_LOCK_FILE
+    from envbuild.lock.pip_lockfile import read_pip_lock
+
+    wheels = stage / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    lock_path = profile.directory / PIP_LOCK_FILE
+    if not lock_path.is_file():
+        return 0
+    entries = read_pip_lock(lock_path)
+    note(f"pip: {len(entries)} wheels")
+    for entry in entries:
+        fetch_locked_wheel(entry, wheels)
+    return len(entries)
+
+
+def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, note: Callable[[str], None],
+                         summary: PackSummary) -> None:
+    from envbuild.install.git_sources import mirror_source
+    from envbuild.install.source_builds import read_entry
+
+    for src in recipe.git:
+        note(f"git: mirror {src.name} @ {src.commit[:12]}")
+        mirror_source(src, stage / "git")
+        summary.git_mirrors.append(src.name)
+    for build in recipe.builds:
+        commit = recipe.git_source(build.git).commit
+        found = 0
+        for folder in sorted((wheel_cache / build.name).glob(f"{commit[:12]}-*")):
+            entry = read_entry(folder)
+            if entry is None or not str(entry.key.get("commit", "")).startswith(commit):
+                continue
+            shutil.copytree(folder, stage / "builds" / build.name / folder.name)
+            found += 1
+        (summary.builds if found else summary.skipped_builds).append(build.name)
+
+
+def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None,
+                wheel_cache: Optional[Path] = None, note: Callable[[str], None] = lambda _m: None) -> PackSummary:
+    """Write the bundle of `profile_name` to `output`; return what went in."""
+    from envbuild.install.source_builds import wheel_cache_dir
+    from envbuild.lock import lockset
+    from envbuild.pack.bundle import write_manifest, write_tar
+
+    base = lockset.lockfiles_base(lockfiles)
+    names = lockset.select_profiles(base, (profile_name,) if profile_name else ())
+    if not profile_name and len(names) != 1:
+        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
+    profile, recipe = lockset.load(base, names[0])
+    output = Path(output).absolute()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    summary = PackSummary(output=output)
+    with tempfile.TemporaryDirectory(prefix=".envbuild-pack-", dir=output.parent) as tmp:
+        stage = Path(tmp)
+        summary.conda_archives = _conda_part(profile, stage, note)
+        summary.wheels = _wheel_part(profile, stage, note)
+        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), note, summary)
+        shutil.copytree(profile.directory, stage / "locks" / profile.name,
+                        ignore=shutil.ignore_patterns(".*", "__pycache__"))
+        note("hashing members into the manifest")
+        extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds}
+        write_manifest(stage, profile.name, extra)
+        note(f"writing {output}")
+        write_tar(stage, output)
+    summary.size_bytes = output.stat().st_size
+    return summary

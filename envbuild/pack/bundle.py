@@ -1,0 +1,180 @@
+"""The offline bundle: one tar file that lets `envbuild create --bundle` run with no network.
+
+Layout (pixi-pack's idea of a `channel/<subdir>/` tree plus a manifest, with the pip, source-build and git
+parts the slime stack needs):
+
+    envbuild-bundle.json        format, profile, and the sha256 + size of every other member
+    channel/<subdir>/...        every locked conda archive, indexed by rattler (repodata.json per subdir)
+    wheels/*.whl                every file of the pip lock
+    builds/<name>/<entry>/      source-built wheels, same layout as the wheel cache (entry.json + wheel)
+    git/<name>.git/             bare mirrors holding each git source's commit
+    locks/<profile>/            the profile folder: profile.toml, conda-lock.yml, the pip lock, patches
+
+`open_bundle` extracts it safely (no absolute paths, no `..`, no links leaving the tree, no devices) and
+checks every member against the manifest before anything is used: a bundle carried across an air gap on a
+USB disk or a flaky copy must fail loudly, naming the damaged member, not install half of itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Dict, Iterator, Optional, Tuple, Union
+
+from envbuild.errors import InputFileError
+
+BUNDLE_FORMAT = 1
+MANIFEST = "envbuild-bundle.json"
+_EXTRACTED_MARK = ".envbuild-extracted"  # written in the workdir after a complete, verified extraction
+PARTS = ("channel", "wheels", "builds", "git", "locks")
+
+
+@dataclass(frozen=True)
+class BundleLayout:
+    """Where the parts of an opened (extracted and verified) bundle are.
+
+    `envbuild create --bundle` uses: channel_dir as a mirror channel for the conda layer, wheel_dir as the
+    only --find-links of the pip layer (offline), git_dir as mirror_root of git_sources.fetch_source,
+    builds_dir as prebuilt source-build entries, lock_dir as the lockfiles base (it holds <profile>/).
+    """
+
+    root: Path
+    profile: str
+    channel_dir: Path
+    wheel_dir: Path
+    git_dir: Path
+    lock_dir: Path
+    builds_dir: Path
+    members: Dict[str, Dict[str, object]] = field(default_factory=dict, compare=False)
+
+    # names used by envbuild.install.pipeline / commands/create.py
+    @property
+    def wheelhouse_dir(self) -> Path:
+        return self.wheel_dir
+
+    @property
+    def lockfiles_dir(self) -> Path:
+        return self.lock_dir
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def walk_members(root: Path) -> Iterator[Tuple[str, Path]]:
+    """(posix relative name, path) of every regular file under root's PARTS, sorted."""
+    for part in PARTS:
+        base = root / part
+        if not base.exists():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                yield path.relative_to(root).as_posix(), path
+
+
+def write_manifest(root: Path, profile: str, extra: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+    members = {name: {"sha256": sha256_file(path), "size": path.stat().st_size} for name, path in walk_members(root)}
+    manifest = {"format": BUNDLE_FORMAT, "profile": profile, "members": members, **(extra or {})}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return manifest
+
+
+def write_tar(root: Path, out: Path) -> None:
+    """Tar the staged bundle (manifest first, then members sorted), written beside `out` then renamed."""
+    out = Path(out)
+    partial = out.with_name(out.name + ".part")
+    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+        def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            return info
+
+        tar.add(root / MANIFEST, arcname=MANIFEST, filter=clean)
+        for name in PARTS:  # folders too: a bare git mirror needs its empty refs/ folders
+            base = root / name
+            if base.is_dir():
+                for folder in [base, *sorted(p for p in base.rglob("*") if p.is_dir() and not p.is_symlink())]:
+                    tar.add(folder, arcname=folder.relative_to(root).as_posix(), recursive=False, filter=clean)
+        for name, path in walk_members(root):
+            tar.add(path, arcname=name, filter=clean)
+    os.replace(partial, out)
+
+
+def _safe_members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:
+    for info in tar:
+        name = PurePosixPath(info.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise InputFileError(bundle, f"member {info.name!r} points outside the bundle; refusing to extract")
+        if not (info.isfile() or info.isdir()):
+            raise InputFileError(bundle, f"member {info.name!r} is not a plain file or folder; refusing to extract")
+        yield info
+
+
+def _verify(root: Path, bundle: Path) -> Dict[str, object]:
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputFileError(bundle, f"not an envbuild bundle (no {MANIFEST})") from exc
+    except ValueError as exc:
+        raise InputFileError(bundle, f"{MANIFEST} is not valid JSON: {exc}") from exc
+    if manifest.get("format") != BUNDLE_FORMAT:
+        raise InputFileError(bundle, f"bundle format {manifest.get('format')!r}; this envbuild reads {BUNDLE_FORMAT}")
+    listed: Dict[str, Dict[str, object]] = manifest.get("members", {})
+    present = dict(walk_members(root))
+    for name in sorted(set(present) - set(listed)):
+        raise InputFileError(bundle, f"member {name} is not in the bundle manifest (added after packing?)")
+    for name, meta in sorted(listed.items()):
+        path = present.get(name)
+        if path is None:
+            raise InputFileError(bundle, f"member {name} is listed in the manifest but missing")
+        got = sha256_file(path)
+        if got != meta.get("sha256"):
+            raise InputFileError(bundle, f"member {name}: sha256 {got} differs from the manifest's "
+                                         f"{meta.get('sha256')}; the bundle is damaged or was altered")
+    return manifest
+
+
+def default_workdir(bundle: Path) -> Path:
+    """<envbuild cache>/bundles/<name>-<size>-<mtime>: a re-copied bundle is extracted again."""
+    cache = Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser()
+    st = bundle.stat()
+    return cache / "bundles" / f"{bundle.stem}-{st.st_size}-{st.st_mtime_ns}"
+
+
+def open_bundle(path: Union[str, Path], workdir: Optional[Union[str, Path]] = None) -> BundleLayout:
+    """Extract `path` into `workdir` (default: default_workdir), verify every member; return the layout.
+
+    Called by `envbuild create --bundle` before any work. An earlier complete extraction in the same
+    workdir is reused but always re-verified against the manifest. Raises InputFileError naming the bundle
+    and the member on any damage.
+    """
+    bundle = Path(path).expanduser().absolute()
+    if not bundle.is_file():
+        raise InputFileError(bundle, "bundle file does not exist")
+    root = Path(workdir).absolute() if workdir else default_workdir(bundle)
+    if not (root / _EXTRACTED_MARK).is_file():
+        if root.exists():
+            shutil.rmtree(root)  # a half-finished extraction: start over
+        root.mkdir(parents=True)
+        try:
+            with tarfile.open(bundle, "r:*") as tar:
+                for info in _safe_members(tar, bundle):
+                    tar.extract(info, root, set_attrs=False, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        except tarfile.TarError as exc:
+            raise InputFileError(bundle, f"not a readable tar file: {exc}") from exc
+    manifest = _verify(root, bundle)
+    (root / _EXTRACTED_MARK).write_text(str(bundle) + "\n", encoding="utf-8")
+    profile = str(manifest.get("profile", ""))
+    if not (root / "locks" / profile / "profile.toml").is_file():
+        raise InputFileError(bundle, f"the bundle has no locks/{profile}/profile.toml")
+    return BundleLayout(root=root, profile=profile, channel_dir=root / "channel", wheel_dir=root / "wheels",
+                        git_dir=root / "git", lock_dir=root / "locks", builds_dir=root / "builds",
+                        members=manifest.get("members", {}))

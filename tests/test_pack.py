@@ -1,0 +1,205 @@
+"""`envbuild pack` -> `envbuild create --bundle` with the network blocked, and open_bundle's checks.
+
+The end-to-end profile has every layer: a local conda channel (H3's fixture packages, with a python that
+is a real venv interpreter so pip installs into the prefix), a pip layer locked from a loopback index, a git
+source with a patch, and a C-extension source build. The first create runs online and fills the wheel
+cache; the bundle then carries the channel, wheels, git mirrors, the prebuilt wheel and the locks. The
+upstreams are deleted and the proxy points at a dead port before `create --bundle` runs in a fresh cache.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from envbuild.errors import InputFileError
+from envbuild.pack.bundle import MANIFEST, open_bundle
+from fixturegen.conda_channel import FIXTURE_PROFILE, Pkg, build_channel, default_packages
+from fixturegen.gitrepos import make_c_extension_repo, make_patched_repo
+from fixturegen.wheels import make_wheel, serve, write_simple_index
+
+OFFLINE = {k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+PYVER = "%d.%d" % sys.version_info[:2]
+
+
+def venv_python_package() -> Pkg:
+    """A `python` conda package that makes the prefix a venv of the test interpreter.
+
+    pyvenv.cfg makes sys.prefix the env prefix (so pip installs there, as in a real conda env); a .pth
+    file lends it this interpreter's pip and setuptools.
+    """
+    real = os.path.realpath(sys.executable)
+    cfg = f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\nversion = {PYVER}\n"
+    site = f"lib/python{PYVER}/site-packages"
+    return Pkg("python", "3.11.7", "h0_venv", depends=["__glibc >=2.17"], symlinks={"bin/python": real},
+               files={"pyvenv.cfg": cfg.encode(),
+                      f"{site}/_fixture_host.pth": (sysconfig.get_paths()["purelib"] + "\n").encode()})
+
+
+RECIPE_TAIL = """
+[recipe.pip]
+indexes = [{{ name = "fixture", url = "{index}" }}]
+requirements = ["alpha"]
+
+[[recipe.git]]
+name = "lib"
+url = "{lib_url}"
+commit = "{lib_commit}"
+patches = ["patches/0001-answer.patch", "patches/0002-extra.patch"]
+install = "none"
+
+[[recipe.git]]
+name = "fastext"
+url = "{fast_url}"
+commit = "{fast_commit}"
+install = "build"
+
+[[recipe.build]]
+name = "fastext"
+git = "fastext"
+"""
+
+
+def run(args, env, offline=False):
+    full = dict(os.environ, **env, **(OFFLINE if offline else {}))
+    return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, env=full,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pack")
+    channel = tmp / "channel"
+    build_channel(channel, [p for p in default_packages() if p.name != "python"] + [venv_python_package()])
+    write_simple_index(tmp / "index", [make_wheel(tmp / "w", "alpha", "1.0", requires=["beta"]),
+                                       make_wheel(tmp / "w", "beta", "2.0")])
+    lib = make_patched_repo(tmp / "git")
+    fast = make_c_extension_repo(tmp / "git", functions=40)
+    folder = tmp / "lockfiles" / "fx"
+    shutil.copytree(lib.patch_dir, folder)
+    env = {"ENVBUILD_CACHE_DIR": str(tmp / "cache"), "ENVBUILD_LOCKFILES": str(tmp / "lockfiles")}
+    with serve(tmp / "index") as base:
+        text = FIXTURE_PROFILE.format(name="fx", channel=channel.as_uri(), mark="a") + RECIPE_TAIL.format(
+            index=base, lib_url=lib.path, lib_commit=lib.commits[0], fast_url=fast.path, fast_commit=fast.commits[0])
+        (folder / "profile.toml").write_text(text)
+        r = run(["lock"], env)
+        assert r.returncode == 0, r.stderr
+        online = run(["create", "--prefix", str(tmp / "envs" / "online")], env)
+        assert online.returncode == 0, online.stderr
+        r = run(["pack", "--profile", "fx", "-o", str(tmp / "fx.tar")], env)
+        assert r.returncode == 0, r.stderr
+    return {"tmp": tmp, "env": env, "bundle": tmp / "fx.tar", "pack_out": r.stdout, "upstreams":
+            [channel, tmp / "index", lib.path, fast.path]}
+
+
+def test_pack_reports_what_went_in(packed):
+    out = packed["pack_out"]
+    assert "6 conda archives" in out and "2 wheels" in out and "1 prebuilt source builds" in out
+    assert "2 git mirrors" in out
+    with tarfile.open(packed["bundle"]) as tar:
+        names = tar.getnames()
+    assert names[0] == MANIFEST
+    assert {"channel/noarch/repodata.json", "channel/linux-64/repodata.json", "locks/fx/profile.toml",
+            "locks/fx/conda-lock.yml", "locks/fx/requirements.lock.txt", "wheels/alpha-1.0-py3-none-any.whl",
+            "locks/fx/patches/0001-answer.patch"} <= set(names)
+    assert any(n.startswith("git/lib.git/") for n in names) and any(n.startswith("builds/fastext/") for n in names)
+
+
+def test_create_from_bundle_with_network_blocked(packed):
+    tmp = packed["tmp"]
+    for upstream in packed["upstreams"]:
+        shutil.rmtree(upstream)
+    env = {"ENVBUILD_CACHE_DIR": str(tmp / "fresh-cache"), "ENVBUILD_LOCKFILES": str(tmp / "nowhere")}
+    target = tmp / "envs" / "offline"
+    r = run(["create", "--profile", "fx", "--bundle", str(packed["bundle"]), "--prefix", str(target)], env, offline=True)
+    assert r.returncode == 0, r.stderr
+    python = target / "bin" / "python"
+    probe = subprocess.run([str(python), "-c", "import alpha, beta, fastext; print(alpha.__version__, fastext.total(2.0) > 0)"],
+                           capture_output=True, text=True)
+    assert probe.stdout.split() == ["1.0", "True"], probe.stderr
+    assert (target / "src" / "lib" / "pkg" / "core.py").read_text().endswith("return 42\n")
+    manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
+    text = json.dumps(manifest)
+    assert '"from": "bundle"' in text  # the prebuilt wheel came from the bundle, not a rebuild
+    assert not (tmp / "fresh-cache" / "source-wheels").exists()
+
+
+def _stage_bundle(tmp_path, member: str = "wheels/a.whl", data: bytes = b"wheel bytes") -> Path:
+    root = tmp_path / "stage"
+    (root / "locks" / "p").mkdir(parents=True)
+    (root / "locks" / "p" / "profile.toml").write_text("schema = 1\n")
+    (root / Path(member)).parent.mkdir(parents=True, exist_ok=True)
+    (root / member).write_bytes(data)
+    from envbuild.pack.bundle import write_manifest, write_tar
+
+    write_manifest(root, "p")
+    write_tar(root, tmp_path / "b.tar")
+    return tmp_path / "b.tar"
+
+
+def _rewrite(bundle: Path, change) -> None:
+    """Copy the tar member by member, letting `change(name, data)` alter or drop members."""
+    out = io.BytesIO()
+    with tarfile.open(bundle) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for info in src:
+            data = src.extractfile(info).read() if info.isfile() else None
+            data = change(info.name, data)
+            if data is False:
+                continue
+            if data is not None:
+                info.size = len(data)
+            dst.addfile(info, io.BytesIO(data) if data is not None else None)
+    bundle.write_bytes(out.getvalue())
+
+
+def test_open_bundle_verifies_every_member(tmp_path):
+    bundle = _stage_bundle(tmp_path)
+    layout = open_bundle(bundle, tmp_path / "ok")
+    assert (layout.wheel_dir / "a.whl").read_bytes() == b"wheel bytes" and layout.lock_dir == tmp_path / "ok" / "locks"
+    _rewrite(bundle, lambda name, data: b"wheel bytez" if name == "wheels/a.whl" else data)
+    with pytest.raises(InputFileError) as err:
+        open_bundle(bundle, tmp_path / "bad")
+    assert str(err.value).startswith(str(bundle)) and "member wheels/a.whl: sha256" in str(err.value)
+
+
+def test_open_bundle_refuses_unlisted_missing_and_escaping_members(tmp_path):
+    bundle = _stage_bundle(tmp_path)
+    original = bundle.read_bytes()
+    _rewrite(bundle, lambda name, data: False if name == "wheels/a.whl" else data)
+    with pytest.raises(InputFileError, match="member wheels/a.whl is listed in the manifest but missing"):
+        open_bundle(bundle, tmp_path / "w1")
+
+    bundle.write_bytes(original)
+    with tarfile.open(bundle, "a") as tar:
+        info = tarfile.TarInfo("wheels/evil.whl")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
+    with pytest.raises(InputFileError, match="wheels/evil.whl is not in the bundle manifest"):
+        open_bundle(bundle, tmp_path / "w2")
+
+    bundle.write_bytes(original)
+    with tarfile.open(bundle, "a") as tar:
+        info = tarfile.TarInfo("../outside.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(InputFileError, match="points outside the bundle"):
+        open_bundle(bundle, tmp_path / "w3")
+    assert not (tmp_path / "outside.txt").exists()
+
+
+def test_pack_of_unlocked_profile_names_the_missing_lock(tmp_path):
+    folder = tmp_path / "lockfiles" / "fx"
+    folder.mkdir(parents=True)
+    (folder / "profile.toml").write_text(FIXTURE_PROFILE.format(name="fx", channel=(tmp_path / "ch").as_uri(), mark="a"))
+    r = run(["pack", "-o", str(tmp_path / "x.tar")], {"ENVBUILD_LOCKFILES": str(tmp_path / "lockfiles"),
+                                                        "ENVBUILD_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 2 and "conda-lock.yml does not exist" in r.stderr and "envbuild lock" in r.stderr
+    assert not (tmp_path / "x.tar").exists()
