@@ -36,16 +36,18 @@ def _release(v: str) -> List[str]:
     return [p for p in re.split(r"[.]", v) if p != ""]
 
 
-def version_matches(expected: str, actual: Optional[str]) -> bool:
+def version_matches(expected: str, actual: Optional[str], cuda_tag: Optional[str] = None) -> bool:
     """Does `actual` satisfy the profile's pin `expected`?
 
     The release parts are compared up to the shorter of the two, so a profile's "12.9.1" matches
     torch.version.cuda "12.9" and a pin "1" matches numpy "1.26.4"; a local tag in the pin ("+cu129")
-    must be equal in the actual version (2.11.0+cu130 is not 2.11.0+cu129)."""
+    must be equal in the actual version (2.11.0+cu130 is not 2.11.0+cu129). A wheel without a local tag
+    (PyPI's default torchvision 0.26.0) takes `cuda_tag`, the CUDA tag of the env's torch."""
     if actual is None:
         return False
     exp_rel, _, exp_local = expected.partition("+")
     act_rel, _, act_local = actual.partition("+")
+    act_local = act_local or (cuda_tag or "")
     if exp_local and exp_local != act_local:
         return False
     a, b = _release(exp_rel), _release(act_rel)
@@ -120,9 +122,11 @@ def nccl_version_in_use(stack: Dict[str, Any]) -> Tuple[Optional[str], str]:
 
 
 _CU_SUFFIX = re.compile(r"-cu(\d+)$")
-# CUDA 13 wheels dropped the -cuXX suffix for toolkit parts (nvidia-cuda-runtime 13.x, cuda-toolkit 13.x).
-_UNSUFFIXED_TOOLKIT = re.compile(r"^(nvidia-(cuda-|cublas|cufft|curand|cusolver|cusparse|nvjitlink|nvtx|npp|nvjpeg|cufile)"
-                                 r"|cuda-toolkit$|cuda-bindings$|cuda-python$)")
+_CUDA_IN_NAME = re.compile(r"-cuda(\d+)(?:x|-|$)")  # cupy-cuda13x, jax-cuda13-plugin
+# CUDA 13 wheels dropped the -cuXX suffix for toolkit parts. Only those whose version major IS the CUDA
+# major are read by version (cuFFT 12.x, cuRAND 10.x, cuSOLVER 12.x, cuSPARSE 12.x ship with CUDA 13).
+_VERSION_IS_CUDA = re.compile(r"^(nvidia-cuda-(runtime|nvrtc|cupti|nvcc|cccl|crt|culibos|sanitizer-api)|nvidia-cublas"
+                              r"|nvidia-nvjitlink|nvidia-nvtx|nvidia-nvvm|cuda-toolkit|cuda-bindings|cuda-python)$")
 
 
 def cuda_major_of_dist(d: Dict[str, Any]) -> Optional[int]:
@@ -133,10 +137,13 @@ def cuda_major_of_dist(d: Dict[str, Any]) -> Optional[int]:
     if m:
         digits = m.group(1)
         return int(digits[:2]) if len(digits) >= 3 else int(digits)
+    m = _CUDA_IN_NAME.search(name)
+    if m:
+        return int(m.group(1))
     m = re.search(r"\+cu(\d{3})", version)
     if m:
         return int(m.group(1)[:2])
-    if _UNSUFFIXED_TOOLKIT.match(name):
+    if _VERSION_IS_CUDA.match(name):
         try:
             return int(version.split(".")[0])
         except ValueError:

@@ -17,7 +17,8 @@ NCCL_WHY = ("slime destroys and re-creates every NCCL communicator at each offlo
 
 @check("stack.nccl_version", "stack", "NCCL torch runs equals the image's", needs=("profile",), causes=("C2", "M4"))
 def nccl_version(ctx) -> Result:
-    """Compares torch.cuda.nccl.version(), the mapped libnccl and the pip wheel with the profile's NCCL."""
+    """Compares torch.cuda.nccl.version() (the NCCL torch's collectives call; without torch, the libnccl the
+    loader mapped) and the pip wheel with the profile's NCCL. Extra mapped copies are stack.nccl_copies'."""
     stack = ctx.facts.stack()
     comp = ctx.profile.components.get("nccl")
     if comp is None or not comp.version:
@@ -26,14 +27,17 @@ def nccl_version(ctx) -> Result:
     t = sv.torch_info(stack)
     if t.get("nccl_version"):
         seen["torch.cuda.nccl.version()"] = t["nccl_version"]
-    for m in sv.mapped(stack, "libnccl"):
-        if m.get("version"):
-            seen[f"mapped {m['path']}"] = m["version"]
+    mapped = {m["path"]: m.get("version") for m in sv.mapped(stack, "libnccl")}
+    if not seen:  # no torch: the copy the loader mapped is what this env runs (copies: stack.nccl_copies)
+        for path, v in mapped.items():
+            if v:
+                seen[f"mapped {path}"] = v
+                break
     d = sv.dist(stack, comp.pip_name or "nvidia-nccl-cu12")
     if d:
         seen[f"pip {d['name']}"] = d["version"]
     evidence = {"profile": comp.version, "profile_source": comp.source, "profile_verified": comp.verified,
-                "seen": seen}
+                "seen": seen, "mapped": mapped}
     if not seen:
         if not t.get("present"):
             sv.require_torch(stack)

@@ -63,7 +63,8 @@ def compare(stack: Dict[str, Any], comp) -> Dict[str, Any]:
     elif comp.commit and commit:
         verdict = "match" if sv.commit_matches(comp.commit, commit) else "differs"
     elif comp.version and version:
-        verdict = "match" if sv.version_matches(comp.version, version) else "differs"
+        tag = sv.torch_info(stack).get("cuda_tag") if comp.name != "torch" else None
+        verdict = "match" if sv.version_matches(comp.version, version, tag) else "differs"
         if verdict == "match" and comp.commit and not commit:
             verdict = "match (commit unknown)"
     else:

@@ -1,0 +1,113 @@
+"""Stack faults derived from the real 2xH200 bundle (tests/fixtures/bundles/h200x2, captured with
+`envbuild capture --node` on the lent machine; its .envbuild/stack.json holds the stack probe's output).
+Each variant makes ONE fault; `envbuild doctor --root` must fail it with the right cause and fail
+nothing else. The healthy bundle has no fail."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fakenode import H200X2, derive_bundle
+
+PROFILE = "slime-v0.3.1-cu130"  # the bundle's torch is 2.11.0+cu130 with NCCL 2.28.9 and cuDNN 9.19
+
+pytestmark = pytest.mark.skipif(not (H200X2 / ".envbuild" / "stack.json").exists(),
+                                reason="the captured H200 bundle is not in this checkout")
+
+
+def doctor(root, tmp_path, *extra):
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--root", str(root), "--json", str(out),
+                           "--profile", PROFILE] + list(extra),
+                          capture_output=True, text=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+                          cwd=str(H200X2.parent.parent.parent.parent), timeout=120)
+    assert out.exists(), proc.stderr
+    results = {r["check_id"] + (f"[{r['subject']}]" if r.get("subject") else ""): r
+               for r in json.loads(out.read_text())["results"]}
+    return proc, results
+
+
+def failing(results):
+    return sorted(cid for cid, r in results.items() if r["status"] in ("fail", "error"))
+
+
+def mapped_libcuda(data):
+    return next(m for m in data["mapped"] if m["family"] == "libcuda")
+
+
+def test_healthy_bundle_has_no_stack_fail(tmp_path):
+    proc, res = doctor(H200X2, tmp_path)
+    assert failing(res) == [], proc.stdout
+    assert proc.returncode == 0
+    assert res["stack.nccl_version"]["status"] == "pass"
+    assert res["stack.torch"]["status"] == "pass" and "1-rank NCCL group" in res["stack.torch"]["summary"]
+    # The lent machine really has two NCCLs (pip 2.28.9 that torch maps, system libnccl2 2.28.3).
+    assert res["stack.nccl_copies"]["status"] == "warn" and res["stack.nccl_copies"]["causes"] == ["C3"]
+    assert "image slimerl/slime:nightly-dev-20260810a-cu130 vs this env" in proc.stdout
+
+
+def _stub(data):
+    lib = mapped_libcuda(data)
+    stub = "/usr/local/cuda/lib64/stubs/libcuda.so"
+    lib.update(path=stub, realpath=stub, stub=True, api_error="cuDriverGetVersion returned 34 "
+               "(CUDA_ERROR_STUB_LIBRARY: a stub libcuda)", api_version=None, api_version_code=None, file_version=None)
+    data["cuda_driver"] = {"mapped": True, "path": stub, "version": None, "version_code": None,
+                           "error": lib["api_error"]}
+    data["resolution"]["libcuda.so.1"].insert(0, {"path": "/usr/local/cuda/lib64/stubs/libcuda.so.1",
+                                                  "origin": "LD_LIBRARY_PATH", "stub": True, "compat": False})
+    data["env"]["LD_LIBRARY_PATH"] = "/usr/local/cuda/lib64/stubs:" + data["env"]["LD_LIBRARY_PATH"]
+
+
+def _compat(data):
+    lib = mapped_libcuda(data)
+    compat = "/usr/local/cuda/compat/libcuda.so.575.57.08"
+    lib.update(path=compat, realpath=compat, compat=True, file_version="575.57.08", api_version=None,
+               api_version_code=None, api_error="cuDriverGetVersion returned 803")
+    data["cuda_driver"] = {"mapped": True, "path": compat, "version": None, "version_code": None,
+                           "error": lib["api_error"]}
+
+
+def _two_nccl(data):
+    data["mapped"].append({"family": "libnccl", "path": "/lib/x86_64-linux-gnu/libnccl.so.2",
+                           "realpath": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3", "stub": False, "compat": False,
+                           "version": "2.28.3", "version_string": "2.28.3", "file_version": "2.28.3",
+                           "version_method": "NCCL version string"})
+
+
+def _cu12_mix(data):
+    data["distributions"] += [{"name": "nvidia-cuda-runtime-cu12", "version": "12.9.79", "location": "/x"},
+                              {"name": "nvidia-cudnn-cu12", "version": "9.16.0.29", "location": "/x"}]
+
+
+def _old_nccl(data):
+    for entry in data["mapped"] + data["reachable"]:
+        if entry["family"] == "libnccl" and "site-packages" in entry["path"]:
+            entry.update(version="2.27.3", version_string="2.27.3+cuda13.0")
+            if "api_version" in entry:
+                entry.update(api_version="2.27.3", api_version_code=22703)
+    data["torch"]["nccl_version"] = "2.27.3"
+    for d in data["distributions"]:
+        if d["name"] == "nvidia-nccl-cu13":
+            d["version"] = "2.27.3"
+
+
+@pytest.mark.parametrize("edit,check,cause,allowed", [
+    (_stub, "stack.libcuda_stub", "C7", set()),
+    (_compat, "stack.libcuda_compat", "C8", set()),
+    (_two_nccl, "stack.nccl_copies", "C3", set()),
+    (_cu12_mix, "stack.cuda_wheel_mix", "C6", {"stack.profile_match"}),
+    (_old_nccl, "stack.nccl_version", "C2", {"stack.profile_match"}),
+], ids=["stub-libcuda-C7", "compat-libcuda-803-C8", "two-libnccl-mapped-C3", "cu12-cu13-mix-C6", "nccl-2.27.3-C2"])
+def test_stack_fault_is_caught_with_its_cause(tmp_path, edit, check, cause, allowed):
+    root = derive_bundle(H200X2, tmp_path / "bundle", lambda b: b.stack(edit))
+    proc, res = doctor(root, tmp_path)
+    r = res[check]
+    assert r["status"] == "fail", r
+    assert r["causes"][0] == cause
+    assert proc.returncode == 1
+    others = set(failing(res)) - {check}
+    assert others <= allowed, f"unrelated failures: {others}"
+    for cid in others:  # the side-by-side table fails on the same component, with the same cause
+        assert cause in res[cid]["causes"], res[cid]
+    assert cause in proc.stdout
