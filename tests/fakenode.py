@@ -77,9 +77,15 @@ class BundleEditor:
         self.write(path, text.replace(old, new))
 
     def remove(self, path: str) -> None:
-        """Make a file absent (FileNotFoundError when read)."""
+        """Make a file or a directory (and all below it) absent: FileNotFoundError when read or listed."""
         self._forget(path)
-        (self.root / path.lstrip("/")).unlink(missing_ok=True)
+        local = self.root / path.lstrip("/")
+        if local.is_dir():
+            shutil.rmtree(local)
+        else:
+            local.unlink(missing_ok=True)
+        for d in [d for d in self.index["dirs"] if d == path or d.startswith(path + "/")]:
+            del self.index["dirs"][d]
         self.index["absent"] = sorted(set(self.index["absent"]) | {path})
 
     def unreadable(self, path: str, reason: str) -> None:

@@ -24,7 +24,8 @@ MEMLOCK_SRC = "Linux 5.16 default MLOCK_LIMIT 8 MiB; NCCL docs: memlock unlimite
 STACK_FLOOR = 8 * MIB
 STACK_SRC = "glibc/Linux default 8 MiB (ulimit -s 8192); research O2: unlimited makes glibc give threads 2 MiB"
 NOFILE_FLOOR = 65536
-NOFILE_SRC = "NCCL raises the soft nofile to the hard one (runtime_and_mpi_issues.rst); systemd's hard default is 524288"
+NOFILE_SRC = ("Ray's cluster launcher starts `ulimit -n 65536; ray start`; NCCL raises the soft nofile to the hard "
+              "one (NCCL docs runtime_and_mpi_issues.rst)")
 SHM_FLOOR = 1 * GIB
 SHM_SRC = "Docker's 64 MiB default /dev/shm is what fails NCCL (research O1); slime runs with --shm-size 16g"
 SHM_FULL = 0.90
@@ -111,7 +112,8 @@ def ulimits(ctx) -> Result:
         warns.append(f"stack {_fmt_bytes(st)} < {_fmt_bytes(STACK_FLOOR)}")
     nf = nofile[1]
     if nf is not None and nf < NOFILE_FLOOR:
-        warns.append(f"hard nofile {nf} < {NOFILE_FLOOR}: NCCL proxies and cuMem handles use many FDs")
+        warns.append(f"hard nofile {nf} < {NOFILE_FLOOR} (Ray starts under ulimit -n 65536): Ray, NCCL proxies "
+                     "and cuMem handles use many FDs")
     metrics = [
         Metric("memlock_soft", -1 if ml is None else ml, "bytes (-1 = unlimited)",
                "unlimited" if want_memlock == "unlimited" else f">= {MEMLOCK_FLOOR}", psrc or MEMLOCK_SRC),
