@@ -13,7 +13,9 @@ import click
 @click.option("--check", is_flag=True, help="Do not write: exit 1 with a diff when a lock is stale against its profile.")
 @click.option("--lockfiles", "lockfiles", default=None, metavar="DIR",
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
-def lock(profiles, check, lockfiles) -> int:
+@click.option("--only", "only", type=click.Choice(["conda", "pip"]), default=None,
+              help="Lock one layer (e.g. the pip layer where no conda channel is reachable).")
+def lock(profiles, check, lockfiles, only) -> int:
     """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them."""
     from rich.console import Console
 
@@ -32,7 +34,7 @@ def lock(profiles, check, lockfiles) -> int:
             if check:
                 stale += _check_one(base, name, out, err)
             else:
-                _lock_one(base, name, out, err)
+                _lock_one(base, name, out, err, (only,) if only else lockset.LAYERS)
         except EnvbuildError as exc:
             if len(names) == 1:
                 raise
@@ -43,12 +45,12 @@ def lock(profiles, check, lockfiles) -> int:
     return 1 if stale else 0
 
 
-def _lock_one(base, name, out, err) -> None:
+def _lock_one(base, name, out, err, layers) -> None:
     from envbuild.lock import lockset
 
     profile, recipe = lockset.load(base, name)
     with err.status(f"{name}: solving") as status:
-        outputs = lockset.compute(profile, recipe, progress=status.update)
+        outputs = lockset.compute(profile, recipe, progress=status.update, layers=layers)
     written = lockset.write(outputs)
     if written:
         out.print(f"{name}: wrote {', '.join(written)} in {outputs.folder}")

@@ -82,23 +82,27 @@ def spec_locations(profile, recipe: Recipe) -> Dict[str, str]:
     return where
 
 
-def compute(profile, recipe: Recipe, progress=None) -> LockOutputs:
-    """Solve every platform and render all outputs."""
+LAYERS = ("conda", "pip")
+
+
+def compute(profile, recipe: Recipe, progress=None, layers=LAYERS) -> LockOutputs:
+    """Solve every platform and render the outputs of `layers` (plus the rendered spec)."""
     from envbuild.lock.conda_solve import solve_platform
 
     out = spec_outputs(profile, recipe)
-    where = spec_locations(profile, recipe)
-    solved = {}
-    for p in recipe.platforms:
-        if progress:
-            progress(f"{profile.name}: solving conda layer for {p}")
-        solved[p] = solve_platform(recipe, p, where)
-    custom = {"envbuild.profile": profile.name}
-    for p in recipe.platforms:
-        custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
-                                                             sorted(virtual_packages(recipe, p).items()))
-    out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
-    if recipe.pip.requirements:
+    if "conda" in layers:
+        where = spec_locations(profile, recipe)
+        solved = {}
+        for p in recipe.platforms:
+            if progress:
+                progress(f"{profile.name}: solving conda layer for {p}")
+            solved[p] = solve_platform(recipe, p, where)
+        custom = {"envbuild.profile": profile.name}
+        for p in recipe.platforms:
+            custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
+                                                                 sorted(virtual_packages(recipe, p).items()))
+        out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
+    if recipe.pip.requirements and "pip" in layers:
         if progress:
             progress(f"{profile.name}: resolving pip layer")
         out.files[PIP_LOCK_FILE] = _pip_lock(profile, recipe)
