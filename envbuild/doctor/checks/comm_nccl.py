@@ -1,0 +1,248 @@
+"""comm.nccl_collectives and comm.nccl_churn: NCCL between the selected GPUs, run by the env's torch.
+
+Both launch one process per GPU (checks/nccl_collectives.py, checks/nccl_churn.py) under the
+hang-proof launcher. The judging is kept in plain functions (judge_collectives, judge_churn) so a
+recorded GPU run can be replayed by the tests.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional
+
+from envbuild.doctor.registry import check
+from envbuild.report.model import Result, Status
+
+MIB = 1 << 20
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+SIZES = {
+    "quick": [1 * MIB, 64 * MIB, 256 * MIB],
+    "full": [1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB],
+}
+BUDGET_MS = {"quick": 40.0, "full": 80.0}
+DEADLINE_S = {"quick": 120.0, "full": 300.0}
+CHURN = {"quick": dict(cycles=5, groups=20), "full": dict(cycles=20, groups=20)}
+NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,P2P,SHM,NET"}
+
+# First NCCL WARN's source file -> causes (research/error999.md §4, "Extract ... the first NCCL WARN
+# file.cc:LINE": alloc.h -> M1, nvls.cc -> N1, shm.cc -> M2/O1, p2p.cc -> M3/N3, enqueue.cc -> M5/D3).
+WARN_FILE_CAUSES = {"alloc.h": ["M1"], "nvls.cc": ["N1"], "shm.cc": ["M2", "O1"], "p2p.cc": ["M3", "N3"],
+                    "enqueue.cc": ["M5", "D3"]}
+# NCCL variables that, set by the environment, steer NCCL away from NVLink P2P (research/error999.md C4).
+P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_ALGO",
+                     "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY")
+
+
+def _mode(ctx) -> str:
+    return "full" if ctx.mode == "full" else "quick"
+
+
+def _smi_nvlink(ctx) -> Optional[str]:
+    from envbuild.facts.source import FactUnavailable
+
+    try:
+        res = ctx.facts.command("nvidia-smi-nvlink-status")
+    except FactUnavailable:
+        return None
+    return res.stdout if res.returncode == 0 else None
+
+
+def warn_causes(warnings: List[str]) -> List[str]:
+    for w in warnings:
+        for fname, causes in WARN_FILE_CAUSES.items():
+            if fname in w:
+                return list(causes)
+    return []
+
+
+@check("comm.nccl_collectives", "comm",
+       "NCCL all_reduce/all_gather/reduce_scatter/all_to_all/broadcast: exact, busbw vs line rate, transports",
+       needs=("gpu", "multi_gpu"), timeout_s=660, causes=("C4", "N3", "M1"), modes=("quick", "full"))
+def nccl_collectives(ctx) -> List[Result]:
+    """Runs the collectives once with NCCL_CUMEM_ENABLE=0 and once with =1; one Result per setting."""
+    from envbuild.doctor import nccl_log
+    from envbuild.doctor.launcher import launch
+    from envbuild.doctor.thresholds import line_rate
+
+    gpus = ctx.gpu_indices()
+    mode = _mode(ctx)
+    lr = line_rate(ctx.facts.nvml(), gpus, _smi_nvlink(ctx))
+    sizes = [int(s) for s in str(ctx.options.get("comm.sizes", "")).split(",") if s] or SIZES[mode]
+    results = []
+    for cumem in ("0", "1"):
+        run_dir = tempfile.mkdtemp(prefix=f"envbuild-coll-cumem{cumem}-")
+        per_rank = [{"NCCL_DEBUG_FILE": os.path.join(run_dir, f"nccl.rank{k}.log")} for k in range(len(gpus))]
+        outcome = launch("nccl_collectives.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
+                         args=["--sizes", ",".join(map(str, sizes)), "--budget-ms", str(BUDGET_MS[mode])],
+                         deadline_s=DEADLINE_S[mode], backend="nccl", run_dir=run_dir,
+                         env=dict(NCCL_LOG_ENV, NCCL_CUMEM_ENABLE=cumem), per_rank_env=per_rank,
+                         phase_deadlines={"init": 90.0, "*": 60.0})
+        log = nccl_log.parse_files(p["NCCL_DEBUG_FILE"] for p in per_rank)
+        results.append(judge_collectives(outcome, log, lr, cumem=cumem, gpus=gpus))
+    return results
+
+
+def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Result:
+    """The verdict of one collectives run: hang/crash, wrong results, transport fallback, bandwidth."""
+    from envbuild.doctor.nccl_log import fallback_kinds
+    from envbuild.doctor.probes import failure_result, merged_result
+    from envbuild.doctor.thresholds import COLLECTIVE_SOURCE, collective_band
+
+    cid, cat = "comm.nccl_collectives", "comm"
+    subject = f"NCCL_CUMEM_ENABLE={cumem}"
+    broken = failure_result(cid, cat, outcome, what=f"NCCL collectives ({subject})", subject=subject,
+                            crash_causes=warn_causes(log.warnings))
+    if broken is not None:
+        broken.evidence["nccl"] = log.summary()
+        return broken
+    res = merged_result(cid, cat, outcome)
+    res.subject = subject
+    rank0 = (outcome.ranks[0].result or {}).get("evidence", {})
+    ev: Dict[str, Any] = {"nccl": log.summary(), "rows": rank0.get("rows", []), "measure_s": rank0.get("measure_s"),
+          "gpus": gpus, "line_rate": lr.describe() if lr else None, "run_dir": outcome.run_dir,
+          "wall_s": outcome.wall_s, "torch": rank0.get("torch"), "device": rank0.get("device")}
+    res.evidence = ev
+    if res.status in (Status.FAIL, Status.ERROR):
+        return res  # wrong results: the ranks' own verdict stands
+    problems: List[str] = []
+    status = Status.PASS
+    causes: List[str] = []
+
+    def worse(s: Status) -> None:
+        nonlocal status
+        if s.rank > status.rank:
+            status = s
+
+    if len(log.versions) > 1:
+        worse(Status.FAIL)
+        problems.append(f"ranks loaded different NCCL versions {log.versions}")
+        causes.append("C3")
+    fallback = fallback_kinds(log)
+    if lr is not None and lr.fabric == "nvlink" and fallback:
+        steering = {k: v for k, v in log.env_overrides.items() if k in P2P_STEERING_VARS and k != "NCCL_CUMEM_ENABLE"}
+        total = sum(log.transports.values())
+        n_fb = sum(log.transports[k] for k in fallback)
+        worse(Status.FAIL)
+        msg = (f"NVLink node ({lr.links} active links between GPUs {gpus}) but NCCL routed {n_fb} of {total} "
+               f"channel connections via {'/'.join(fallback)}")
+        if steering:
+            msg += " because the environment sets " + ", ".join(f"{k}={v}" for k, v in steering.items())
+            causes += ["C4", "N3"]
+        else:
+            causes += ["N3", "N2"]
+        problems.append(msg)
+    kinds = set(log.transports)
+    if cumem == "1" and "P2P/IPC" in kinds and "P2P/CUMEM" not in kinds:
+        worse(Status.WARN)
+        problems.append("NCCL_CUMEM_ENABLE=1 but the channels use P2P/IPC: NCCL turned cuMem off on this node")
+        causes.append("M1")
+    if lr is not None:
+        for row in ev["rows"]:
+            band = collective_band(row["op"], int(row["size"]), lr.fabric)
+            frac = row["busbw"] / lr.gbps
+            row["fraction_of_line_rate"] = round(frac, 3)
+            if band is None:
+                continue
+            name = f"{row['op']}.busbw.{_size(row['size'])}"
+            for m in res.metrics:
+                if m.name == name:
+                    m.expect = f">= {band.warn_below:.2f} x {lr.gbps:.0f} GB/s (fail < {band.fail_below:.2f})"
+                    m.source = COLLECTIVE_SOURCE
+            if frac < band.fail_below:
+                worse(Status.FAIL)
+                problems.append(f"{row['op']} busbw {row['busbw']:.0f} GB/s at {_size(row['size'])} is "
+                                f"{frac:.2f} of the {lr.gbps:.0f} GB/s line rate (fail < {band.fail_below})")
+            elif frac < band.warn_below:
+                worse(Status.WARN)
+                problems.append(f"{row['op']} busbw {row['busbw']:.0f} GB/s at {_size(row['size'])} is "
+                                f"{frac:.2f} of line rate (warn < {band.warn_below})")
+        if any("busbw" in p for p in problems) and not causes:
+            causes += ["N3", "D3"]
+    else:
+        ev["line_rate"] = "unknown: NVML reported neither NVLink links nor a PCIe link for these GPUs"
+    ar = max((r for r in ev["rows"] if r["op"] == "all_reduce"), key=lambda r: r["size"], default=None)
+    headline = (f"all_reduce busbw {ar['busbw']:.0f} GB/s at {_size(ar['size'])}"
+                + (f" ({ar['busbw'] / lr.gbps:.2f} of {lr.gbps:.0f} GB/s)" if lr else "")) if ar else ""
+    via = ", ".join(f"{k} x{v}" for k, v in sorted(log.transports.items())) or "transports not logged"
+    nccl_v = log.version or rank0.get("nccl_version_torch") or "?"
+    res.status = status
+    res.causes = list(dict.fromkeys(causes))
+    if problems:
+        res.summary = "; ".join(problems[:3])
+        res.remediation = ("unset NCCL_* variables that steer transports (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, ...)"
+                           if "C4" in causes else "check NVLink state (nvidia-smi nvlink -s) and P2P "
+                           "(comm/p2p probes); rerun with NCCL_DEBUG=INFO")
+    else:
+        res.summary = f"exact on {len(gpus)} GPUs; {headline}; NCCL {nccl_v} via {via}"
+    return res
+
+
+def _size(b: int) -> str:
+    b = int(b)
+    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << k and b % (1 << k) == 0:
+            return f"{b >> k}{unit}"
+    return f"{b}B"
+
+
+@check("comm.nccl_churn", "comm",
+       "NCCL communicator churn: K cycles of ~20 subgroups built, used and destroyed; memory and FD leaks",
+       needs=("gpu", "multi_gpu"), timeout_s=360, causes=("M4",), modes=("quick", "full"))
+def nccl_churn(ctx) -> Result:
+    """slime's ReloadableProcessGroup pattern (research/error999.md M4) under NCCL_CUMEM_ENABLE=0 (slime's
+    default)."""
+    from envbuild.doctor.launcher import launch
+
+    gpus = ctx.gpu_indices()
+    cfg = CHURN[_mode(ctx)]
+    outcome = launch("nccl_churn.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
+                     args=["--cycles", str(cfg["cycles"]), "--groups", str(cfg["groups"])],
+                     deadline_s=DEADLINE_S[_mode(ctx)], backend="nccl",
+                     env={"NCCL_CUMEM_ENABLE": os.environ.get("NCCL_CUMEM_ENABLE", "0")},
+                     phase_deadlines={"init": 90.0, "*": 60.0})
+    return judge_churn(outcome)
+
+
+def judge_churn(outcome) -> Result:
+    from envbuild.doctor.probes import failure_result, merged_result
+    from envbuild.doctor.thresholds import (CHURN_FD_SLOPE_FAIL, CHURN_FD_SLOPE_WARN, CHURN_MEM_SLOPE_FAIL_MIB,
+                                            CHURN_MEM_SLOPE_WARN_MIB, CHURN_SOURCE)
+
+    cid, cat = "comm.nccl_churn", "comm"
+    broken = failure_result(cid, cat, outcome, what="communicator churn", hang_causes=("M4", "D7"),
+                            crash_causes=("M4",))
+    if broken is not None:
+        return broken
+    res = merged_result(cid, cat, outcome, metric_ranks=None)
+    if res.status in (Status.FAIL, Status.ERROR):
+        return res
+    status, problems = Status.PASS, []
+    limits = {"gpu_mem_growth_per_cycle": (CHURN_MEM_SLOPE_WARN_MIB, CHURN_MEM_SLOPE_FAIL_MIB, "MiB"),
+              "fd_growth_per_cycle": (CHURN_FD_SLOPE_WARN, CHURN_FD_SLOPE_FAIL, "fds")}
+    for m in res.metrics:
+        base = m.name.split(".", 1)[-1]
+        if base not in limits:
+            continue
+        warn, fail, unit = limits[base]
+        m.expect, m.source = f"< {warn:g} {unit}/cycle (fail >= {fail:g})", CHURN_SOURCE
+        what = "free GPU memory fell" if unit == "MiB" else "open file descriptors grew"
+        if m.value >= fail:
+            status = Status.FAIL
+            problems.append(f"{m.name.split('.')[0]}: {what} by {m.value:g} {unit} per cycle (leak)")
+        elif m.value >= warn and status is not Status.FAIL:
+            status = Status.WARN
+            problems.append(f"{m.name.split('.')[0]}: {what} by {m.value:g} {unit} per cycle")
+    ev0 = (outcome.ranks[0].result or {}).get("evidence", {})
+    res.status = status
+    if problems:
+        res.summary = "; ".join(problems)
+        res.causes = ["M4"]
+        res.remediation = "upgrade NCCL (leak fixes in 2.28.x) or keep communicators alive across steps"
+    else:
+        med = next((m.value for m in res.metrics if m.name.endswith("cycle_s_median")), None)
+        res.summary = (f"{ev0.get('cycles')} cycles x {ev0.get('groups_per_cycle')} communicators rebuilt on "
+                       f"{len(outcome.ranks)} GPUs, no growth in GPU memory or FDs"
+                       + (f"; {med:g} s per cycle" if med is not None else ""))
+    res.evidence["wall_s"] = outcome.wall_s
+    return res

@@ -1,0 +1,149 @@
+"""Reading NCCL_DEBUG=INFO output: version, driver version, the transport of every channel, env overrides.
+
+Why parse logs: NCCL exposes none of this through an API torch reaches, and the log is what a user
+already has from a failed run (research/error999.md §4: "Extract NCCL version, cudaDriverVersion, the
+transport lines (via P2P/CUMEM / P2P/IPC / SHM / NVLS) and the first NCCL WARN file.cc:LINE").
+
+Line shapes handled (NCCL 2.1x-2.28, as printed with NCCL_DEBUG=INFO):
+    host:pid:tid [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+    host:pid:tid [0] NCCL INFO cudaDriverVersion 13000
+    host:pid:tid [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+    host:pid:tid [1] NCCL INFO Channel 07/0 : 3[1] -> 1[1] [send] via NET/IB/2/GDRDMA
+    host:pid:tid [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1
+    host:pid:tid [0] NCCL WARN Cuda failure 999 'unknown error' (file.cc:123 prefix in some versions)
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional
+
+_VERSION = re.compile(r"NCCL INFO NCCL version (\S+)")
+_DRIVER = re.compile(r"NCCL INFO cudaDriverVersion (\d+)")
+_CHANNEL = re.compile(r"NCCL INFO Channel (\d+)(?:/\d+)? : (\d+)\[[^\]]*\] -> (\d+)\[[^\]]*\]"
+                      r"(?: \[(send|receive)\])? via (\S+)")
+_ENV = re.compile(r"NCCL INFO (NCCL_\w+) set by environment to (.*?)\.?\s*$")
+_WARN = re.compile(r"NCCL WARN (.*)$")
+_NVLS = re.compile(r"NCCL INFO .*\bNVLS\b.*")
+
+
+def transport_kind(via: str) -> str:
+    """The transport family of a `via` string: P2P/CUMEM, P2P/IPC, P2P/direct, SHM, NET, COLLNET, ...
+
+    P2P keeps its second part because CUMEM vs IPC is what the NCCL_CUMEM_ENABLE setting decides."""
+    parts = via.split("/")
+    head = parts[0].upper()
+    if head == "P2P" and len(parts) > 1:
+        second = parts[1]
+        return "P2P/" + ("direct" if second.lower().startswith("direct") else second.upper())
+    return head
+
+
+@dataclass
+class NcclLog:
+    versions: List[str] = field(default_factory=list)
+    cuda_driver_versions: List[int] = field(default_factory=list)
+    transports: Counter = field(default_factory=Counter)  # kind -> number of channel connections
+    channels: List[Dict[str, object]] = field(default_factory=list)
+    env_overrides: Dict[str, str] = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
+    nvls_lines: List[str] = field(default_factory=list)
+
+    @property
+    def version(self) -> Optional[str]:
+        return self.versions[0] if self.versions else None
+
+    @property
+    def cuda_driver_version(self) -> Optional[int]:
+        return self.cuda_driver_versions[0] if self.cuda_driver_versions else None
+
+    def merge(self, other: "NcclLog") -> "NcclLog":
+        for v in other.versions:
+            if v not in self.versions:
+                self.versions.append(v)
+        for v in other.cuda_driver_versions:
+            if v not in self.cuda_driver_versions:
+                self.cuda_driver_versions.append(v)
+        self.transports.update(other.transports)
+        self.channels.extend(other.channels)
+        self.env_overrides.update(other.env_overrides)
+        self.warnings.extend(other.warnings)
+        self.nvls_lines.extend(other.nvls_lines)
+        return self
+
+    def summary(self) -> Dict[str, object]:
+        """JSON-able digest for a Result's evidence."""
+        return {
+            "nccl_version": self.version if len(self.versions) <= 1 else self.versions,
+            "cuda_driver_version": self.cuda_driver_version if len(self.cuda_driver_versions) <= 1
+            else self.cuda_driver_versions,
+            "transports": dict(sorted(self.transports.items())),
+            "env_overrides": dict(sorted(self.env_overrides.items())),
+            "warnings": self.warnings[:10],
+        }
+
+
+def parse(lines: Iterable[str]) -> NcclLog:
+    log = NcclLog()
+    seen_channels = set()
+    for line in lines:
+        if "NCCL" not in line:
+            continue
+        m = _VERSION.search(line)
+        if m:
+            if m.group(1) not in log.versions:
+                log.versions.append(m.group(1))
+            continue
+        m = _DRIVER.search(line)
+        if m:
+            v = int(m.group(1))
+            if v not in log.cuda_driver_versions:
+                log.cuda_driver_versions.append(v)
+            continue
+        m = _CHANNEL.search(line)
+        if m:
+            chan, src, dst, direction, via = m.groups()
+            key = (chan, src, dst, direction, via)
+            if key in seen_channels:  # the same connection printed again (e.g. a reconnect)
+                continue
+            seen_channels.add(key)
+            kind = transport_kind(via)
+            log.transports[kind] += 1
+            log.channels.append({"channel": int(chan), "src": int(src), "dst": int(dst), "via": via, "kind": kind})
+            continue
+        m = _ENV.search(line)
+        if m:
+            log.env_overrides[m.group(1)] = m.group(2).strip()
+            continue
+        m = _WARN.search(line)
+        if m:
+            log.warnings.append(m.group(1).strip())
+            continue
+        if _NVLS.search(line):
+            log.nvls_lines.append(line.split("NCCL INFO", 1)[-1].strip())
+    return log
+
+
+def parse_text(text: str) -> NcclLog:
+    return parse(text.splitlines())
+
+
+def parse_files(paths: Iterable[str]) -> NcclLog:
+    """Parse and merge several per-rank logs (missing files are skipped: a rank may die before NCCL logs)."""
+    total = NcclLog()
+    for p in paths:
+        try:
+            with open(p, "r", encoding="utf-8", errors="replace") as fh:
+                total.merge(parse(fh))
+        except OSError:
+            continue
+    return total
+
+
+# Transports that mean "not over NVLink/PCIe peer-to-peer" when both GPUs share a node.
+FALLBACK_KINDS = ("SHM", "NET", "COLLNET")
+
+
+def fallback_kinds(log: NcclLog) -> List[str]:
+    return sorted(k for k in log.transports if k in FALLBACK_KINDS)

@@ -1,0 +1,97 @@
+"""The collectives and churn payloads on gloo (CPU ranks), and the judging of their outcomes.
+
+The payloads are the same files the GPU runs use; only the backend differs. They need torch in the
+test interpreter (the `test` extra installs the CPU wheel); without it these tests skip with the reason.
+"""
+import sys
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed in the test interpreter (pip install '.[test]')")
+
+from envbuild.doctor import nccl_log  # noqa: E402
+from envbuild.doctor.checks.comm_nccl import judge_churn, judge_collectives  # noqa: E402
+from envbuild.doctor.launcher import launch  # noqa: E402
+from envbuild.doctor.thresholds import LineRate  # noqa: E402
+from envbuild.report.model import Status  # noqa: E402
+
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+def collectives(nranks, env=None, sizes="4096,262144"):
+    return launch("nccl_collectives.py", nranks, python=sys.executable, gpus=None, backend="gloo",
+                  args=["--sizes", sizes, "--budget-ms", "5", "--max-iters", "5"], deadline_s=120, env=env)
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_collectives_are_exact_and_bandwidth_follows_nccl_tests(nranks):
+    out = collectives(nranks)
+    assert out.ok, [r.stderr_tail for r in out.ranks]
+    rows = out.ranks[0].result["evidence"]["rows"]
+    assert sorted({r["op"] for r in rows}) == sorted(OPS) and len(rows) == 10
+    for r in rows:
+        factor = FACTOR.get(r["op"], lambda n: (n - 1) / n)(nranks)
+        assert r["busbw"] == pytest.approx(r["algbw"] * factor, rel=0.02, abs=0.011)
+        assert r["iters"] >= 3
+        expect_algbw = r["size"] / (r["time_us"] * 1e-6) / 1e9
+        assert r["algbw"] == pytest.approx(expect_algbw, rel=0.02, abs=0.011)
+    # every rank reports the same (slowest-rank) timing
+    assert all(o.result["evidence"]["rows"] == rows for o in out.ranks)
+    res = judge_collectives(out, nccl_log.NcclLog(), None, cumem="0", gpus=list(range(nranks)))
+    assert res.status is Status.PASS and "exact on" in res.summary
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_to_all"])
+def test_one_wrong_element_fails_the_probe(op):
+    out = collectives(2, env={"ENVBUILD_TEST_CORRUPT_OP": op}, sizes="4096")
+    assert out.ok  # the payload ran to its verdict
+    bad = out.ranks[1].result
+    assert bad["status"] == "fail" and op in bad["summary"] and "1 of" in bad["summary"]
+    res = judge_collectives(out, nccl_log.NcclLog(), None, cumem="0", gpus=[0, 1])
+    assert res.status is Status.FAIL and "wrong results" in res.summary
+
+
+# NCCL INFO lines as NCCL 2.28 prints them when P2P is disabled on an NVLink pair (shape of the lines
+# from the recorded GPU run in docs/gpu-runs/; channel count shortened).
+SHM_LOG = """\
+h:1:1 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1
+h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+h:1:1 [0] NCCL INFO cudaDriverVersion 13000
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct
+h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct
+"""
+
+
+def test_shm_fallback_on_an_nvlink_pair_fails_with_the_env_cause():
+    out = collectives(2, sizes="4096")
+    nvlink = LineRate(gbps=478.1, fabric="nvlink", links=18, per_link_gbps=26.562, how="test")
+    res = judge_collectives(out, nccl_log.parse_text(SHM_LOG), nvlink, cumem="0", gpus=[0, 1])
+    assert res.status is Status.FAIL
+    assert "via SHM" in res.summary and "NCCL_P2P_DISABLE=1" in res.summary
+    assert res.causes[:2] == ["C4", "N3"]
+    assert res.evidence["nccl"]["nccl_version"] == "2.28.9+cuda13.0"
+
+
+def churn(env=None, cycles=4):
+    return launch("nccl_churn.py", 2, python=sys.executable, gpus=None, backend="gloo",
+                  args=["--cycles", str(cycles), "--groups", "8", "--numel", "256"], deadline_s=120, env=env)
+
+
+def test_churn_passes_without_growth_and_fails_on_a_descriptor_leak():
+    good = judge_churn(churn())
+    assert good.status is Status.PASS, good.summary
+    assert "no growth" in good.summary
+    leak = judge_churn(churn(env={"ENVBUILD_TEST_LEAK_FDS": "10"}))
+    assert leak.status is Status.FAIL and "descriptors grew by 10 fds per cycle" in leak.summary
+    assert leak.causes == ["M4"]
+
+
+def test_churn_hang_names_the_cycle_phase():
+    out = launch("nccl_churn.py", 2, python=sys.executable, gpus=None, backend="gloo",
+                 args=["--cycles", "3", "--groups", "4", "--numel", "64"], deadline_s=30,
+                 env={"ENVBUILD_TEST_SIGSTOP_AT": "cycle 1 collectives"}, phase_deadlines={"*": 4})
+    res = judge_churn(out)
+    assert res.status is Status.FAIL and "hung" in res.summary
+    assert res.evidence["phases"]["rank1"] == "cycle 1 collectives"
+    assert out.leftover_pids == []
