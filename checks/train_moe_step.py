@@ -1,0 +1,685 @@
+#!/usr/bin/env python3
+"""A short Qwen3-30B-A3B-shaped MoE train loop with megatron-core, inside slime's colocated cycle.
+
+Each step does what slime's colocated RL loop does to the training side, in its order:
+
+  train    forward, backward (all-to-all MoE dispatch), distributed-optimizer step
+  sync     NCCL broadcast of every rank's weights over a separate "rollout" group (update_weights)
+  offload  destroy every NCCL process group, then release the training state: torch_memory_saver
+           pause() when installed (LD_PRELOAD hook, as slime's --offload-train), else copy it to
+           host memory and free the storage
+  resume   torch_memory_saver resume() / copy back; the state is checked bit for bit
+  rebuild  re-create every process group with its original arguments and run one collective on each
+           (slime's ReloadableProcessGroup: the model keeps its group objects, their communicators
+           are new), the place where slime #1305 saw `Cuda failure 999`
+
+then a few plain train steps without the cycle, so the cost the cycle adds can be given as a ratio.
+Rank 0 reports loss, grad norm, times, memory and file descriptors per step as JSON; envbuild turns
+them into a verdict (envbuild/doctor/checks/train_moe.py). Torch, megatron-core and the stdlib only.
+
+Why groups are wrapped rather than rebuilt with parallel_state.destroy_model_parallel() +
+initialize_model_parallel(): megatron-core 0.19's destroy only forgets its globals, while the model,
+DDP buffers and optimizer keep the group objects they were built with. slime therefore patches
+torch.distributed.new_group so every group is a wrapper whose communicator can be destroyed and
+re-created in place; this payload does the same (its own code), so megatron's groups, the model's
+and the rollout group all go through the destroy/re-create cycle.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import Probe  # noqa: E402
+
+TMS_REEXEC_FLAG = "ENVBUILD_TMS_REEXEC"
+MIB = 1024 ** 2
+GIB = 1024 ** 3
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", required=True, help="model shape as JSON (envbuild.train.presets)")
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--steps", type=int, default=3, help="steps with the slime cycle")
+    ap.add_argument("--plain-steps", type=int, default=3, help="steps without the cycle, for the ratio")
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--sp", type=int, default=0)
+    ap.add_argument("--ep", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--cp", type=int, default=1)
+    ap.add_argument("--vocab", type=int, required=True, help="padded vocabulary")
+    ap.add_argument("--offload", choices=("auto", "tms", "move", "none"), default="auto")
+    ap.add_argument("--spec", choices=("auto", "local", "te"), default="auto")
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--sync-bucket-mib", type=int, default=512)
+    return ap.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------------------------
+# torch_memory_saver: slime runs its trainer with LD_PRELOAD=<the preload hook>; do the same by
+# re-executing this rank once with the hook preloaded (same PID, so the launcher still tracks it).
+# ------------------------------------------------------------------------------------------------
+def tms_mode(args: argparse.Namespace) -> Dict[str, Any]:
+    """Decide the offload mode; may not return (execve) when TMS needs its preload hook."""
+    if args.offload in ("move", "none"):
+        return {"offload": args.offload, "tms": None}
+    if importlib.util.find_spec("torch_memory_saver") is None:
+        if args.offload == "tms":
+            raise RuntimeError("--offload tms: torch_memory_saver is not installed in this environment")
+        return {"offload": "move", "tms": None, "tms_missing": True}
+    preload = os.environ.get("LD_PRELOAD", "")
+    if "torch_memory_saver" in preload:
+        return {"offload": "tms", "tms": "preload", "ld_preload": preload}
+    if os.environ.get(TMS_REEXEC_FLAG) == "1":
+        raise RuntimeError("re-executed with the torch_memory_saver hook but LD_PRELOAD lost it")
+    from torch_memory_saver.utils import get_binary_path_from_package
+
+    hook = str(get_binary_path_from_package("torch_memory_saver_hook_mode_preload"))
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = hook + (":" + preload if preload else "")
+    env[TMS_REEXEC_FLAG] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-u", os.path.abspath(__file__)] + sys.argv[1:], env)
+    raise AssertionError("unreachable")
+
+
+# ------------------------------------------------------------------------------------------------
+# Reloadable process groups
+# ------------------------------------------------------------------------------------------------
+class GroupReloader:
+    """Records every torch.distributed.new_group call and can destroy / re-create their communicators.
+
+    Each group a rank belongs to is handed out as a wrapper (a ProcessGroup subclass) that forwards
+    every method to the current inner group and is registered in c10d's tables under the inner
+    group's entries, so torch.distributed's free functions accept it unchanged. Rebuilding replays
+    all recorded calls in their original order on every rank, as new_group requires.
+    """
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.calls: List[tuple] = []  # (args, kwargs, wrapper or None)
+        self.original = dist.new_group
+        self.wrapper_cls = self._make_wrapper_class()
+        self.destroyed = 0
+        self.created = 0
+
+    def install(self) -> None:
+        def new_group(*args, **kwargs):
+            inner = self.original(*args, **kwargs)
+            self.created += 1
+            wrapper = None
+            if inner is not None and inner != self.dist.GroupMember.NON_GROUP_MEMBER:
+                wrapper = self.wrapper_cls(inner)
+                self._alias(wrapper, inner)
+            self.calls.append((args, kwargs, wrapper))
+            return wrapper if wrapper is not None else inner
+
+        self.dist.new_group = new_group
+
+    def uninstall(self) -> None:
+        self.dist.new_group = self.original
+
+    def _make_wrapper_class(self):
+        dist = self.dist
+        base = dist.ProcessGroup
+
+        def forward(name):
+            def method(self, *a, **kw):
+                inner = object.__getattribute__(self, "_inner")
+                if inner is None:
+                    raise RuntimeError(f"process group used while destroyed (method {name})")
+                return getattr(inner, name)(*a, **kw)
+            method.__name__ = name
+            return method
+
+        def forward_property(name):
+            def get(self):
+                return getattr(object.__getattribute__(self, "_inner"), name)
+
+            def put(self, value):
+                setattr(object.__getattribute__(self, "_inner"), name, value)
+            return property(get, put)
+
+        namespace: Dict[str, Any] = {}
+        skip = {"boxed", "unbox", "_pybind11_conduit_v1_"}
+        for name in dir(base):
+            if name.startswith("__") or name in skip:
+                continue
+            import inspect
+
+            static = inspect.getattr_static(base, name)
+            if isinstance(static, property):
+                namespace[name] = forward_property(name)
+            elif callable(static) and not isinstance(static, type) and not name.isupper():
+                namespace[name] = forward(name)
+
+        def __init__(self, inner):
+            base.__init__(self, inner.rank(), inner.size())
+            object.__setattr__(self, "_inner", inner)
+
+        namespace["__init__"] = __init__
+        namespace["__hash__"] = lambda self: id(self)
+        namespace["__eq__"] = lambda self, other: self is other
+        return type("ReloadableGroup", (base,), namespace)
+
+    def _alias(self, wrapper, inner) -> None:
+        world = self.dist.distributed_c10d._world
+        for table in ("pg_map", "pg_names", "pg_group_ranks", "pg_backend_config", "pg_to_tag"):
+            mapping = getattr(world, table, None)
+            if isinstance(mapping, dict) and inner in mapping:
+                mapping[wrapper] = mapping[inner]
+
+    def _unalias(self, wrapper) -> None:
+        world = self.dist.distributed_c10d._world
+        for table in ("pg_map", "pg_names", "pg_group_ranks", "pg_backend_config", "pg_to_tag",
+                      "pg_coalesce_state"):
+            mapping = getattr(world, table, None)
+            if isinstance(mapping, dict):
+                mapping.pop(wrapper, None)
+
+    def wrappers(self) -> list:
+        return [w for _a, _k, w in self.calls if w is not None]
+
+    def destroy_all(self) -> int:
+        """Destroy the communicator of every recorded group this rank is in; returns how many."""
+        n = 0
+        for w in self.wrappers():
+            inner = object.__getattribute__(w, "_inner")
+            if inner is None:
+                continue
+            self._unalias(w)
+            self.dist.destroy_process_group(inner)
+            object.__setattr__(w, "_inner", None)
+            n += 1
+        self.destroyed += n
+        return n
+
+    def rebuild_all(self) -> int:
+        """Replay every recorded new_group call in order; rebind the wrappers to the new groups."""
+        n = 0
+        for args, kwargs, wrapper in self.calls:
+            inner = self.original(*args, **kwargs)
+            self.created += 1
+            if wrapper is not None:
+                object.__setattr__(wrapper, "_inner", inner)
+                self._alias(wrapper, inner)
+                n += 1
+        return n
+
+
+# ------------------------------------------------------------------------------------------------
+# Offload without torch_memory_saver: copy each storage to pinned host memory and free it
+# ------------------------------------------------------------------------------------------------
+class HostOffloader:
+    """Moves a set of CUDA tensors' storages to host memory and back (verl/slime's offload without TMS)."""
+
+    def __init__(self, tensors) -> None:
+        seen = {}
+        for t in tensors:
+            if t is None or not t.is_cuda:
+                continue
+            st = t.untyped_storage()
+            seen.setdefault(st.data_ptr(), t)
+        self.tensors = list(seen.values())
+        self.host: List[Any] = []
+        self.sizes: List[int] = []
+
+    def nbytes(self) -> int:
+        return sum(t.untyped_storage().nbytes() for t in self.tensors)
+
+    def offload(self) -> None:
+        import torch
+
+        self.host, self.sizes = [], []
+        for t in self.tensors:
+            st = t.untyped_storage()
+            self.sizes.append(st.nbytes())
+            cpu = torch.empty(st.nbytes(), dtype=torch.uint8, pin_memory=True)
+            cpu.untyped_storage().copy_(st)
+            self.host.append(cpu)
+        torch.cuda.synchronize()
+        for t in self.tensors:
+            t.untyped_storage().resize_(0)
+
+    def resume(self) -> None:
+        import torch
+
+        for t, size, cpu in zip(self.tensors, self.sizes, self.host):
+            st = t.untyped_storage()
+            st.resize_(size)
+            st.copy_(cpu.untyped_storage())
+        torch.cuda.synchronize()
+        self.host = []
+
+
+# ------------------------------------------------------------------------------------------------
+# The model
+# ------------------------------------------------------------------------------------------------
+def transformer_config(args, shape: Dict[str, Any]):
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = dict(
+        num_layers=args.layers, hidden_size=shape["hidden"], num_attention_heads=shape["heads"],
+        num_query_groups=shape["query_groups"], kv_channels=shape["head_dim"],
+        ffn_hidden_size=shape["expert_ffn"], normalization="RMSNorm", layernorm_epsilon=shape["norm_eps"],
+        qk_layernorm=shape["qk_layernorm"], gated_linear_unit=True, activation_func=F.silu,
+        add_bias_linear=False, add_qkv_bias=False, hidden_dropout=0.0, attention_dropout=0.0,
+        num_moe_experts=shape["experts"], moe_router_topk=shape["topk"], moe_ffn_hidden_size=shape["expert_ffn"],
+        moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
+        moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3,
+        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        tensor_model_parallel_size=args.tp, sequence_parallel=bool(args.sp),
+        pipeline_model_parallel_size=args.pp, context_parallel_size=args.cp,
+        expert_model_parallel_size=args.ep, expert_tensor_parallel_size=1,
+        init_method_std=0.02, use_cpu_initialization=False,
+        masked_softmax_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+        cross_entropy_loss_fusion=False, moe_permute_fusion=False,
+    )
+    return TransformerConfig(**kwargs)
+
+
+def layer_spec(args, shape: Dict[str, Any]):
+    """TE spec when Transformer Engine imports (and --spec allows it), else the local spec."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    want_te = args.spec == "te" or (args.spec == "auto" and importlib.util.find_spec("transformer_engine"))
+    if want_te:
+        try:
+            import transformer_engine  # noqa: F401
+
+            return "te", specs.get_gpt_layer_with_transformer_engine_spec(
+                num_experts=shape["experts"], moe_grouped_gemm=True, qk_layernorm=shape["qk_layernorm"])
+        except ImportError:
+            if args.spec == "te":
+                raise
+    return "local", specs.get_gpt_layer_local_spec(
+        num_experts=shape["experts"], moe_grouped_gemm=False, qk_layernorm=shape["qk_layernorm"],
+        normalization="RMSNorm")
+
+
+def build(args, shape, state: Dict[str, Any]):
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+        context_parallel_size=args.cp, expert_model_parallel_size=args.ep, expert_tensor_parallel_size=1,
+        create_gloo_process_groups=False)
+    model_parallel_cuda_manual_seed(args.seed)
+    config = transformer_config(args, shape)
+    spec_name, spec = layer_spec(args, shape)
+    state["spec"] = spec_name
+    model = GPTModel(
+        config=config, transformer_layer_spec=spec, vocab_size=args.vocab, max_sequence_length=args.seq,
+        pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=shape["tied_embeddings"], position_embedding_type="rope",
+        rotary_base=int(shape["rope_base"]))
+    model.cuda(torch.cuda.current_device())
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                               use_distributed_optimizer=True)
+    ddp = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    opt_config = OptimizerConfig(optimizer="adam", lr=args.lr, weight_decay=0.0, adam_beta1=0.9,
+                                 adam_beta2=0.95, clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16,
+                                 use_distributed_optimizer=True)
+    optimizer = get_megatron_optimizer(opt_config, [ddp], use_gloo_process_groups=False)
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = optimizer.scale_loss
+    return config, ddp, optimizer
+
+
+def optimizer_tensors(optimizer) -> list:
+    """Every tensor an (chained, distributed) megatron optimizer holds: master params and Adam moments."""
+    out = []
+    chain = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    for opt in chain:
+        inner = getattr(opt, "optimizer", None)
+        if inner is None:
+            continue
+        for group in inner.param_groups:
+            for p in group["params"]:
+                out.append(p)
+                for v in inner.state.get(p, {}).values():
+                    if hasattr(v, "is_cuda"):
+                        out.append(v)
+    return out
+
+
+def train_state_tensors(ddp, optimizer) -> list:
+    out = []
+    for buf in list(getattr(ddp, "buffers", [])) + list(getattr(ddp, "expert_parallel_buffers", [])):
+        out += [buf.param_data, buf.grad_data]
+    return out + optimizer_tensors(optimizer)
+
+
+def fixed_batch(args, dp_rank: int, cp_rank: int):
+    """Tokens, labels and positions of one micro-batch, the same every step (seeded per DP rank)."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(args.seed + 1000 * dp_rank)
+    tokens = torch.randint(0, args.vocab, (args.mbs, args.seq + 1), generator=g)
+    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    positions = torch.arange(args.seq).unsqueeze(0).expand(args.mbs, -1).contiguous()
+    if args.cp > 1:  # megatron's load-balanced CP split: chunks r and 2*cp-1-r of 2*cp
+        n = 2 * args.cp
+        def take(t):
+            chunks = t.view(t.shape[0], n, -1)
+            return torch.cat([chunks[:, cp_rank], chunks[:, n - 1 - cp_rank]], dim=1)
+        inputs, labels, positions = take(inputs), take(labels), take(positions)
+    dev = torch.cuda.current_device()
+    return {"tokens": inputs.to(dev), "labels": labels.to(dev), "position_ids": positions.to(dev),
+            "loss_mask": torch.ones_like(labels, dtype=torch.float32).to(dev)}
+
+
+def train_step(args, ddp, optimizer, batch, opt_region=None) -> Dict[str, float]:
+    """One forward/backward/optimizer step; `opt_region` wraps the optimizer step (a TMS region, so
+    the Adam moments it creates on the first step are pausable like the rest of the state)."""
+    import contextlib
+
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    def loss_func(loss_mask, output_tensor):
+        losses = output_tensor.float()
+        loss = torch.sum(losses.view(-1) * loss_mask.view(-1)) / loss_mask.sum()
+        return loss, {"lm loss": loss.detach()}
+
+    def forward_step(data_iterator, model):
+        b = next(data_iterator)
+        out = model(b["tokens"], b["position_ids"], None, labels=b["labels"])
+        return out, lambda t: loss_func(b["loss_mask"], t)
+
+    ddp.zero_grad_buffer()
+    optimizer.zero_grad()
+    fwd_bwd = get_forward_backward_func()
+    losses = fwd_bwd(forward_step_func=forward_step, data_iterator=iter([batch]), model=[ddp],
+                     num_microbatches=1, seq_length=args.seq // args.cp, micro_batch_size=args.mbs,
+                     forward_only=False)
+    with (opt_region() if opt_region is not None else contextlib.nullcontext()):
+        ok, grad_norm, _zeros = optimizer.step()
+    # The loss lives on the last pipeline stage; average it over the ranks that hold one.
+    local = torch.zeros(2, dtype=torch.float64, device=torch.cuda.current_device())
+    if ps.is_pipeline_last_stage() and losses:
+        local[0] = float(losses[0]["lm loss"])
+        local[1] = 1.0
+    torch.distributed.all_reduce(local)
+    loss = float(local[0] / local[1]) if float(local[1]) else float("nan")
+    return {"loss": loss, "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+            "update_ok": bool(ok)}
+
+
+def weight_sync(ddp, group, bucket_bytes: int) -> Dict[str, float]:
+    """Every rank broadcasts its bf16 weight shards, bucket by bucket, over the rollout group.
+
+    Stands in for slime's update_weights to an inference engine: the same bytes (each rank's shards,
+    which together are the whole model) cross NCCL in large broadcasts straight from the parameter
+    buffers; an integer checksum travels with each bucket and every receiver compares it.
+    """
+    import torch
+    import torch.distributed as dist
+
+    dev = torch.cuda.current_device()
+    me, world = dist.get_rank(group), dist.get_world_size(group)
+    mine = [buf.param_data.view(-1).view(torch.uint8) for buf in list(getattr(ddp, "buffers", []))
+            + list(getattr(ddp, "expert_parallel_buffers", []))]
+    slots = 8
+    sizes = torch.zeros(slots, dtype=torch.int64, device=dev)
+    for i, t in enumerate(mine[:slots]):
+        sizes[i] = t.numel()
+    everyone = [torch.zeros_like(sizes) for _ in range(world)]
+    dist.all_gather(everyone, sizes, group=group)
+    table = [[int(x) for x in t.tolist()] for t in everyone]
+    recv = torch.empty(bucket_bytes, dtype=torch.uint8, device=dev)
+    check = torch.zeros(1, dtype=torch.int64, device=dev)
+    moved, bad = 0, 0
+    for src in range(world):
+        src_global = dist.get_global_rank(group, src)
+        for slot, total in enumerate(table[src]):
+            for off in range(0, total, bucket_bytes):
+                n = min(bucket_bytes, total - off)
+                buf = mine[slot][off:off + n] if src == me else recv[:n]
+                if src == me:
+                    check.copy_(buf.sum(dtype=torch.int64).view(1))
+                dist.broadcast(buf, src=src_global, group=group)
+                dist.broadcast(check, src=src_global, group=group)
+                if src != me and not bool(torch.equal(buf.sum(dtype=torch.int64).view(1), check)):
+                    bad += 1
+                moved += n
+    del recv
+    return {"bytes": moved, "bad_buckets": bad}
+
+
+def checksum(tensors) -> float:
+    import torch
+
+    total = torch.zeros((), dtype=torch.float64, device=torch.cuda.current_device())
+    for t in tensors:
+        if t is not None and t.is_cuda and t.numel():
+            total += t.detach().view(-1).double().sum()
+    return float(total)
+
+
+def fd_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return -1
+
+
+def device_used_bytes() -> int:
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return int(total - free)
+
+
+def probe_groups(reloader: GroupReloader) -> int:
+    """One small all_reduce on every rebuilt group: the first collective after the reload."""
+    import torch
+    import torch.distributed as dist
+
+    n = 0
+    for w in reloader.wrappers():
+        t = torch.ones(1, device=torch.cuda.current_device())
+        dist.all_reduce(t, group=w)
+        if int(t.item()) != dist.get_world_size(w):
+            raise RuntimeError(f"all_reduce on rebuilt group of size {dist.get_world_size(w)} gave {t.item()}")
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------------------------------------
+# main
+# ------------------------------------------------------------------------------------------------
+def main(p: Probe) -> None:
+    args = parse_args(sys.argv[1:])
+    shape = json.loads(args.shape)
+    ev = p.evidence
+    ev["args"] = {k: v for k, v in vars(args).items() if k != "shape"}
+    with p.phase("import"):
+        if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+            p.finish("skip", "megatron-core is not installed in the environment under test",
+                     remediation=f"{sys.executable} -m pip install megatron-core==0.19.2")
+            return
+        mode = tms_mode(args)  # may re-exec this rank under the torch_memory_saver preload hook
+        ev["offload_mode"] = mode
+        import torch
+        import megatron.core
+
+        ev["megatron_core"] = getattr(megatron.core, "__version__", "?")
+        ev["megatron_core_path"] = os.path.dirname(megatron.core.__file__)
+        ev["torch"] = torch.__version__
+        ev["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        ev["transformer_engine"] = bool(importlib.util.find_spec("transformer_engine"))
+        tms = None
+        if mode["offload"] == "tms":
+            from torch_memory_saver import torch_memory_saver as tms
+            import torch_memory_saver
+
+            ev["torch_memory_saver"] = getattr(torch_memory_saver, "__version__", None) or "installed"
+
+    with p.phase("init"):
+        dist = p.init_dist()
+        ev["gpu_name"] = torch.cuda.get_device_name()
+        reloader = GroupReloader()
+        reloader.install()
+
+    oom = torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") else torch.cuda.OutOfMemoryError
+    steps: List[Dict[str, Any]] = []
+    try:
+        _run(p, args, shape, ev, dist, reloader, tms, mode, steps)
+    except oom as exc:
+        ev["steps"] = steps
+        ev["oom"] = {"phase": p._error_phase or (p._phases[-1] if p._phases else None),
+                     "message": str(exc)[:400], "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+                     "device_total_bytes": torch.cuda.mem_get_info()[1]}
+        p.finish("fail", f"out of memory in phase {ev['oom']['phase']!r} at depth {args.layers}",
+                 oom=True, phase=ev["oom"]["phase"])
+        sys.stdout.flush()
+        os._exit(4)  # peers wait in a collective; a non-zero exit lets the launcher end them at once
+
+
+def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
+    import torch
+    from megatron.core import parallel_state as ps
+
+    state: Dict[str, Any] = {}
+    with p.phase("build"):
+        if tms is not None:
+            with tms.region(tag="train", enable_cpu_backup=True):
+                config, ddp, optimizer = build(args, shape, state)
+        else:
+            config, ddp, optimizer = build(args, shape, state)
+        ev["spec"] = state["spec"]
+        rollout = dist.new_group(ranks=list(range(dist.get_world_size())))  # the weight-sync group
+        params = sum(q.numel() for q in ddp.parameters())
+        weight_bytes = sum(q.numel() * q.element_size() for q in ddp.parameters())
+        ev["params_per_rank"] = params
+        ev["weight_bytes_per_rank"] = weight_bytes
+        ev["groups_recorded"] = len(reloader.calls)
+        ev["groups_member"] = len(reloader.wrappers())
+        ev["layout"] = {"tp": ps.get_tensor_model_parallel_world_size(), "pp": ps.get_pipeline_model_parallel_world_size(),
+                        "ep": ps.get_expert_model_parallel_world_size(), "cp": ps.get_context_parallel_world_size(),
+                        "dp": ps.get_data_parallel_world_size(), "sp": bool(args.sp)}
+        batch = fixed_batch(args, ps.get_data_parallel_rank(), ps.get_context_parallel_rank())
+        offloader = None  # built at the first offload, once the optimizer has created its moments
+        opt_region = (lambda: tms.region(tag="train", enable_cpu_backup=True)) if tms is not None else None
+
+    def timed(fn):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        torch.cuda.synchronize()
+        return out, time.perf_counter() - t0
+
+    bucket = args.sync_bucket_mib * MIB
+    for k in range(args.steps):
+        rec: Dict[str, Any] = {"step": k, "cycle": True}
+        with p.phase(f"train {k}"):
+            out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch, opt_region))
+            rec.update(out)
+            rec["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        with p.phase(f"sync {k}"):
+            sync, rec["sync_s"] = timed(lambda: weight_sync(ddp, rollout, bucket))
+            rec["sync_bytes"] = sync["bytes"]
+            rec["sync_bad_buckets"] = sync["bad_buckets"]
+        with p.phase(f"offload {k}"):
+            before_sum = checksum(train_state_tensors(ddp, optimizer))
+            torch.cuda.empty_cache()
+            rec["used_before_offload"] = device_used_bytes()
+
+            def offload():
+                rec["groups_destroyed"] = reloader.destroy_all()
+                nonlocal offloader
+                if tms is not None:
+                    tms.pause("train")
+                elif mode["offload"] == "move":
+                    if offloader is None:
+                        offloader = HostOffloader(train_state_tensors(ddp, optimizer))
+                    offloader.offload()
+                torch.cuda.empty_cache()
+            _, rec["offload_s"] = timed(offload)
+            rec["used_after_offload"] = device_used_bytes()
+            rec["released_bytes"] = rec["used_before_offload"] - rec["used_after_offload"]
+        with p.phase(f"resume {k}"):
+            def resume():
+                if tms is not None:
+                    tms.resume("train")
+                elif offloader is not None:
+                    offloader.resume()
+            _, rec["resume_s"] = timed(resume)
+            after_sum = checksum(train_state_tensors(ddp, optimizer))
+            rec["state_intact"] = after_sum == before_sum
+            if not rec["state_intact"]:
+                raise RuntimeError(f"training state changed across offload/resume: checksum {before_sum!r} "
+                                   f"before, {after_sum!r} after")
+        with p.phase(f"rebuild {k}"):
+            def rebuild():
+                rec["groups_rebuilt"] = reloader.rebuild_all()
+                rec["groups_probed"] = probe_groups(reloader)
+            _, rec["rebuild_s"] = timed(rebuild)
+        rec["used_after_step"] = device_used_bytes()
+        rec["fds"] = fd_count()
+        rec["cycle_s"] = sum(rec[x] for x in ("train_s", "sync_s", "offload_s", "resume_s", "rebuild_s"))
+        steps.append(rec)
+        if p.rank == 0:
+            print(json.dumps(rec), flush=True)
+
+    for j in range(args.plain_steps):
+        k = args.steps + j
+        rec = {"step": k, "cycle": False}
+        with p.phase(f"plain {k}"):
+            out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch, opt_region))
+            rec.update(out)
+        rec["used_after_step"] = device_used_bytes()
+        rec["fds"] = fd_count()
+        steps.append(rec)
+        if p.rank == 0:
+            print(json.dumps(rec), flush=True)
+
+    ev["steps"] = steps
+    ev["device_total_bytes"] = torch.cuda.mem_get_info()[1]
+    ev["sync_group_size"] = dist.get_world_size(rollout)
+    ev["groups_destroyed_total"] = reloader.destroyed
+    ev["new_group_calls_total"] = reloader.created
+    bad = [s["step"] for s in steps if not math.isfinite(s["loss"])]
+    if bad:
+        p.finish("fail", f"loss is not finite at step(s) {bad}", phase="train")
+        return
+    p.finish("pass", f"{args.steps} cycle steps + {args.plain_steps} plain steps ran")
+    # torch_memory_saver's hooks and NCCL's teardown at interpreter exit are not what this check
+    # tests (research/gpu-machine.md: torch-mode TMS exits 1 there); end the process here.
+    if tms is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            reloader.destroy_all()
+            dist.destroy_process_group()
+        finally:
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    Probe.run(main)

@@ -1,0 +1,232 @@
+"""train.moe_step: a Qwen3-30B-A3B-shaped MoE train step with megatron-core inside slime's colocated cycle.
+
+The closest thing to slime's `Cuda failure 999` short of a full RL run: train -> weight sync over a
+separate NCCL group -> offload (torch_memory_saver) -> resume -> every process group destroyed and
+re-created -> next step, K times, with a randomly initialised model (no weights to download).
+The payload is checks/train_moe_step.py; the arithmetic (layout, FLOPs, peaks, memory) lives in
+envbuild/train/ so CI checks it without torch. See docs/checks-train.md.
+
+Bad `--set train.*` values give an `error` result naming the option (exit 1), not exit 2: a
+fleet-wide `doctor --full` keeps every other check's verdict, and `error` says the verdict is not
+about the node.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict
+from typing import Any, Dict, List, Optional
+
+from envbuild.doctor.registry import check
+from envbuild.report.model import Metric, Result, Status
+
+CHECK_ID = "train.moe_step"
+CATEGORY = "train"
+INSTALL_HINT = "pip install megatron-core==0.19.2 (and torch_memory_saver for slime's offload path)"
+
+
+class _GpuNeeds:
+    """Stands in for the Check object when asking the runner's unmet_need(): the check declares no
+    needs itself (so bad options are reported even on a machine without GPUs) and asks here."""
+
+    needs = frozenset({"gpu"})
+
+
+def _options_error(message: str) -> Result:
+    from envbuild.train.options import HELP, PREFIX
+
+    known = {f"{PREFIX}{k}": v for k, v in HELP.items()}
+    return Result(CHECK_ID, CATEGORY, Status.ERROR, f"bad option: {message}",
+                  remediation="fix the --set value (the train.* options are listed in the evidence and in "
+                              "docs/checks-train.md)", evidence={"options": known})
+
+
+def _declared_world(ctx, opts) -> Optional[int]:
+    """GPUs to lay out on: the usable ones, else what --gpus names (to validate a layout before a run)."""
+    gpus = ctx.gpu_indices()
+    if gpus:
+        return len(gpus)
+    if ctx.gpus:
+        return len(ctx.gpus)
+    return None
+
+
+def _structural_world(opts) -> int:
+    """Without a GPU count, the smallest world the explicit flags imply (checks everything but divisibility
+    by the GPU count)."""
+    tp, pp, cp, ep = (opts.tp or 1), (opts.pp or 1), (opts.cp or 1), (opts.ep or 1)
+    a, b = tp * pp * cp, ep * pp
+    return a * b // math.gcd(a, b)
+
+
+def _gpu_facts(ctx) -> Dict[str, Any]:
+    from envbuild.facts.source import FactUnavailable
+
+    try:
+        snap = ctx.facts.nvml()
+    except FactUnavailable:
+        return {}
+    chosen = set(ctx.gpu_indices())
+    devices = [d for d in snap.get("devices", []) if d.get("index") in chosen]
+    mem = [d.get("memory_total_mib") for d in devices if d.get("memory_total_mib")]
+    return {"name": devices[0].get("name") if devices else None,
+            "memory_bytes": min(mem) * 1024 ** 2 if mem else None}
+
+
+def payload_args(opts, layout, shape, vocab: int) -> List[str]:
+    """The payload's command line for these options (also what docs/gpu-runs records)."""
+    return ["--shape", json.dumps(asdict(shape)), "--layers", str(opts.layers), "--steps", str(opts.steps),
+            "--plain-steps", str(opts.plain_steps), "--seq", str(opts.seq), "--mbs", str(opts.mbs),
+            "--tp", str(layout.tp), "--sp", str(int(layout.sp)), "--ep", str(layout.ep), "--pp", str(layout.pp),
+            "--cp", str(layout.cp), "--vocab", str(vocab), "--offload", opts.offload, "--spec", opts.spec,
+            "--lr", repr(opts.lr)]
+
+
+def deadline_for(opts) -> float:
+    """Whole-run deadline: imports and model build, then a generous per-step allowance."""
+    return 240.0 + 30.0 * (opts.steps + opts.plain_steps) * max(1.0, opts.layers / 8)
+
+
+@check(CHECK_ID, CATEGORY, "Qwen3-30B-A3B-shaped MoE train steps (megatron-core) in slime's train -> sync -> "
+       "offload -> resume -> group rebuild cycle", needs=(), timeout_s=1800,
+       causes=("M4", "M5", "C9", "C2"), modes=("full",))
+def train_moe_step(ctx) -> List[Result]:
+    """Options: --set train.layers=N train.steps=K train.tp/sp/ep/pp/cp train.seq train.mbs train.offload
+    train.spec train.lr (see docs/checks-train.md)."""
+    from envbuild.doctor.runner import unmet_need
+    from envbuild.train.layout import LayoutError, derive_layout, padded_vocab
+    from envbuild.train.memory import GIB, depth_that_fits, estimate_bytes
+    from envbuild.train.options import OptionError, parse_options
+    from envbuild.train.presets import get_preset
+
+    try:
+        opts = parse_options(ctx.options, ctx.mode)
+    except OptionError as exc:
+        return [_options_error(str(exc))]
+    shape = get_preset(opts.preset)
+    world = _declared_world(ctx, opts)
+    try:
+        layout = derive_layout(world or _structural_world(opts), shape, opts.layers, opts.seq, tp=opts.tp,
+                               sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
+    except LayoutError as exc:
+        return [_options_error(str(exc))]
+    reason = unmet_need(_GpuNeeds, ctx)
+    if reason is not None:
+        status = Status.FAIL if (ctx.require_gpu and ctx.facts.is_live) else Status.SKIP
+        return [Result(CHECK_ID, CATEGORY, status, reason,
+                       evidence={"layout": layout.to_dict(), "layers": opts.layers})]
+
+    gpu = _gpu_facts(ctx)
+    estimate = estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs)
+    capacity = gpu.get("memory_bytes")
+    if capacity and estimate["total"] > capacity:
+        fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity)
+        experts = shape.experts // layout.ep
+        return [_options_error(
+            f"train.layers={opts.layers} with {layout.describe()} ({experts} experts per rank) needs about "
+            f"{estimate['total'] / GIB:.0f} GiB per GPU, the GPUs have {capacity / GIB:.0f} GiB; "
+            + (f"depth {fits} fits (--set train.layers={fits})" if fits else
+               "not even one layer fits: raise train.ep or train.tp"))]
+    return [_run(ctx, opts, shape, layout, gpu, estimate)]
+
+
+def _run(ctx, opts, shape, layout, gpu, estimate) -> Result:
+    from envbuild.doctor.launcher import launch
+    from envbuild.doctor.probes import failure_result
+    from envbuild.train.assess import PHASE_CAUSES, assess, phase_kind
+    from envbuild.train.flops import forward_flops_per_token, train_flops_per_token
+    from envbuild.train.layout import padded_vocab
+    from envbuild.train.memory import GIB, depth_that_fits
+    from envbuild.train.peaks import peak_for
+
+    gpus = ctx.gpu_indices()
+    vocab = padded_vocab(shape.vocab, layout.tp)
+    args = payload_args(opts, layout, shape, vocab)
+    outcome = launch("train_moe_step.py", layout.world, python=ctx.python or sys.executable, gpus=gpus,
+                     args=args, deadline_s=deadline_for(opts), phase_deadlines={"*": 300})
+    base_evidence: Dict[str, Any] = {
+        "layout": layout.to_dict(), "layers": opts.layers, "seq": opts.seq, "mbs": opts.mbs,
+        "estimate_GiB": {k: round(v / GIB, 2) for k, v in estimate.items()},
+        "payload_args": [a for a in args if not a.startswith("{")], "gpus": gpus, "gpu_name": gpu.get("name"),
+    }
+    results = [r.result for r in outcome.ranks if r.result is not None]
+    skipped = next((r for r in results if r.get("status") == "skip"), None)
+    if skipped is not None:
+        return Result(CHECK_ID, CATEGORY, Status.SKIP, str(skipped.get("summary")),
+                      remediation=skipped.get("remediation") or INSTALL_HINT, evidence=base_evidence)
+    oom = next((r for r in results if r.get("oom")), None)
+    if oom is not None:
+        capacity = gpu.get("memory_bytes") or (oom.get("evidence", {}).get("oom", {}).get("device_total_bytes"))
+        fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity) if capacity else 0
+        fits = min(fits, opts.layers - layout.pp) if opts.layers > layout.pp else 0
+        grew = any(s.get("step", 0) > 0 for s in oom.get("evidence", {}).get("steps", []))
+        evidence = dict(base_evidence, oom=oom.get("evidence", {}).get("oom"),
+                        steps=oom.get("evidence", {}).get("steps"), rank=oom.get("rank"))
+        return Result(CHECK_ID, CATEGORY, Status.FAIL,
+                      f"{oom.get('summary')} ({layout.describe()}); "
+                      + (f"depth {fits} would fit: --set train.layers={fits}" if fits else
+                         "no smaller depth fits: raise train.ep or train.tp"),
+                      evidence=evidence, causes=["M4"] if grew else [],
+                      remediation=(f"rerun with --set train.layers={fits}" if fits else "raise train.ep/train.tp")
+                      + ("; memory ran out after the first cycle, so look for per-cycle growth (M4)" if grew else ""))
+    broken = failure_result(CHECK_ID, CATEGORY, outcome, what="the train-step cycle",
+                            hang_causes=(), crash_causes=())
+    if broken is not None:
+        phase = next((r.phase for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
+                      and r.phase), None)
+        kind = phase_kind(phase)
+        broken.causes = list(PHASE_CAUSES.get(kind, ())) or ["M4", "M5"]
+        broken.evidence.update(base_evidence, failed_phase=phase)
+        if kind:
+            broken.summary = f"[{kind}] {broken.summary}"
+        return broken
+
+    lead = next(r for r in outcome.ranks if r.rank == 0).result
+    ev = lead.get("evidence", {})
+    steps = ev.get("steps", [])
+    peak = peak_for(ev.get("gpu_name") or gpu.get("name"))
+    flops = train_flops_per_token(shape, opts.layers, opts.seq, vocab)
+    tokens = opts.mbs * opts.seq * layout.dp
+    weight_bytes = int(ev.get("weight_bytes_per_rank") or 0)
+    verdict = assess(steps, global_tokens=tokens, flops_per_token=flops, gpus=layout.world,
+                     peak_tflops=peak.bf16_dense_tflops if peak else None, weight_bytes=weight_bytes)
+    peaks_by_rank = {f"rank{r.rank}": max((s.get("peak_allocated_bytes") or 0)
+                                          for s in (r.result or {}).get("evidence", {}).get("steps", [{}]) or [{}])
+                     for r in outcome.ranks}
+    f = verdict.figures
+    evidence = dict(base_evidence)
+    evidence.update({
+        "megatron_core": ev.get("megatron_core"), "torch": ev.get("torch"), "nccl": ev.get("nccl"),
+        "spec": ev.get("spec"), "offload_mode": ev.get("offload_mode"),
+        "torch_memory_saver": ev.get("torch_memory_saver"), "params_per_rank": ev.get("params_per_rank"),
+        "weight_bytes_per_rank": weight_bytes, "groups_per_cycle": ev.get("groups_member"),
+        "new_group_calls_total": ev.get("new_group_calls_total"), "gpu_name": ev.get("gpu_name"),
+        "peak_sku": asdict(peak) if peak else None, "flops_per_token": flops, "global_tokens_per_step": tokens,
+        "forward_flops_per_token": forward_flops_per_token(shape, opts.layers, opts.seq, vocab),
+        "peak_allocated_bytes_by_rank": peaks_by_rank, "steps": steps,
+    })
+    if not peak:
+        evidence["mfu_note"] = f"no peak for GPU {ev.get('gpu_name')!r} in envbuild/train/peaks.py: MFU not given"
+    metrics = [Metric(**m) for m in verdict.metrics]
+    metrics.insert(0, Metric("layers", opts.layers, "layers"))
+    what = (f"{f['cycles']} cycles + {f['plain']} plain steps, {opts.layers} layers, {layout.describe()}, "
+            f"{opts.seq * opts.mbs} tokens/micro-batch")
+    if verdict.status == "pass":
+        parts = [what, f"loss {f['loss_first']:.2f} -> {f['loss_last']:.2f}"]
+        if f["plain_s"]:
+            parts.append(f"{f['plain_s']:.3f} s/step, {f['tokens_per_s']:,.0f} tok/s")
+        if f["mfu"] is not None:
+            parts.append(f"MFU {100 * f['mfu']:.1f} % of {peak.bf16_dense_tflops:.0f} TFLOP/s")
+        if f["ratio"]:
+            parts.append(f"cycle {f['ratio']:.1f}x a plain step")
+        if f["released"] is not None and weight_bytes:
+            parts.append(f"offload freed {f['released'] / GIB:.1f} GiB ({f['released'] / weight_bytes:.1f}x weights)")
+        summary = "; ".join(parts)
+    else:
+        summary = f"{verdict.summary} ({what})"
+    return Result(CHECK_ID, CATEGORY, Status(verdict.status), summary, evidence=evidence, metrics=metrics,
+                  causes=verdict.causes,
+                  remediation=None if verdict.status == "pass" else
+                  "compare with the same run without offload (--set train.offload=none) and read the step "
+                  "records in the evidence; docs/checks-train.md lists what each cause means here")

@@ -1,0 +1,86 @@
+"""Bytes per GPU of the train step, and the depth that would fit a GPU.
+
+An estimate, written out so it can be checked: the check prints it next to the peak that torch
+measured, and an out-of-memory names the depth this estimate says would fit.
+
+Per parameter on a rank: bf16 weight 2 B, fp32 gradient buffer 4 B (grads accumulated and reduced
+in fp32, Megatron's default for bf16), and the distributed optimizer's fp32 master copy plus Adam's
+two moments, 12 B, sharded over the data-parallel ranks (dense part over DP, experts over the
+expert-data-parallel ranks). Activations for one micro-batch without recomputation: the linear
+layers' saved inputs and outputs in bf16, the unfused attention scores of the local layer spec
+(heads x s x s, scores + softmax + dropout mask = 5 B each), the routed tokens' expert
+activations, and the fp32 logits. A fixed allowance covers the CUDA context and NCCL buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from envbuild.train.layout import Layout, padded_vocab
+from envbuild.train.presets import ModelShape
+
+GIB = 1024 ** 3
+FIXED_OVERHEAD_BYTES = int(1.5 * GIB)  # CUDA context, cuBLAS workspaces, NCCL buffers (order of magnitude)
+WEIGHT_B, GRAD_B, OPTIM_B = 2, 4, 12
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    dense: int  # parameters sharded (for the optimizer) over DP
+    expert: int  # parameters sharded over EDP
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def params_per_rank(shape: ModelShape, layout: Layout, layers: int) -> ParamCount:
+    """Parameters held by the busiest rank (PP stage 0 holds the embedding; with PP 1 it holds both ends)."""
+    h, q, k, tp = shape.hidden, shape.q_width, shape.kv_width, layout.tp
+    vocab = padded_vocab(shape.vocab, tp)
+    local_layers = layers // layout.pp
+    attn = (h * (q + 2 * k) + q * h) // tp
+    norms = 2 * h + (2 * shape.head_dim if shape.qk_layernorm else 0)
+    router = h * shape.experts
+    ends = vocab * h // tp * (1 if layout.pp > 1 else (1 if shape.tied_embeddings else 2))
+    experts = (shape.experts // layout.ep) * 3 * h * shape.expert_ffn
+    return ParamCount(dense=local_layers * (attn + norms + router) + ends + h, expert=local_layers * experts)
+
+
+def activation_bytes(shape: ModelShape, layout: Layout, layers: int, seq: int, mbs: int) -> int:
+    h, q, k, tp, cp = shape.hidden, shape.q_width, shape.kv_width, layout.tp, layout.cp
+    tokens = mbs * seq // cp  # tokens a rank's layers see
+    seq_tokens = tokens // tp if layout.sp else tokens  # tokens in sequence-parallel regions
+    linear = 2 * (seq_tokens * 2 * h + tokens * ((q + 2 * k) + 2 * q) // tp)
+    scores = 5 * mbs * (shape.heads // tp) * (seq // cp) * seq
+    routed = seq_tokens * shape.topk
+    moe = 2 * routed * (h + 3 * shape.expert_ffn) + 4 * 2 * seq_tokens * shape.experts
+    logits = 2 * 4 * tokens * padded_vocab(shape.vocab, tp) // tp
+    return (layers // layout.pp) * (linear + scores + moe) + logits
+
+
+def estimate_bytes(shape: ModelShape, layout: Layout, layers: int, seq: int, mbs: int) -> Dict[str, int]:
+    """Estimated peak bytes on the busiest rank, by part, plus 'total'."""
+    p = params_per_rank(shape, layout, layers)
+    parts = {
+        "weights": WEIGHT_B * p.total,
+        "grads": GRAD_B * p.total,
+        "optimizer": OPTIM_B * p.dense // layout.dp + OPTIM_B * p.expert // layout.edp,
+        "activations": activation_bytes(shape, layout, layers, seq, mbs),
+        "overhead": FIXED_OVERHEAD_BYTES,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def depth_that_fits(shape: ModelShape, layout: Layout, seq: int, mbs: int, capacity_bytes: int,
+                    headroom: float = 0.9, max_layers: Optional[int] = None) -> int:
+    """The deepest model (a multiple of PP, at most the real depth) whose estimate fits headroom x capacity; 0 if none."""
+    limit = max_layers or shape.full_layers
+    best = 0
+    for layers in range(layout.pp, limit + 1, layout.pp):
+        if estimate_bytes(shape, layout, layers, seq, mbs)["total"] <= headroom * capacity_bytes:
+            best = layers
+        else:
+            break
+    return best
