@@ -1,0 +1,298 @@
+"""Offload/resume probe: pause and resume model-sized GPU memory K times while NCCL communicators live on.
+
+What slime does every step with --offload: torch_memory_saver (TMS) unmaps the weights' physical memory
+(pause), the rollout engine uses the GPU, then TMS maps fresh memory at the same addresses and restores
+the bytes (resume); the NCCL communicators created before must still work after. slime #1305 died with
+999 right after wake_up (research/error999.md §0.5, M3, M5, C9).
+
+Backends: "tms" (torch_memory_saver, preload hook: the payload re-executes itself with LD_PRELOAD set to
+the hook for torch's CUDA major, the way TMS's own configure_subprocess() does for children) or "cumem"
+(this probe's own cuMemUnmap/cuMemRelease + cuMemCreate/cuMemMap at the same virtual addresses, with a
+pinned host backup) when TMS is absent or --backend cumem is asked.
+
+Every cycle: free memory before/after pause (mem_get_info) vs the region size, data compared bit-exact
+after resume, an all_reduce on the world group and on a subgroup created before the first pause, compared
+exactly. Exit: os._exit after the result is written, because TMS's torch hook mode exits 1 in interpreter
+teardown (research/gpu-machine.md); the default process group is destroyed first.
+
+Args: --mode quick|full  --backend auto|tms|cumem  --hook preload|torch
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+SIZES = {"quick": {"tensors": 4, "tensor_bytes": 512 << 20, "cycles": 3},
+         "full": {"tensors": 8, "tensor_bytes": 1 << 30, "cycles": 10}}
+RELEASE_FRACTION = 0.90  # at least this share of the region must come back on pause (see docs/checks-gpu.md)
+REEXEC_FLAG = "ENVBUILD_TMS_PRELOADED"
+
+
+def _arg(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def tms_preload_path() -> Optional[str]:
+    """The TMS preload hook for torch's CUDA major, found without importing torch or TMS (this runs before
+    the re-exec, and importing torch first would make the preload pointless)."""
+    tms = importlib.util.find_spec("torch_memory_saver")
+    torch_spec = importlib.util.find_spec("torch")
+    if tms is None or tms.origin is None or torch_spec is None or torch_spec.origin is None:
+        return None
+    version_py = os.path.join(os.path.dirname(torch_spec.origin), "version.py")
+    try:
+        text = open(version_py, encoding="utf-8").read()
+    except OSError:
+        return None
+    m = re.search(r"^cuda(?:\s*:\s*[^=]+)?\s*=\s*['\"](\d+)", text, re.M)
+    if not m:
+        return None
+    pkg_dir = os.path.dirname(tms.origin)
+    for base in (pkg_dir, os.path.dirname(pkg_dir)):
+        found = glob.glob(os.path.join(base, f"torch_memory_saver_hook_mode_preload_cu{m.group(1)}.*.so"))
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def _wheel_cudart_dir(hook: str) -> Optional[str]:
+    """The nvidia-* wheel folder holding libcudart.so.<major> for the hook's CUDA major, if installed."""
+    m = re.search(r"_cu(\d+)\.", os.path.basename(hook))
+    spec = importlib.util.find_spec("nvidia")
+    if not m or spec is None or not spec.submodule_search_locations:
+        return None
+    for base in spec.submodule_search_locations:
+        for pattern in (f"cu{m.group(1)}/lib/libcudart.so.{m.group(1)}",
+                        f"cuda_runtime/lib/libcudart.so.{m.group(1)}"):
+            found = glob.glob(os.path.join(base, pattern))
+            if found:
+                return os.path.dirname(found[0])
+    return None
+
+
+def maybe_reexec_with_preload() -> None:
+    """Re-exec this payload with the TMS preload hook in LD_PRELOAD (same pid, so the launcher keeps it)."""
+    if os.environ.get(REEXEC_FLAG) or _arg("--backend", "auto") == "cumem" or _arg("--hook", "preload") != "preload":
+        return
+    if "torch_memory_saver" in os.environ.get("LD_PRELOAD", ""):
+        return
+    hook = tms_preload_path()
+    if hook is None:
+        return
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = hook + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    # The hook needs libcudart.so.<major> before torch is imported: offer the copy torch's wheels ship.
+    cudart_dir = _wheel_cudart_dir(hook)
+    if cudart_dir:
+        env["LD_LIBRARY_PATH"] = cudart_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env[REEXEC_FLAG] = "1"
+    os.execve(sys.executable, [sys.executable, "-u"] + sys.argv, env)
+
+
+def _pattern(torch, numel: int, seed: int, device):
+    return torch.arange(numel, dtype=torch.int32, device=device) ^ seed
+
+
+class CuMemRegion:
+    """The probe's own pausable region: chunks of cuMem physical memory mapped into one reserved VA range,
+    exposed to torch as int32 tensors at fixed addresses (as TMS does)."""
+
+    def __init__(self, torch, drv, device: int, chunk_bytes: int, chunks: int):
+        self.torch, self.drv, self.device = torch, drv, device
+        g = drv.granularity(device)
+        self.chunk = (chunk_bytes + g - 1) // g * g
+        self.n = chunks
+        self.base = drv.reserve(self.chunk * chunks)
+        self.handles: List[Optional[int]] = [None] * chunks
+        self._map_all()
+        self.tensors = [self._tensor(k) for k in range(chunks)]
+        self.backup = None
+
+    def _map_all(self) -> None:
+        for k in range(self.n):
+            h = self.drv.create(self.device, self.chunk)
+            self.drv.map(self.base + k * self.chunk, self.chunk, h)
+            self.handles[k] = h
+        self.drv.set_access(self.base, self.chunk * self.n, [self.device])
+
+    def _tensor(self, k: int):
+        region = self
+
+        class _View:
+            __cuda_array_interface__ = {"shape": (region.chunk // 4,), "typestr": "<i4",
+                                        "data": (region.base + k * region.chunk, False), "version": 3,
+                                        "strides": None}
+
+        return self.torch.as_tensor(_View(), device=f"cuda:{self.device}")
+
+    def pause(self) -> None:
+        torch = self.torch
+        torch.cuda.synchronize(self.device)
+        if self.backup is None:
+            self.backup = [torch.empty(self.chunk // 4, dtype=torch.int32, pin_memory=True) for _ in range(self.n)]
+        for t, b in zip(self.tensors, self.backup):
+            b.copy_(t)
+        torch.cuda.synchronize(self.device)
+        for k in range(self.n):
+            self.drv.unmap(self.base + k * self.chunk, self.chunk)
+            self.drv.release(self.handles[k])
+            self.handles[k] = None
+
+    def resume(self) -> None:
+        self._map_all()
+        for t, b in zip(self.tensors, self.backup):
+            t.copy_(b)
+        self.torch.cuda.synchronize(self.device)
+
+
+def main(p) -> None:
+    import torch
+
+    mode = _arg("--mode", "quick")
+    want = _arg("--backend", "auto")
+    hook = _arg("--hook", "preload")
+    size = SIZES[mode]
+    region_bytes = size["tensors"] * size["tensor_bytes"]
+    with p.phase("init"):
+        dist = p.init_dist()
+        dev = p.device
+        world = dist.group.WORLD
+        sub = dist.new_group(ranks=list(range(p.world_size)))
+        backend = want
+        if backend == "auto":
+            backend = "tms" if importlib.util.find_spec("torch_memory_saver") else "cumem"
+        p.evidence.update({"mode": mode, "backend": backend, "hook_mode": hook if backend == "tms" else None,
+                           "ld_preload": os.environ.get("LD_PRELOAD"), "region_bytes": region_bytes,
+                           "nccl_version": ".".join(map(str, torch.cuda.nccl.version())),
+                           "nccl_cumem_enable": os.environ.get("NCCL_CUMEM_ENABLE")})
+    with p.phase("collective before pause"):
+        _check_collectives(torch, dist, p, [("world", world), ("subgroup", sub)], dev, salt=0)
+    with p.phase("allocate region"):
+        if backend == "tms":
+            from torch_memory_saver import torch_memory_saver as tms
+
+            p.evidence["tms_version"] = _dist_version("torch_memory_saver")
+            if hook == "torch":
+                tms.hook_mode = "torch"
+            with tms.region(tag="weights", enable_cpu_backup=True):
+                tensors = [torch.empty(size["tensor_bytes"] // 4, dtype=torch.int32, device=dev)
+                           for _ in range(size["tensors"])]
+            for k, t in enumerate(tensors):  # filled outside the region: temporaries stay unpausable
+                t.copy_(_pattern(torch, t.numel(), 0x7000 + k, dev))
+            pause, resume = (lambda: tms.pause("weights")), (lambda: tms.resume("weights"))
+        else:
+            from _cudrv import Driver
+
+            region = CuMemRegion(torch, Driver(), dev.index, size["tensor_bytes"], size["tensors"])
+            tensors = region.tensors
+            for k, t in enumerate(tensors):
+                t.copy_(_pattern(torch, t.numel(), 0x7000 + k, dev))
+            pause, resume = region.pause, region.resume
+        torch.cuda.synchronize(dev)
+    cycles: List[Dict[str, Any]] = []
+    problems: List[str] = []
+    causes: List[str] = []
+    for c in range(size["cycles"]):
+        rec: Dict[str, Any] = {"cycle": c}
+        with p.phase(f"pause {c}"):
+            torch.cuda.synchronize(dev)
+            free_before = torch.cuda.mem_get_info(dev)[0]
+            t0 = time.perf_counter()
+            pause()
+            torch.cuda.synchronize(dev)
+            rec["pause_s"] = round(time.perf_counter() - t0, 4)
+            free_paused = torch.cuda.mem_get_info(dev)[0]
+            rec["released_bytes"] = free_paused - free_before
+        with p.phase(f"resume {c}"):
+            t0 = time.perf_counter()
+            resume()
+            torch.cuda.synchronize(dev)
+            rec["resume_s"] = round(time.perf_counter() - t0, 4)
+            rec["free_after_resume"] = torch.cuda.mem_get_info(dev)[0]
+        with p.phase(f"verify {c}"):
+            bad = sum(int((t != _pattern(torch, t.numel(), 0x7000 + k, dev)).sum().item())
+                      for k, t in enumerate(tensors))
+            rec["mismatched_words"] = bad
+        with p.phase(f"collective after resume {c}"):
+            rec["collectives"] = _check_collectives(torch, dist, p, [("world", world), ("subgroup", sub)], dev,
+                                                    salt=c + 1)
+        cycles.append(rec)
+        frac = rec["released_bytes"] / region_bytes
+        if bad:
+            problems.append(f"cycle {c}: {bad} words differ after resume")
+            causes += ["M5", "C9"]
+        if frac < RELEASE_FRACTION:
+            problems.append(f"cycle {c}: pause released {rec['released_bytes'] / 2**30:.2f} of "
+                            f"{region_bytes / 2**30:.2f} GiB ({frac:.0%})")
+            causes += ["C9"]
+        if rec["collectives"]["mismatched"]:
+            problems.append(f"cycle {c}: collective after resume wrong ({rec['collectives']['mismatched']} "
+                            "elements)")
+            causes += ["M5"]
+        if problems:
+            break
+    drift = cycles[0]["free_after_resume"] - cycles[-1]["free_after_resume"]
+    p.evidence.update({"cycles": cycles, "free_drift_bytes": drift})
+    released = min(c["released_bytes"] for c in cycles)
+    p.metric("released_fraction", round(released / region_bytes, 4), "ratio",
+             expect=f">= {RELEASE_FRACTION}", source="docs/checks-gpu.md#offloadcycle")
+    p.metric("resume_s_max", max(c["resume_s"] for c in cycles), "s")
+    p.metric("pause_s_max", max(c["pause_s"] for c in cycles), "s")
+    if drift > 256 << 20:
+        problems.append(f"free memory fell by {drift / 2**20:.0f} MiB from the first to the last cycle")
+        causes += ["M4"]
+    status = "fail" if problems else "pass"
+    summary = "; ".join(problems) if problems else (
+        f"{len(cycles)} pause/resume cycles of {region_bytes / 2**30:.1f} GiB ({backend}"
+        + (f", {hook} hook" if backend == "tms" else "") + f"): released {released / region_bytes:.0%}, "
+        "data exact, collectives exact after every resume")
+    p.finish(status, summary, causes=sorted(set(causes)))
+    _exit_now(dist)
+
+
+def _check_collectives(torch, dist, p, groups, dev, salt: int) -> Dict[str, Any]:
+    """all_reduce of an exact integer fill on each group; returns mismatching element counts."""
+    from _harness import exact_fill, exact_sum, mismatches
+
+    out: Dict[str, Any] = {"mismatched": 0}
+    n = 1 << 20
+    for name, g in groups:
+        size = dist.get_world_size(g)
+        rank_in = dist.get_rank(g)
+        t = exact_fill(n, rank_in, size, torch.float32, dev, salt=salt)
+        dist.all_reduce(t, group=g)
+        bad = mismatches(t, exact_sum(n, size, torch.float32, dev, salt=salt))
+        out[name] = bad
+        out["mismatched"] += bad
+    return out
+
+
+def _dist_version(name: str) -> Optional[str]:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+def _exit_now(dist) -> None:
+    """Destroy NCCL cleanly, then leave without interpreter teardown (TMS hooks and CUDA can crash in it)."""
+    try:
+        dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    maybe_reexec_with_preload()
+    from _harness import Probe
+
+    Probe.run(main)
