@@ -64,8 +64,18 @@ class BundleEditor:
         dest = self.root / path.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
+        self._add_to_parent(path)
+
+    def _add_to_parent(self, path: str) -> None:
+        """List `path` in its parent; a parent recorded as absent comes into existence (and so on upwards)."""
         parent, _, name = path.rpartition("/")
-        listing = self.index["dirs"].get(parent or "/")
+        parent = parent or "/"
+        if parent in self.index["absent"]:
+            self.index["absent"].remove(parent)
+            self.index["dirs"][parent] = []
+            if parent != "/":
+                self._add_to_parent(parent)
+        listing = self.index["dirs"].get(parent)
         if listing is not None and name not in listing:
             listing.append(name)
             listing.sort()

@@ -166,3 +166,31 @@ def test_fabric_manager_at_the_driver_version_passes_on_an_nvswitch_node(tmp_pat
     root = derive_bundle(H200X2, tmp_path / "fm_ok", fm("active", FM_DRIVER))
     _, results, _ = doctor(root, tmp_path)
     assert results[("node.fabric_manager", "")]["status"] == "pass"
+
+
+def test_with_the_profile_limits_are_held_against_the_images_docker_run(tmp_path):
+    """slime's docker run uses --ulimit stack=67108864 and --shm-size 16g: the H200's 8 MiB stack now warns."""
+    _, results, _ = doctor(H200X2, tmp_path, "--profile", "slime-v0.3.1-cu129")
+    ul = results[("node.ulimits", "")]
+    assert ul["status"] == "warn" and "stack 8 MiB, the image runs with 64 MiB" in ul["summary"]
+    assert any(m["name"] == "stack_soft" and m["expect"] == "== 67108864" and "slime" in m["source"]
+               for m in ul["metrics"])
+    shm = results[("node.dev_shm", "")]
+    assert shm["status"] == "pass" and shm["metrics"][0]["expect"] == f">= {16 * 1024 ** 3}"
+
+
+def test_remove_ipc_warns_for_a_regular_user_only(tmp_path):
+    def regular_user(b: BundleEditor) -> None:
+        status = b.read("/proc/self/status")
+        uid_line = next(ln for ln in status.splitlines() if ln.startswith("Uid:"))
+        b.replace("/proc/self/status", uid_line, "Uid:\t1000\t1000\t1000\t1000")
+        b.write("/etc/systemd/logind.conf", "[Login]\n#RemoveIPC=yes\n")
+
+    root = derive_bundle(H200X2, tmp_path / "user", regular_user)
+    _, results, _ = doctor(root, tmp_path)
+    r = results[("node.remove_ipc", "")]
+    assert r["status"] == "warn" and r["causes"] == ["O1"] and "systemd's default" in r["summary"]
+    fixed = derive_bundle(root, tmp_path / "user_fixed",
+                          lambda b: b.write("/etc/systemd/logind.conf.d/10-ipc.conf", "[Login]\nRemoveIPC=no\n"))
+    _, results, _ = doctor(fixed, tmp_path)
+    assert results[("node.remove_ipc", "")]["status"] == "pass"
