@@ -44,7 +44,8 @@ def print_check_list(checks) -> None:
     from rich.table import Table
 
     table = Table(title="envbuild doctor checks", show_lines=False)
-    for col in ("id", "category", "needs", "modes", "timeout", "causes", "what it checks"):
+    table.add_column("id", no_wrap=True)  # ids are what users paste into --check: never break them
+    for col in ("category", "needs", "modes", "timeout", "causes", "what it checks"):
         table.add_column(col)
     for c in checks:
         table.add_row(c.id, c.category, ",".join(sorted(c.needs)) or "-", ",".join(sorted(c.modes)),
