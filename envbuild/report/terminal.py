@@ -41,16 +41,15 @@ class LiveProgress:
 
 
 def print_check_list(checks) -> None:
-    from rich.table import Table
+    """One line per check (id first, never wrapped) so the list greps and pastes into --check."""
+    import click
 
-    table = Table(title="envbuild doctor checks", show_lines=False)
-    table.add_column("id", no_wrap=True)  # ids are what users paste into --check: never break them
-    for col in ("category", "needs", "modes", "timeout", "causes", "what it checks"):
-        table.add_column(col)
+    width = max([len(c.id) for c in checks] + [2])
+    click.echo(f"{'id':<{width}}  {'category':<8}  {'modes':<17}  {'needs':<15}  {'causes':<14}  what it checks")
     for c in checks:
-        table.add_row(c.id, c.category, ",".join(sorted(c.needs)) or "-", ",".join(sorted(c.modes)),
-                      f"{c.timeout_s:.0f}s", ",".join(c.causes) or "-", c.title)
-    _console().print(table)
+        modes = ",".join(m for m in ("static", "quick", "full") if m in c.modes)
+        click.echo(f"{c.id:<{width}}  {c.category:<8}  {modes:<17}  {','.join(sorted(c.needs)) or '-':<15}  "
+                   f"{','.join(c.causes) or '-':<14}  {c.title}")
 
 
 def verdict_line(report: Report, strict: bool = False) -> str:
