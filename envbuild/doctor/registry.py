@@ -9,7 +9,7 @@ import fnmatch
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.context import DoctorContext
@@ -93,8 +93,9 @@ def all_checks() -> List[Check]:
     return sorted(checks, key=lambda c: (CATEGORIES.index(c.category), c.id))
 
 
-def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: str = "static") -> List[Check]:
-    """Checks matching any of `patterns` (ids or globs; all when empty), minus `skip`, that run in `mode`.
+def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: Optional[str] = "static") -> List[Check]:
+    """Checks matching any of `patterns` (ids or globs; all when empty), minus `skip`, that run in `mode`
+    (every mode when `mode` is None, as `--list` shows).
 
     An explicit pattern that matches nothing is a usage error: a typo must not silently run zero checks.
     """
@@ -110,6 +111,6 @@ def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: str = "
         return any(fnmatch.fnmatchcase(c.id, p) or c.category == p for p in pats)
 
     chosen = [c for c in checks if (not patterns or matches(c, patterns)) and not matches(c, skip)]
-    if not patterns:  # an explicit --check runs a check whatever the mode
+    if not patterns and mode is not None:  # an explicit --check runs a check whatever the mode
         chosen = [c for c in chosen if mode in c.modes]
     return chosen

@@ -93,10 +93,10 @@ def run_doctor(opts: DoctorOptions) -> int:
 
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
-    chosen = select(opts.checks, opts.skips, mode=opts.mode)
     if opts.list_only:
-        terminal.print_check_list(chosen)
+        terminal.print_check_list(select(opts.checks, opts.skips, mode=None))
         return 0
+    chosen = select(opts.checks, opts.skips, mode=opts.mode)
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
     facts = open_source(opts.root, python=python)
