@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -61,9 +62,14 @@ def test_this_cpu_machine_doctor_exits_0_and_says_why_gpu_checks_skip(tmp_path):
         pytest.skip("this machine has an NVIDIA driver")
     except FactUnavailable:
         pass
-    out = tmp_path / "live.json"
-    proc = envbuild("doctor", "--json", str(out))
+    out, junit, prom = tmp_path / "live.json", tmp_path / "live.xml", tmp_path / "live.prom"
+    proc = envbuild("doctor", "--json", str(out), "--junit", str(junit), "--prometheus", str(prom))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    suites = ElementTree.parse(junit).getroot()
+    assert suites.tag == "testsuites" and suites.get("failures") == "0"
+    skipped = {tc.get("name"): tc.find("skipped") for tc in suites.iter("testcase")}
+    assert all(skipped[cid] is not None for cid in NVML_CHECKS)
+    assert 'envbuild_check_status{check="node.ecc",category="node",subject="",status="skip"} 1' in prom.read_text()
     data = json.loads(out.read_text())
     assert data["schema"] == "envbuild.report" and data["exit_code"] == 0
     results = {r["check_id"]: r for r in data["results"]}

@@ -194,3 +194,17 @@ def test_remove_ipc_warns_for_a_regular_user_only(tmp_path):
                           lambda b: b.write("/etc/systemd/logind.conf.d/10-ipc.conf", "[Login]\nRemoveIPC=no\n"))
     _, results, _ = doctor(fixed, tmp_path)
     assert results[("node.remove_ipc", "")]["status"] == "pass"
+
+
+def test_a_fault_shows_in_junit_and_prometheus(tmp_path):
+    from xml.etree import ElementTree
+
+    root = derive_bundle(H200X2, tmp_path / "xid", FAULTS["xid79"][0])
+    junit, prom = tmp_path / "r.xml", tmp_path / "r.prom"
+    rc, _, _ = doctor(root, tmp_path, "--junit", str(junit), "--prometheus", str(prom))
+    assert rc == 1
+    failed = [tc.get("name") for tc in ElementTree.parse(junit).getroot().iter("testcase")
+              if tc.find("failure") is not None]
+    assert failed == ["node.kernel_log"]
+    text = prom.read_text()
+    assert 'envbuild_check_status{check="node.kernel_log",category="node",subject="",status="fail"} 1' in text
