@@ -7,7 +7,7 @@ from typing import List
 from envbuild.doctor.registry import check
 from envbuild.report.model import Result
 
-DEADLINE_S = {"quick": 180, "full": 420}
+DEADLINE_S = {"quick": 120, "full": 420}
 BACKENDS = ("auto", "tms", "cumem")
 HOOKS = ("preload", "torch")
 

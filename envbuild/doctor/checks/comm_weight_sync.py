@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 from envbuild.doctor.registry import check
 from envbuild.report.model import Result, Status
 
-DEADLINE_S = {"quick": 200, "full": 420}
+DEADLINE_S = {"quick": 120, "full": 420}
 CUMEM = "NCCL_CUMEM_ENABLE"
 
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 from envbuild.doctor.registry import check
 from envbuild.report.model import Result, Status
 
-DEADLINE_S = {"quick": 240, "full": 420}
+DEADLINE_S = {"quick": 150, "full": 420}
 
 _REMEDY = {
     "torch_mp.expandable_on": "expandable-segment IPC needs pidfd_getfd: set kernel.yama.ptrace_scope=0 or grant "
@@ -28,7 +28,7 @@ def cumem_ipc(ctx) -> List[Result]:
     gpus = ctx.gpu_indices()[:2]
     mode = "full" if ctx.mode == "full" else "quick"
     outcome = launch("cumem_ipc.py", 1, python=ctx.python or sys.executable, gpus=gpus, args=["--mode", mode],
-                     deadline_s=DEADLINE_S[mode], phase_deadlines={"*": 150})
+                     deadline_s=DEADLINE_S[mode], phase_deadlines={"*": 90})
     broken = failure_result("cumem.ipc", "gpu", outcome, what="the cuMem/IPC probe", hang_causes=("M1", "M3", "D8"),
                             crash_causes=("M1", "D8"))
     if broken is not None:

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from envbuild.doctor.registry import check
 from envbuild.report.model import Metric, Result, Status
 
-DEADLINE_S = {"quick": 150, "full": 300}
+DEADLINE_S = {"quick": 90, "full": 300}
 
 
 @check("gpu.p2p", "gpu", "P2P access matrix vs NVML, bit-exact copies both ways, uni/bidirectional GB/s vs line rate",
