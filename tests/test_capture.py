@@ -4,11 +4,10 @@ this CPU machine made right here."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from fakenode import H200X2
 
@@ -115,7 +114,7 @@ def test_capture_env_writes_a_manifest_when_h2s_writer_exists(tmp_path):
 def test_environ_secrets_are_redacted_in_a_bundle(tmp_path):
     bundle = tmp_path / "b"
     proc = envbuild("capture", "--node", str(bundle), "-q",
-                    env={**__import__("os").environ, "HF_TOKEN": "hf_secret_value", "NCCL_DEBUG": "WARN"})
+                    env={**os.environ, "HF_TOKEN": "hf_secret_value", "NCCL_DEBUG": "WARN"})
     assert proc.returncode == 0, proc.stderr
     environ = (bundle / "proc/self/environ").read_text()
     assert "hf_secret_value" not in environ and "HF_TOKEN=<redacted>" in environ and "NCCL_DEBUG=WARN" in environ

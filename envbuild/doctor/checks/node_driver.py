@@ -5,13 +5,13 @@ D4 (nvidia_uvm), D6 (persistence), M1/D8 (WSL), C1 (the libcuda a process maps).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from envbuild.doctor.registry import check
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
 from envbuild.facts.source import FactUnavailable
-from envbuild.report.model import Metric, Result, Status
+from envbuild.report.model import Result, Status
 
 CAT = "node"
 
