@@ -81,11 +81,33 @@ def dist_info(site: Path, name: str, version: str, direct_url: Optional[dict] = 
     return d
 
 
+
+
+def no_torch_dir() -> Path:
+    """A directory whose `torch` package raises ImportError: put first on PYTHONPATH, it makes the test
+    venv behave like an env without torch whether or not the CPU torch wheel is installed in it."""
+    pkg = Path(os.environ.get("PYTEST_TMPDIR", "/tmp")) / f"envbuild-no-torch-{os.getuid()}" / "torch"
+    pkg.mkdir(parents=True, exist_ok=True)
+    init = pkg / "__init__.py"
+    if not init.exists():
+        init.write_text("raise ImportError(\"No module named 'torch' (hidden for this test)\")\n")
+    return pkg.parent
+
+
 def clean_env(**extra: str) -> Dict[str, str]:
-    """The test process's environment without the variables the probe reports, plus `extra`."""
+    """The test process's environment without the variables the probe reports, plus `extra`, with torch
+    hidden (PYTHONPATH in `extra` is appended after the hiding directory)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("NCCL_", "PYTORCH_", "TMS_", "SGLANG_", "LD_", "CONDA_PREFIX", "PYTHONPATH"))}
     env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(no_torch_dir())] + ([extra["PYTHONPATH"]] if "PYTHONPATH" in extra else []))
+    return env
+
+
+def torch_env(**extra: str) -> Dict[str, str]:
+    """Like clean_env but torch stays importable (when installed)."""
+    env = clean_env(**extra)
+    env["PYTHONPATH"] = extra.get("PYTHONPATH", "")
     return env
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from stackfix import PROBE, clean_env, dist_info, fake_cudart, fake_libcuda, fake_nccl, run_probe
+from stackfix import PROBE, clean_env, dist_info, fake_cudart, fake_libcuda, fake_nccl, run_probe, torch_env
 
 
 def test_probe_without_torch_reports_distributions_and_env():
@@ -82,7 +82,7 @@ def test_probe_keeps_stdout_clean_and_survives_a_hanging_import(tmp_path):
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text("print('NCCL INFO noise on stdout')\nimport time\ntime.sleep(600)\n")
-    env = clean_env(PYTHONPATH=str(site))
+    env = torch_env(PYTHONPATH=str(site))
     proc = subprocess.run([sys.executable, str(PROBE), "--init-timeout", "2"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert proc.returncode == 3
@@ -117,3 +117,19 @@ def test_probe_reads_git_checkout_commit_and_patch_state(tmp_path):
     assert git_info["commit"] == head and git_info["dirty"] is True and git_info["root"] == str(repo)
     states = {p["file"]: p["state"] for p in git_info["patches"]}
     assert states == {"sglang-fix.patch": "applied", "other.patch": "conflicts", "gone.patch": "missing-patch-file"}
+
+
+def test_probe_with_the_cpu_torch_wheel_when_installed(tmp_path):
+    """With a real torch (the CPU wheel of the test extra) the probe reports its version and CUDA tag."""
+    import pytest
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pytest.skip("torch is not installed in the test venv")
+    data = run_probe(torch_env())
+    t = data["torch"]
+    assert t["present"] is True and t["version"] == torch.__version__
+    assert t["cuda"] == torch.version.cuda
+    assert t["cuda_tag"] == ("cpu" if torch.__version__.endswith("+cpu") else t["cuda_tag"])
+    assert t["cuda_available"] is False and "no GPU" in data["init"]["method"]

@@ -17,6 +17,12 @@ def torch_present(ctx) -> Result:
                                        "cuda_available", "device_count", "arch_list", "file")}
     evidence["init"] = init
     if t.get("cuda_tag") == "cpu" or not t.get("cuda"):
+        no_gpu = ctx.nvml_unavailable_reason()
+        if no_gpu is not None and not ctx.require_gpu:
+            return Result("stack.torch", "stack", Status.SKIP,
+                          f"torch {t.get('version')} is a CPU-only build and this node has no usable GPU driver "
+                          f"({no_gpu}); pass --python/--prefix of the GPU environment on a GPU node",
+                          evidence=evidence)
         return Result("stack.torch", "stack", Status.FAIL,
                       f"torch {t.get('version')} is a CPU-only build: no CUDA, no NCCL",
                       evidence=evidence, causes=["C6"],
