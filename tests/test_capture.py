@@ -118,3 +118,21 @@ def test_environ_secrets_are_redacted_in_a_bundle(tmp_path):
     assert proc.returncode == 0, proc.stderr
     environ = (bundle / "proc/self/environ").read_text()
     assert "hf_secret_value" not in environ and "HF_TOKEN=<redacted>" in environ and "NCCL_DEBUG=WARN" in environ
+
+
+def test_a_huge_kernel_log_keeps_only_the_lines_the_check_reads():
+    from envbuild.commands.capture import trim_kernel_logs
+    from envbuild.facts.node_parse import scan_kernel_log
+
+    noise = "".join(f"[{i}.0] eth0: link flap {i}\n" for i in range(20000))
+    xid = "[20001.0] NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"
+
+    class Rec:
+        commands = {"dmesg": {"returncode": 0, "stdout": noise + xid + noise, "stderr": ""}}
+
+    rec = Rec()
+    cut = trim_kernel_logs(rec, limit=64 * 1024)
+    assert cut["dmesg"]["lines_kept"] == 1 and cut["dmesg"]["lines_total"] == 40001
+    assert rec.commands["dmesg"]["stdout"] == xid
+    assert [e.xid for e in scan_kernel_log(rec.commands["dmesg"]["stdout"])] == [79]
+    assert trim_kernel_logs(rec, limit=64 * 1024) == {}  # small logs are kept whole

@@ -85,6 +85,7 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
         "argv": list(argv if argv is not None else sys.argv),
         "python": python,
     }
+    meta["trimmed"] = trim_kernel_logs(rec)
     rec.save(out, meta)
     report = Report(host=host, gpus=gpus, results=results, profile=None,
                     options={"mode": "static", "python": python, "root": None, "capture": str(out)},
@@ -96,3 +97,25 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     if not quiet:
         click.echo(f"replay anywhere with: envbuild doctor --root {out}")
     return 0
+
+
+# A bundle must stay small enough to mail or attach. Kernel logs of long-running hosts reach megabytes; past this
+# size only the lines node.kernel_log can act on are kept (node_parse.is_gpu_kernel_line), so verdicts replay.
+KERNEL_LOG_KEEP_BYTES = 256 * 1024
+
+
+def trim_kernel_logs(rec, limit: int = KERNEL_LOG_KEEP_BYTES) -> Dict[str, Any]:
+    """Cut recorded kernel logs over `limit` bytes down to their GPU lines; returns what was cut, per command."""
+    from envbuild.facts.node_parse import is_gpu_kernel_line
+
+    trimmed: Dict[str, Any] = {}
+    for name in ("journalctl-kernel", "dmesg"):
+        cmd = rec.commands.get(name) or {}
+        stdout = cmd.get("stdout") or ""
+        if len(stdout) <= limit:
+            continue
+        lines = stdout.splitlines(keepends=True)
+        kept = [ln for ln in lines if is_gpu_kernel_line(ln)]
+        cmd["stdout"] = "".join(kept)
+        trimmed[name] = {"lines_total": len(lines), "lines_kept": len(kept), "bytes_total": len(stdout)}
+    return trimmed

@@ -149,11 +149,16 @@ class KernelEvent:
     line: str
 
 
+def is_gpu_kernel_line(line: str) -> bool:
+    """The cheap filter in front of scan_kernel_log: only these lines can hold an event it reports."""
+    return "NVRM" in line or "GSP" in line or "uvm" in line or "nvidia" in line.lower()
+
+
 def scan_kernel_log(text: str) -> List[KernelEvent]:
     """NVIDIA Xid, fallen-off-the-bus, GSP and reset lines from `journalctl -k` / `dmesg` output."""
     events: List[KernelEvent] = []
     for ln in text.splitlines():
-        if "NVRM" not in ln and "nvidia" not in ln.lower() and "GSP" not in ln and "uvm" not in ln:
+        if not is_gpu_kernel_line(ln):
             continue
         m = XID_LINE.search(ln)
         if m:
