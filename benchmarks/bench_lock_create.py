@@ -1,0 +1,103 @@
+"""Time `envbuild lock` and each phase of `envbuild create` on the fixture profile (offline, local channel).
+
+    python benchmarks/bench_lock_create.py [--packages 200] [--size-kib 64]
+
+The fixture channel gets N filler packages (random, incompressible payloads of --size-kib each) so that
+fetch/verify, linking and manifest hashing have real work. Anchor, measured in the same run: copying
+and sha256-hashing the same archives with the standard library — the floor for the fetch phase. Runs:
+cold create (empty cache), warm create (--force, archives already verified in the cache), and a resume
+after a SIGKILL at the doctor phase (only doctor + swap left to do).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fixturegen.conda_channel import Pkg, build_channel, default_packages, write_fixture_profile  # noqa: E402
+
+OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "COLUMNS": "400"}
+
+
+def envbuild(args, env):
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
+                          env=dict(os.environ, **OFFLINE, **env))
+    return proc, time.monotonic() - t0
+
+
+def phases(stderr: str):
+    m = re.search(r"^created \S+ \((.*)\)$", stderr, re.M)
+    return {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", m.group(1))} if m else {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--packages", type=int, default=200)
+    ap.add_argument("--size-kib", type=int, default=64)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
+    try:
+        fillers = [Pkg(f"filler{i}", "1.0", "h0_0", files={f"share/filler{i}/blob": os.urandom(a.size_kib * 1024)},
+                       fmt="conda" if i % 2 else "tar.bz2") for i in range(a.packages)]
+        hub = Pkg("filler-all", "1.0", "h0_0", depends=[f"filler{i} 1.0" for i in range(a.packages)],
+                  files={"share/filler-all": b"hub\n"})
+        t0 = time.monotonic()
+        built = build_channel(tmp / "channel", default_packages() + fillers + [hub])
+        t_channel = time.monotonic() - t0
+        base = tmp / "lockfiles"
+        prof = write_fixture_profile(base, tmp / "channel")
+        prof.write_text(prof.read_text().replace('"foodata"]', '"foodata", "filler-all"]'))
+        env = {"ENVBUILD_LOCKFILES": str(base), "ENVBUILD_CACHE_DIR": str(tmp / "cache"),
+               "ENVBUILD_ENVS_DIR": str(tmp / "envs")}
+
+        t0 = time.monotonic()  # anchor: stdlib copy + sha256 of every archive
+        anchor_dir = tmp / "anchor"
+        anchor_dir.mkdir()
+        for path in built.values():
+            shutil.copyfile(path, anchor_dir / path.name)
+            hashlib.sha256((anchor_dir / path.name).read_bytes()).hexdigest()
+        anchor = time.monotonic() - t0
+
+        lock, t_lock = envbuild(["lock"], env)
+        assert lock.returncode == 0, lock.stderr
+        check, t_check = envbuild(["lock", "--check"], env)
+        assert check.returncode == 0, check.stdout
+        cold, t_cold = envbuild(["create", "--name", "fx"], env)
+        assert cold.returncode == 0, cold.stderr
+        warm, t_warm = envbuild(["create", "--name", "fx", "--force"], env)
+        assert warm.returncode == 0, warm.stderr
+        prof.write_text(prof.read_text().replace('FIXTURE_MARK = "a"', 'FIXTURE_MARK = "b"'))
+        killed, _ = envbuild(["create", "--name", "fx"], dict(env, ENVBUILD_TEST_KILL_AT="doctor"))
+        assert killed.returncode == -9
+        resumed, t_resume = envbuild(["create", "--name", "fx"], env)
+        assert resumed.returncode == 0, resumed.stderr
+
+        total_mib = sum(p.stat().st_size for p in built.values()) / 2**20
+        print(f"fixture: {len(built)} archives, {total_mib:.1f} MiB; channel build+index {t_channel:.2f}s")
+        print(f"anchor (stdlib copy + sha256 of all archives): {anchor:.3f}s")
+        print(f"lock: {t_lock:.2f}s   lock --check: {t_check:.2f}s   (whole CLI process)")
+        for label, proc, wall in (("cold create", cold, t_cold), ("warm create", warm, t_warm),
+                                  ("resume after kill@doctor", resumed, t_resume)):
+            ph = phases(proc.stderr)
+            detail = "  ".join(f"{k} {v:.3f}s" for k, v in ph.items())
+            print(f"{label}: wall {wall:.2f}s | {detail}")
+            if "fetch" in ph:
+                print(f"    fetch/anchor = {ph['fetch'] / anchor:.2f}x")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
