@@ -24,9 +24,9 @@ HELP = {
     "seq": "sequence length (default 4096)", "mbs": "micro-batch size (default 1)",
     "offload": "auto (torch_memory_saver when installed, else host copy) | tms | move | none",
     "spec": "auto (Transformer Engine when installed) | local | te",
-    "lr": "Adam learning rate (default 3e-4)", "preset": f"model shape ({', '.join(sorted(PRESETS))})",
+    "lr": "Adam learning rate (default 3e-4)", "deadline": "seconds the whole run may take (default: by steps)", "preset": f"model shape ({', '.join(sorted(PRESETS))})",
 }
-_INTS = {"layers", "steps", "plain_steps", "tp", "ep", "pp", "cp", "seq", "mbs"}
+_INTS = {"layers", "steps", "plain_steps", "tp", "ep", "pp", "cp", "seq", "mbs", "deadline"}
 _CHOICES = {"offload": ("auto", "tms", "move", "none"), "spec": ("auto", "local", "te"),
             "preset": tuple(sorted(PRESETS))}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -52,6 +52,7 @@ class TrainOptions:
     offload: str = "auto"
     spec: str = "auto"
     lr: float = 3e-4
+    deadline: Optional[int] = None
 
 
 def known_keys() -> str:

@@ -84,7 +84,9 @@ def payload_args(opts, layout, shape, vocab: int) -> List[str]:
 
 
 def deadline_for(opts) -> float:
-    """Whole-run deadline: imports and model build, then a generous per-step allowance."""
+    """Whole-run deadline: train.deadline, else imports and model build plus a generous per-step allowance."""
+    if opts.deadline:
+        return float(opts.deadline)
     return 240.0 + 30.0 * (opts.steps + opts.plain_steps) * max(1.0, opts.layers / 8)
 
 
@@ -95,7 +97,7 @@ def train_moe_step(ctx) -> List[Result]:
     """Options: --set train.layers=N train.steps=K train.tp/sp/ep/pp/cp train.seq train.mbs train.offload
     train.spec train.lr (see docs/checks-train.md)."""
     from envbuild.doctor.runner import unmet_need
-    from envbuild.train.layout import LayoutError, derive_layout, padded_vocab
+    from envbuild.train.layout import LayoutError, derive_layout
     from envbuild.train.memory import GIB, depth_that_fits, estimate_bytes
     from envbuild.train.options import OptionError, parse_options
     from envbuild.train.presets import get_preset
@@ -128,10 +130,11 @@ def train_moe_step(ctx) -> List[Result]:
             f"{estimate['total'] / GIB:.0f} GiB per GPU, the GPUs have {capacity / GIB:.0f} GiB; "
             + (f"depth {fits} fits (--set train.layers={fits})" if fits else
                "not even one layer fits: raise train.ep or train.tp"))]
-    return [_run(ctx, opts, shape, layout, gpu, estimate)]
+    return [run_payload(ctx, opts, shape, layout, gpu, estimate)]
 
 
-def _run(ctx, opts, shape, layout, gpu, estimate) -> Result:
+def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[str, int]) -> Result:
+    """Launch the payload on the layout's GPUs and turn what the ranks did into one Result."""
     from envbuild.doctor.launcher import launch
     from envbuild.doctor.probes import failure_result
     from envbuild.train.assess import PHASE_CAUSES, assess, phase_kind
@@ -152,7 +155,7 @@ def _run(ctx, opts, shape, layout, gpu, estimate) -> Result:
     }
     results = [r.result for r in outcome.ranks if r.result is not None]
     skipped = next((r for r in results if r.get("status") == "skip"), None)
-    if skipped is not None:
+    if skipped is not None and outcome.ok:
         return Result(CHECK_ID, CATEGORY, Status.SKIP, str(skipped.get("summary")),
                       remediation=skipped.get("remediation") or INSTALL_HINT, evidence=base_evidence)
     oom = next((r for r in results if r.get("oom")), None)
