@@ -208,3 +208,26 @@ def test_a_fault_shows_in_junit_and_prometheus(tmp_path):
     assert failed == ["node.kernel_log"]
     text = prom.read_text()
     assert 'envbuild_check_status{check="node.kernel_log",category="node",subject="",status="fail"} 1' in text
+
+
+def pcie_p2p_box(b: BundleEditor) -> None:
+    """Setup: GPU pairs talk P2P over PCIe (no NVLink), each GPU below a PCIe switch port."""
+    b.nvml(lambda n: [st.update(nvlink="not_supported") for st in n["p2p"].values()])
+    for dev, port in (("0000:00:06.0", "0000:00:02.0"), ("0000:00:07.0", "0000:00:03.0")):
+        b.link(f"/sys/bus/pci/devices/{dev}", f"../../../devices/pci0000:00/{port}/{dev}")
+    b.command("lspci-vvv", "00:02.0 PCI bridge: PLX Technology PEX 88096\n"
+                           "\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-\n"
+                           "00:03.0 PCI bridge: PLX Technology PEX 88096\n"
+                           "\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-\n")
+
+
+def test_acs_redirect_above_a_gpu_breaks_pcie_p2p(tmp_path):
+    box = derive_bundle(H200X2, tmp_path / "box", pcie_p2p_box)
+    _, results, _ = doctor(box, tmp_path)
+    assert results[("node.iommu_acs", "")]["status"] == "pass"
+    acs = derive_bundle(box, tmp_path / "acs", lambda b: b.command("lspci-vvv", b.command_stdout("lspci-vvv").replace(
+        "ACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd-",
+        "ACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+", 1)))
+    _, results, _ = doctor(acs, tmp_path)
+    r = results[("node.iommu_acs", "")]
+    assert r["status"] == "fail" and r["causes"] == ["N3"] and "0000:00:02.0" in r["summary"]
