@@ -36,7 +36,8 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
 - resolution: {soname: [{path, origin, stub, compat}]} for libcuda.so.1, libnccl.so.2,
   libcudart.so.12/13, libcudnn.so.9: candidates in the loader's order (LD_LIBRARY_PATH, then the
   ld.so cache); the first is what a library asking by name (not through an RPATH) gets
-- distributions: [{name, version, location}] from importlib.metadata, sorted by name
+- distributions: [{name, version, location, url?, commit?, editable?}] from importlib.metadata, sorted by
+  name; url/commit/editable come from PEP 610 direct_url.json (pip install git+URL@commit, -e checkouts)
 - torch_memory_saver: null | {location, version?, hook_files[]} (the native hook .so files)
 - sglang / megatron: null | {import_name, location, version?, distribution?, git?: {root, commit,
   dirty, changed_files, patches?: [{file, state: applied|not-applied|conflicts|missing-patch-file,
