@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from envbuild.errors import EnvbuildError, InputFileError
 from envbuild.paths import lockfiles_dir
@@ -18,6 +18,13 @@ from envbuild.tomlcompat import toml
 SCHEMA_VERSION = 1
 _SEVERITIES = ("fail", "warn", "info")
 _SCOPES = ("all", "train", "rollout")
+# Every key a table may hold: a typo ("verifed") is an error naming its line, not a silently missing fact.
+_TOP_KEYS = ("schema", "profile", "components", "launch_env", "docker_run", "patches", "recipe")
+_PROFILE_KEYS = ("name", "description", "image", "framework", "cuda", "cuda_major", "python")
+_COMPONENT_KEYS = ("version", "commit", "source", "verified", "pip_name", "severity", "why", "notes")
+_LAUNCH_KEYS = ("value", "scope", "source", "verified", "why")
+_DOCKER_KEYS = ("shm_size_bytes", "memlock", "stack_bytes", "ipc", "source")
+_PATCH_KEYS = ("target", "file", "source", "verified", "notes")
 
 
 @dataclass(frozen=True)
@@ -103,12 +110,42 @@ def _line_of(text: str, table: Optional[str], key: Optional[str]) -> Optional[in
     return start + 1 if table else None
 
 
+def _line_of_array_item(text: str, table: str, index: int, key: Optional[str]) -> Optional[int]:
+    """Line of `key` in the index-th [[table]] (or of that header when key is None)."""
+    header = re.compile(r"^\s*\[\[\s*" + re.escape(table) + r"\s*\]\]")
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if header.match(line)]
+    if index >= len(starts):
+        return None
+    start = starts[index]
+    if key is not None:
+        key_re = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+        for i in range(start + 1, len(lines)):
+            if re.match(r"^\s*\[", lines[i]):
+                break
+            if key_re.match(lines[i]):
+                return i + 1
+    return start + 1
+
+
 class _Reader:
     """Typed access to the parsed TOML that turns every problem into file:line: message."""
 
     def __init__(self, path: Path, text: str):
         self.path = path
         self.text = text
+
+    def only(self, data: Dict[str, Any], table: Optional[str], allowed: Tuple[str, ...]) -> None:
+        """Reject keys the schema does not know, naming the first one and its line."""
+        for key in data:
+            if key not in allowed:
+                where = f"[{table}]" if table else "top level"
+                message = f"unknown field in {where}; known: {', '.join(allowed)}"
+                if table is None and isinstance(data[key], (dict, list)):  # an unknown [table] or [[table]]
+                    header = re.compile(r"^\s*\[+\s*" + re.escape(key) + r"\s*[\].]")
+                    line = next((i + 1 for i, text in enumerate(self.text.splitlines()) if header.match(text)), None)
+                    raise InputFileError(self.path, f"[{key}]: {message}", line)
+                raise self.fail(table, key, message)
 
     def fail(self, table: Optional[str], key: Optional[str], message: str) -> InputFileError:
         where = f"[{table}] {key}" if table and key else (f"[{table}]" if table else key or "")
@@ -146,25 +183,33 @@ def load_profile_file(path: Path) -> Profile:
         raise InputFileError(path, f"malformed TOML: {msg}", line) from exc
     r = _Reader(path, text)
 
+    r.only(data, None, _TOP_KEYS)
     schema = data.get("schema", SCHEMA_VERSION)
     if schema != SCHEMA_VERSION:
         raise r.fail(None, "schema", f"unsupported schema {schema!r} (this envbuild reads {SCHEMA_VERSION})")
     head = r.get(data, "profile", "profile", dict) if "profile" in data else None
     if head is None:
         raise InputFileError(path, "missing the [profile] table", 1)
+    r.only(head, "profile", _PROFILE_KEYS)
     name = r.get(head, "profile", "name", str)
     if name != path.parent.name:
         raise r.fail("profile", "name", f"name {name!r} differs from its folder {path.parent.name!r}")
     cuda = r.get(head, "profile", "cuda", str)
     cuda_major = r.get(head, "profile", "cuda_major", int)
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", cuda):
+        raise r.fail("profile", "cuda", f"{cuda!r} is not a CUDA version like 12.9 or 12.9.1")
     if not cuda.startswith(f"{cuda_major}."):
         raise r.fail("profile", "cuda_major", f"{cuda_major} does not match cuda = {cuda!r}")
+    python = r.get(head, "profile", "python", str)
+    if not re.fullmatch(r"3\.\d+(\.\d+)?", python):
+        raise r.fail("profile", "python", f"{python!r} is not a Python version like 3.12")
 
     components: Dict[str, Component] = {}
     for cname, cdata in r.get(data, "components", "components", dict).items():
         table = f"components.{cname}"
         if not isinstance(cdata, dict):
             raise r.fail("components", cname, "expected a table")
+        r.only(cdata, table, _COMPONENT_KEYS)
         version = r.get(cdata, table, "version", str, required=False)
         commit = r.get(cdata, table, "commit", str, required=False)
         if version is None and commit is None:
@@ -191,6 +236,7 @@ def load_profile_file(path: Path) -> Profile:
         table = f"launch_env.{vname}"
         if not isinstance(vdata, dict):
             raise r.fail("launch_env", vname, "expected a table with value, scope, source")
+        r.only(vdata, table, _LAUNCH_KEYS)
         scope = r.get(vdata, table, "scope", str, required=False, default="all")
         if scope not in _SCOPES:
             raise r.fail(table, "scope", f"{scope!r} is not one of {', '.join(_SCOPES)}")
@@ -206,6 +252,7 @@ def load_profile_file(path: Path) -> Profile:
     docker_run = None
     if "docker_run" in data:
         d = r.get(data, "docker_run", "docker_run", dict)
+        r.only(d, "docker_run", _DOCKER_KEYS)
         docker_run = DockerRun(
             shm_size_bytes=r.get(d, "docker_run", "shm_size_bytes", int, required=False),
             memlock=r.get(d, "docker_run", "memlock", str, required=False),
@@ -222,14 +269,39 @@ def load_profile_file(path: Path) -> Profile:
         framework=r.get(head, "profile", "framework", str),
         cuda=cuda,
         cuda_major=cuda_major,
-        python=r.get(head, "profile", "python", str),
+        python=python,
         components=components,
         launch_env=launch_env,
         docker_run=docker_run,
-        patches=list(r.get(data, "patches", "patches", list, required=False, default=[])),
+        patches=_patches(r, data, components),
         recipe=r.get(data, "recipe", "recipe", dict, required=False, default={}),
         raw=data,
     )
+
+
+def _patches(r: _Reader, data: Dict[str, Any], components: Dict[str, Component]) -> List[Dict[str, Any]]:
+    """[[patches]]: slime's patches for a checkout (target names a component with a commit)."""
+    items = r.get(data, "patches", "patches", list, required=False, default=[])
+    out = []
+    for i, item in enumerate(items):
+        def fail(key: Optional[str], message: str) -> InputFileError:
+            where = f"[[patches]] #{i + 1}" + (f" {key}" if key else "")
+            return InputFileError(r.path, f"{where}: {message}", _line_of_array_item(r.text, "patches", i, key))
+
+        if not isinstance(item, dict):
+            raise fail(None, "expected a table")
+        for key in item:
+            if key not in _PATCH_KEYS:
+                raise fail(key, f"unknown field; known: {', '.join(_PATCH_KEYS)}")
+        for key, typ in (("target", str), ("file", str), ("source", str), ("verified", bool)):
+            if key not in item:
+                raise fail(None, f"missing required field {key!r}")
+            if not isinstance(item[key], typ):
+                raise fail(key, f"expected {typ.__name__}, got {type(item[key]).__name__} {item[key]!r}")
+        if item["target"] not in components or not components[item["target"]].commit:
+            raise fail("target", f"{item['target']!r} is not a component pinned by commit in this profile")
+        out.append(dict(item))
+    return out
 
 
 def profile_names(base: Optional[Path] = None) -> List[str]:
