@@ -1,12 +1,87 @@
 #!/usr/bin/env bash
-# Bootstrap on a fresh node: a venv holding envbuild from this checkout, then (with --profile) create the
-# profile's environment, then run the doctor. Idempotent: a second run reuses the venv.
+# Bootstrap on a fresh node: a venv holding envbuild from this checkout, then `envbuild create` (when a
+# profile or a bundle is given), then `envbuild doctor` on the node and the new env.
+#
+#   bash build_conda.sh                                     # venv + doctor of this node
+#   bash build_conda.sh --profile slime-v0.3.1-cu130 [--prefix DIR | --name N]
+#   bash build_conda.sh --bundle slime.tar [--prefix DIR]   # air-gapped: everything from the bundle
+#
+# Flags for the doctor (--json F, --junit F, --prometheus F, --strict, --quick, --full) go to the doctor;
+# every other flag goes to `envbuild create` (e.g. --dry-run, --backend micromamba, --force). --profile
+# and the env's prefix go to both.
+#
+# Idempotent: the venv is reused (reinstalled only when pyproject.toml changed), create does nothing when
+# the env was built from the same locks, the doctor only reads. No network beyond pip's own index; set
+# PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheel dir> to bootstrap envbuild itself offline.
+# Environment: ENVBUILD_VENV (default <repo>/.venv), PYTHON (default python3), ENVBUILD_ENVS_DIR.
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${ENVBUILD_VENV:-$here/.venv}"
-if [ ! -x "$venv/bin/envbuild" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -e "$here"
+python="${PYTHON:-python3}"
+
+create_args=() doctor_args=() profile="" prefix="" name="" bundle=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile|-p) profile="${2:?--profile needs a value}"; shift 2 ;;
+    --profile=*) profile="${1#*=}"; shift ;;
+    --prefix) prefix="${2:?--prefix needs a value}"; shift 2 ;;
+    --prefix=*) prefix="${1#*=}"; shift ;;
+    --name|-n) name="${2:?--name needs a value}"; shift 2 ;;
+    --name=*) name="${1#*=}"; shift ;;
+    --bundle) bundle="${2:?--bundle needs a value}"; shift 2 ;;
+    --bundle=*) bundle="${1#*=}"; shift ;;
+    --json|--junit|--prometheus) doctor_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --json=*|--junit=*|--prometheus=*|--strict|--quick|--full) doctor_args+=("$1"); shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) create_args+=("$1"); shift ;;
+  esac
+done
+
+# 1. the venv with envbuild (python >= 3.9), reinstalled only when pyproject.toml changed
+"$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else "envbuild needs Python >= 3.9, this is " + sys.version.split()[0])'
+stamp="$venv/.envbuild-installed"
+want="$("$python" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$here/pyproject.toml")"
+if [ ! -x "$venv/bin/envbuild" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv" || { echo "build_conda.sh: '$python -m venv' failed (Debian/Ubuntu: install python3-venv)" >&2; exit 2; }
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here"
+  echo "$want" > "$stamp"
 fi
-"$venv/bin/envbuild" doctor "$@"
+envbuild="$venv/bin/envbuild"
+
+# 2. create (only when there is something to create)
+if [ -n "$bundle" ] && [ -z "$profile" ]; then  # the bundle knows its profile: the doctor needs it too
+  profile="$("$venv/bin/python" -c 'import json, sys, tarfile
+with tarfile.open(sys.argv[1]) as t: print(json.load(t.extractfile("envbuild-bundle.json"))["profile"])' "$bundle")"
+fi
+if [ -n "$prefix" ]; then
+  target="$prefix"
+elif [ -n "$profile" ]; then
+  target="${ENVBUILD_ENVS_DIR:-$HOME/.envbuild/envs}/${name:-$profile}"
+else
+  target=""
+fi
+if [ -n "$profile" ]; then
+  args=(create --profile "$profile" --prefix "$target")
+  [ -n "$bundle" ] && args+=(--bundle "$bundle")
+  "$envbuild" "${args[@]}" ${create_args[@]+"${create_args[@]}"}
+  for a in ${create_args[@]+"${create_args[@]}"}; do
+    [ "$a" = "--dry-run" ] && exit 0  # nothing was built: nothing to examine
+  done
+elif [ ${#create_args[@]} -gt 0 ]; then
+  echo "build_conda.sh: '${create_args[*]}' needs --profile or --bundle" >&2
+  exit 2
+fi
+
+# 3. doctor: the node, and the env when there is one (a bundle's profile is read from the opened bundle)
+dargs=(doctor)
+if [ -n "$bundle" ]; then
+  profile="$("$venv/bin/python" -c 'import sys
+from envbuild.pack.bundle import open_bundle
+b = open_bundle(sys.argv[1])
+print(b.lock_dir / b.profile / "profile.toml")' "$bundle")"
+fi
+[ -n "$profile" ] && dargs+=(--profile "$profile" --prefix "$target")
+exec "$envbuild" "${dargs[@]}" ${doctor_args[@]+"${doctor_args[@]}"}

@@ -203,3 +203,29 @@ def test_pack_of_unlocked_profile_names_the_missing_lock(tmp_path):
                                                         "ENVBUILD_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 2 and "conda-lock.yml does not exist" in r.stderr and "envbuild lock" in r.stderr
     assert not (tmp_path / "x.tar").exists()
+
+
+def test_build_conda_sh_creates_from_bundle_and_is_idempotent(packed, tmp_path):
+    """The README's main command, offline: venv reuse, create --bundle, doctor with a JSON report."""
+    repo = Path(__file__).resolve().parent.parent
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for tool, line in (("python", f'exec {sys.executable} "$@"'), ("envbuild", f'exec {sys.executable} -m envbuild "$@"')):
+        (venv / "bin" / tool).write_text(f"#!/bin/sh\n{line}\n")
+        (venv / "bin" / tool).chmod(0o755)
+    import hashlib
+
+    (venv / ".envbuild-installed").write_text(hashlib.sha256((repo / "pyproject.toml").read_bytes()).hexdigest() + "\n")
+    target = tmp_path / "env"
+    env = dict(os.environ, **OFFLINE, ENVBUILD_VENV=str(venv), ENVBUILD_CACHE_DIR=str(tmp_path / "cache"),
+               ENVBUILD_LOCKFILES=str(tmp_path / "none"))
+    cmd = ["bash", str(repo / "build_conda.sh"), "--bundle", str(packed["bundle"]), "--prefix", str(target),
+           "--json", str(tmp_path / "report.json")]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode in (0, 1), first.stderr  # 1 = the doctor found a failure on this node; not a crash
+    assert (target / "envbuild" / "manifest.json").is_file()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert "fx" in json.dumps(report)  # the doctor judged the env against the bundle's profile
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == first.returncode, second.stderr
+    assert "nothing to do" in second.stderr  # create found the env built from the same locks
