@@ -577,6 +577,7 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         else:
             config, ddp, optimizer = build(args, shape, state)
         ev["spec"] = state["spec"]
+        ddp.broadcast_params()  # as megatron's trainer does: data-parallel replicas start identical
         rollout = dist.new_group(ranks=list(range(dist.get_world_size())))  # the weight-sync group
         params = sum(q.numel() for q in ddp.parameters())
         weight_bytes = sum(q.numel() * q.element_size() for q in ddp.parameters())
