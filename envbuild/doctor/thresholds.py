@@ -14,13 +14,14 @@ from typing import Any, Dict, List, Optional, Sequence
 
 MIB = 1 << 20
 
-# Per-link, per-direction NVLink rate by NVLink version, GB/s (1e9 B/s). Used only when
-# `nvidia-smi nvlink -s` (which prints the rate of each link) is unavailable.
-# NVLink 2/3/4: 25 GB/s per link per direction; NVLink 5: 50 GB/s (research/validators.md §1.2:
-# "18 links x 25 GB/s per direction = 450 GB/s" on H100/H200; NVIDIA Blackwell: 1.8 TB/s bidirectional
-# over 18 links). The lent H200 reports 26.562 GB/s per link in `nvidia-smi nvlink -s`
-# (research/gpu-machine.md), which is what we use when the command answers.
-NVLINK_GBPS_BY_VERSION = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+# Per-link, per-direction NVLink rate, GB/s (1e9 B/s), keyed by what nvmlDeviceGetNvLinkVersion
+# returns. NVML numbers versions by its own enum, not the marketing name: 1 = NVLink 1.0, 2 = 2.0,
+# 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0 (Hopper; the lent H200 reports 6), 7 = 5.0 (Blackwell).
+# NVLink 2-4: 25 GB/s per link per direction ("18 links x 25 GB/s per direction = 450 GB/s" on
+# H100/H200, research/validators.md §1.2); NVLink 5: 50 GB/s (1.8 TB/s bidirectional over 18 links);
+# NVLink 1: 20 GB/s. Used only when `nvidia-smi nvlink -s`, which prints each link's rate (26.562 GB/s
+# on the lent H200, research/gpu-machine.md), is unavailable.
+NVLINK_GBPS_BY_VERSION = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}
 
 # PCIe usable rate per lane and direction, GB/s, after line encoding (8b/10b for gen 1-2, 128b/130b
 # from gen 3): gen5 x16 = 63 GB/s (research/validators.md §1.2, "Host<->device over PCIe Gen5 x16
@@ -98,7 +99,7 @@ def line_rate(snapshot: Dict[str, Any], gpus: Sequence[int], smi_nvlink: Optiona
         else:
             versions = [lk.get("version") for lk in d.get("nvlink") or [] if lk.get("active")]
             rate = NVLINK_GBPS_BY_VERSION.get(max((v or 0) for v in versions) if versions else 0, 0.0)
-            how = f"NVLink version {max(versions) if versions else '?'} nominal rate"
+            how = f"NVML NVLink version enum {max(versions) if versions else '?'}, nominal rate"
         if rate <= 0:
             per_gpu = []
             break

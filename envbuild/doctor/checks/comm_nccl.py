@@ -3,6 +3,12 @@
 Both launch one process per GPU (checks/nccl_collectives.py, checks/nccl_churn.py) under the
 hang-proof launcher. The judging is kept in plain functions (judge_collectives, judge_churn) so a
 recorded GPU run can be replayed by the tests.
+
+Options (`envbuild doctor --set KEY=VALUE`):
+  comm.sizes=S1,S2,...     collective sizes in bytes (default: SIZES[mode])
+  comm.cumem=0|1|both      which NCCL_CUMEM_ENABLE settings to run (default both)
+  comm.phase_deadline_s=N  the longest a rank may stay in one phase before it counts as hung (default 60)
+  comm.churn_cycles=K      destroy/rebuild cycles of comm.nccl_churn (default CHURN[mode])
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 from envbuild.doctor.registry import check
+from envbuild.errors import EnvbuildError
 from envbuild.report.model import Result, Status
 
 MIB = 1 << 20
@@ -22,7 +29,7 @@ SIZES = {
 }
 BUDGET_MS = {"quick": 40.0, "full": 80.0}
 DEADLINE_S = {"quick": 120.0, "full": 300.0}
-CHURN = {"quick": dict(cycles=5, groups=20), "full": dict(cycles=20, groups=20)}
+CHURN = {"quick": dict(cycles=4, groups=20), "full": dict(cycles=12, groups=20)}
 NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,P2P,SHM,NET"}
 
 # First NCCL WARN's source file -> causes (research/error999.md §4, "Extract ... the first NCCL WARN
@@ -36,6 +43,22 @@ P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "
 
 def _mode(ctx) -> str:
     return "full" if ctx.mode == "full" else "quick"
+
+
+def _int_option(ctx, key: str, default: int) -> int:
+    raw = ctx.options.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise EnvbuildError(f"--set {key}={raw}: expected an integer") from None
+
+
+def _phase_deadlines(ctx) -> Dict[str, float]:
+    """NCCL init may take long on a cold node; any other phase is one collective or one rebuild."""
+    per_phase = float(_int_option(ctx, "comm.phase_deadline_s", 60))
+    return {"init": max(90.0, per_phase), "*": per_phase}
 
 
 def _smi_nvlink(ctx) -> Optional[str]:
@@ -69,15 +92,18 @@ def nccl_collectives(ctx) -> List[Result]:
     mode = _mode(ctx)
     lr = line_rate(ctx.facts.nvml(), gpus, _smi_nvlink(ctx))
     sizes = [int(s) for s in str(ctx.options.get("comm.sizes", "")).split(",") if s] or SIZES[mode]
+    cumem_opt = str(ctx.options.get("comm.cumem", "both"))
+    if cumem_opt not in ("0", "1", "both"):
+        raise EnvbuildError(f"--set comm.cumem={cumem_opt}: expected 0, 1 or both")
     results = []
-    for cumem in ("0", "1"):
+    for cumem in (("0", "1") if cumem_opt == "both" else (cumem_opt,)):
         run_dir = tempfile.mkdtemp(prefix=f"envbuild-coll-cumem{cumem}-")
         per_rank = [{"NCCL_DEBUG_FILE": os.path.join(run_dir, f"nccl.rank{k}.log")} for k in range(len(gpus))]
         outcome = launch("nccl_collectives.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                          args=["--sizes", ",".join(map(str, sizes)), "--budget-ms", str(BUDGET_MS[mode])],
                          deadline_s=DEADLINE_S[mode], backend="nccl", run_dir=run_dir,
                          env=dict(NCCL_LOG_ENV, NCCL_CUMEM_ENABLE=cumem), per_rank_env=per_rank,
-                         phase_deadlines={"init": 90.0, "*": 60.0})
+                         phase_deadlines=_phase_deadlines(ctx))
         log = nccl_log.parse_files(p["NCCL_DEBUG_FILE"] for p in per_rank)
         results.append(judge_collectives(outcome, log, lr, cumem=cumem, gpus=gpus))
     return results
@@ -196,11 +222,12 @@ def nccl_churn(ctx) -> Result:
 
     gpus = ctx.gpu_indices()
     cfg = CHURN[_mode(ctx)]
+    cycles = _int_option(ctx, "comm.churn_cycles", cfg["cycles"])
     outcome = launch("nccl_churn.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
-                     args=["--cycles", str(cfg["cycles"]), "--groups", str(cfg["groups"])],
+                     args=["--cycles", str(cycles), "--groups", str(cfg["groups"])],
                      deadline_s=DEADLINE_S[_mode(ctx)], backend="nccl",
                      env={"NCCL_CUMEM_ENABLE": os.environ.get("NCCL_CUMEM_ENABLE", "0")},
-                     phase_deadlines={"init": 90.0, "*": 60.0})
+                     phase_deadlines=_phase_deadlines(ctx))
     return judge_churn(outcome)
 
 

@@ -1,0 +1,88 @@
+"""Line rates from the NVML snapshot of the real 2xH200 bundle, bandwidth bands, and NCCL log parsing."""
+import json
+from pathlib import Path
+
+import pytest
+
+from envbuild.doctor import nccl_log
+from envbuild.doctor.thresholds import collective_band, line_rate, nvlink_rates_from_smi
+
+BUNDLE = Path(__file__).resolve().parent / "fixtures" / "bundles" / "h200x2"
+SMI = """GPU 0: NVIDIA H200 (UUID: GPU-aaaa)
+\t Link 0: 26.562 GB/s
+\t Link 1: 26.562 GB/s
+GPU 1: NVIDIA H200 (UUID: GPU-bbbb)
+\t Link 0: 26.562 GB/s
+\t Link 1: <inactive>
+"""
+
+
+@pytest.fixture
+def h200():
+    return json.loads((BUNDLE / ".envbuild" / "nvml.json").read_text())["data"]
+
+
+def test_h200_pair_line_rate_from_nvml_links(h200):
+    lr = line_rate(h200, [0, 1])
+    # 18 active links each (NVML version enum 6 = NVLink 4.0, 25 GB/s nominal per direction)
+    assert (lr.fabric, lr.links, lr.per_link_gbps, lr.gbps) == ("nvlink", 18, 25.0, 450.0)
+    assert "18 NVLink" in lr.describe()
+
+
+def test_smi_rates_take_precedence(h200):
+    assert nvlink_rates_from_smi(SMI) == {0: [26.562, 26.562], 1: [26.562]}
+    lr = line_rate(h200, [0, 1], SMI)
+    assert lr.gbps == pytest.approx(18 * 26.562) and lr.how == "nvidia-smi nvlink -s"
+
+
+def test_inactive_links_fall_back_to_pcie(h200):
+    for dev in h200["devices"]:
+        for link in dev["nvlink"]:
+            link["active"] = False
+    lr = line_rate(h200, [0, 1])
+    assert lr.fabric == "pcie" and lr.gbps == pytest.approx(3.938 * 16) and "gen5 x16" in lr.describe()
+
+
+def test_one_gpu_or_unknown_has_no_line_rate(h200):
+    assert line_rate(h200, [0]) is None
+    assert line_rate({"devices": [{"index": 0}, {"index": 1}]}, [0, 1]) is None
+
+
+def test_bands_judge_only_sizes_where_bandwidth_has_ramped():
+    assert collective_band("all_reduce", 16 << 20, "nvlink") is None
+    big = collective_band("all_reduce", 1 << 30, "nvlink")
+    # the lent H200's own anchor (326 GB/s of 478 at 1 GiB = 0.68) passes with margin
+    assert 326 / 478 > big.warn_below > big.fail_below
+    assert collective_band("all_gather", 256 << 20, "nvlink").warn_below < big.warn_below
+
+
+LOG = """\
+host:11:11 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+host:11:11 [0] NCCL INFO cudaDriverVersion 13000
+host:11:11 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 1.
+host:11:20 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+host:11:20 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+host:11:20 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+host:12:21 [1] NCCL INFO Channel 07/0 : 3[1] -> 1[1] [send] via NET/IB/2/GDRDMA
+host:12:21 [1] NCCL INFO Channel 02/0 : 1[1] -> 0[0] via P2P/IPC
+host:12:21 [1] NCCL INFO Channel 03/0 : 1[1] -> 0[0] via SHM/direct/direct
+host:12:21 [1] NCCL WARN Cuda failure 999 'unknown error' include/alloc.h:112
+"""
+
+
+def test_nccl_log_digest():
+    log = nccl_log.parse_text(LOG)
+    assert log.version == "2.28.9+cuda13.0" and log.cuda_driver_version == 13000
+    assert dict(log.transports) == {"P2P/CUMEM": 2, "NET": 1, "P2P/IPC": 1, "SHM": 1}  # repeat counted once
+    assert log.env_overrides == {"NCCL_CUMEM_ENABLE": "1"}
+    assert nccl_log.fallback_kinds(log) == ["NET", "SHM"]
+    from envbuild.doctor.checks.comm_nccl import warn_causes
+
+    assert warn_causes(log.warnings) == ["M1"]
+
+
+def test_parse_files_merges_ranks_and_skips_missing(tmp_path):
+    (tmp_path / "a.log").write_text(LOG.splitlines()[0] + "\n")
+    (tmp_path / "b.log").write_text(LOG.splitlines()[0].replace("2.28.9", "2.27.3") + "\n")
+    log = nccl_log.parse_files([tmp_path / "a.log", tmp_path / "b.log", tmp_path / "missing.log"])
+    assert log.versions == ["2.28.9+cuda13.0", "2.27.3+cuda13.0"]
