@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 from pathlib import Path
 
@@ -22,50 +21,11 @@ import pytest
 
 from envbuild.errors import InputFileError
 from envbuild.pack.bundle import MANIFEST, open_bundle
-from fixturegen.conda_channel import FIXTURE_PROFILE, Pkg, build_channel, default_packages
-from fixturegen.gitrepos import make_c_extension_repo, make_patched_repo
-from fixturegen.wheels import make_wheel, serve, write_simple_index
+from fixturegen.conda_channel import FIXTURE_PROFILE
+from fixturegen.e2e import make_world
+from fixturegen.wheels import serve
 
 OFFLINE = {k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
-PYVER = "%d.%d" % sys.version_info[:2]
-
-
-def venv_python_package() -> Pkg:
-    """A `python` conda package that makes the prefix a venv of the test interpreter.
-
-    pyvenv.cfg makes sys.prefix the env prefix (so pip installs there, as in a real conda env); a .pth
-    file lends it this interpreter's pip and setuptools.
-    """
-    real = os.path.realpath(sys.executable)
-    cfg = f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\nversion = {PYVER}\n"
-    site = f"lib/python{PYVER}/site-packages"
-    return Pkg("python", "3.11.7", "h0_venv", depends=["__glibc >=2.17"], symlinks={"bin/python": real},
-               files={"pyvenv.cfg": cfg.encode(),
-                      f"{site}/_fixture_host.pth": (sysconfig.get_paths()["purelib"] + "\n").encode()})
-
-
-RECIPE_TAIL = """
-[recipe.pip]
-indexes = [{{ name = "fixture", url = "{index}" }}]
-requirements = ["alpha"]
-
-[[recipe.git]]
-name = "lib"
-url = "{lib_url}"
-commit = "{lib_commit}"
-patches = ["patches/0001-answer.patch", "patches/0002-extra.patch"]
-install = "none"
-
-[[recipe.git]]
-name = "fastext"
-url = "{fast_url}"
-commit = "{fast_commit}"
-install = "build"
-
-[[recipe.build]]
-name = "fastext"
-git = "fastext"
-"""
 
 
 def run(args, env, offline=False):
@@ -76,28 +36,18 @@ def run(args, env, offline=False):
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pack")
-    channel = tmp / "channel"
-    build_channel(channel, [p for p in default_packages() if p.name != "python"] + [venv_python_package()])
-    write_simple_index(tmp / "index", [make_wheel(tmp / "w", "alpha", "1.0", requires=["beta"]),
-                                       make_wheel(tmp / "w", "beta", "2.0")])
-    lib = make_patched_repo(tmp / "git")
-    fast = make_c_extension_repo(tmp / "git", functions=40)
-    folder = tmp / "lockfiles" / "fx"
-    shutil.copytree(lib.patch_dir, folder)
-    env = {"ENVBUILD_CACHE_DIR": str(tmp / "cache"), "ENVBUILD_LOCKFILES": str(tmp / "lockfiles")}
-    with serve(tmp / "index") as base:
-        text = FIXTURE_PROFILE.format(name="fx", channel=channel.as_uri(), mark="a") + RECIPE_TAIL.format(
-            index=base, lib_url=lib.path, lib_commit=lib.commits[0], fast_url=fast.path, fast_commit=fast.commits[0])
-        (folder / "profile.toml").write_text(text)
+    world = make_world(tmp_path_factory.mktemp("pack"))
+    tmp = world.root
+    env = {"ENVBUILD_CACHE_DIR": str(tmp / "cache"), "ENVBUILD_LOCKFILES": str(world.lockfiles)}
+    with serve(world.index_dir) as base:
+        world.write_profile(base)
         r = run(["lock"], env)
         assert r.returncode == 0, r.stderr
         online = run(["create", "--prefix", str(tmp / "envs" / "online")], env)
         assert online.returncode == 0, online.stderr
         r = run(["pack", "--profile", "fx", "-o", str(tmp / "fx.tar")], env)
         assert r.returncode == 0, r.stderr
-    return {"tmp": tmp, "env": env, "bundle": tmp / "fx.tar", "pack_out": r.stdout, "upstreams":
-            [channel, tmp / "index", lib.path, fast.path]}
+    return {"tmp": tmp, "env": env, "bundle": tmp / "fx.tar", "pack_out": r.stdout, "upstreams": world.upstreams}
 
 
 def test_pack_reports_what_went_in(packed):
