@@ -231,3 +231,12 @@ def test_acs_redirect_above_a_gpu_breaks_pcie_p2p(tmp_path):
     _, results, _ = doctor(acs, tmp_path)
     r = results[("node.iommu_acs", "")]
     assert r["status"] == "fail" and r["causes"] == ["N3"] and "0000:00:02.0" in r["summary"]
+
+
+def test_empty_cuda_visible_devices_fails_on_a_gpu_node_only(tmp_path):
+    gpu = derive_bundle(H200X2, tmp_path / "cvd", environ_set("CUDA_VISIBLE_DEVICES", ""))
+    _, results, _ = doctor(gpu, tmp_path)
+    assert results[("node.cuda_visible_devices", "")]["status"] == "fail"
+    cpu = derive_bundle(gpu, tmp_path / "cvd_nodriver", lambda b: b.nvml_unavailable("no NVIDIA driver: test"))
+    _, results, _ = doctor(cpu, tmp_path)
+    assert results[("node.cuda_visible_devices", "")]["status"] == "warn"

@@ -83,14 +83,17 @@ def cuda_visible_devices(ctx) -> Result:
     if value is None:
         return Result(cid, CAT, Status.PASS, "CUDA_VISIBLE_DEVICES is not set: every GPU is visible")
     ev: Dict[str, Any] = {"CUDA_VISIBLE_DEVICES": value, "CUDA_DEVICE_ORDER": env.get("CUDA_DEVICE_ORDER")}
-    if value.strip() == "" or value.strip() in ("-1", "none", "NoDevFiles"):
-        return Result(cid, CAT, Status.FAIL, f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU", evidence=ev,
-                      causes=["C4"], remediation="unset CUDA_VISIBLE_DEVICES (or list the GPUs) before starting Ray")
-    entries = [e.strip() for e in value.split(",")]
     try:
         devs = ctx.facts.nvml().get("devices", [])
     except FactUnavailable:
         devs = []
+    if value.strip() == "" or value.strip() in ("-1", "none", "NoDevFiles"):
+        # on a node without GPUs hiding them changes nothing: a warning, not a failure
+        return Result(cid, CAT, Status.FAIL if devs else Status.WARN,
+                      f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU" + ("" if devs else " (none visible anyway)"),
+                      evidence=ev, causes=["C4"],
+                      remediation="unset CUDA_VISIBLE_DEVICES (or list the GPUs) before starting Ray")
+    entries = [e.strip() for e in value.split(",")]
     uuids = {d.get("uuid") for d in devs if d.get("uuid")}
     problems: List[str] = []
     if len(set(entries)) != len(entries):
