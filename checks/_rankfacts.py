@@ -68,7 +68,7 @@ def format_nccl_version(code: int) -> str:
 _VIA = re.compile(r"\bvia (\S+(?: pointer)?)")
 _NCCL_VERSION = re.compile(r"NCCL version (\S+)")
 _DRIVER = re.compile(r"cudaDriverVersion (\d+)")
-_ENV_SET = re.compile(r"(NCCL_\w+) set by environment to (\S*)")
+_ENV_SET = re.compile(r"(NCCL_\w+) set by environment to (\S*?)\.?$", re.M)
 
 
 def transport_family(via: str) -> str:

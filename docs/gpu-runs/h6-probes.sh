@@ -11,14 +11,17 @@ OUT=${OUT:?set OUT}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/torch_memory_saver-*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-mkdir -p "$OUT/rundirs"
+RD=/tmp/h6-rundirs; mkdir -p "$RD"
 MINE=(--check gpu.p2p --check cumem.ipc --check offload.cycle --check weight.sync)
 
-run() {  # run NAME doctor-args...: JSON + log under $OUT, launcher run dirs (rank logs) under $OUT/rundirs/NAME
+want() { [ -z "${H6_ONLY:-}" ] || [[ " $H6_ONLY " == *" $1 "* ]]; }  # H6_ONLY="name ...": a subset
+
+run() {  # run NAME doctor-args...: JSON + log under $OUT; launcher run dirs (rank logs) end in $OUT/rundirs.tgz
   local name=$1; shift
-  mkdir -p "$OUT/rundirs/$name"
+  want "$name" || return 0
+  mkdir -p "$RD/$name"
   local t0; t0=$(date +%s%N)
-  TMPDIR="$OUT/rundirs/$name" timeout 300 python3 -m envbuild doctor "$@" --json "$OUT/$name.json" \
+  TMPDIR="$RD/$name" timeout 300 python3 -m envbuild doctor "$@" --json "$OUT/$name.json" \
     > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
@@ -40,5 +43,6 @@ if [ -n "$SYS_NCCL" ]; then
 fi
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ENVBUILD_FAULT_IPC_BLOCK_PTRACE=seccomp \
   run gpu-fault-m3-expandable-pidfd-blocked --quick --check cumem.ipc
+tar czf "$OUT/rundirs.tgz" -C "$RD" .
 cat "$OUT/summary.txt"
 for f in "$OUT"/gpu-*.log; do echo "=== $f"; tail -25 "$f"; done
