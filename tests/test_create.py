@@ -224,3 +224,27 @@ def test_doctor_gate_failure_keeps_previous_env(world):
     assert r.returncode == 1, r.stderr
     assert "FAIL stack." in r.stderr and "the staged env fails the doctor's stack checks" in r.stderr
     assert (target / "envbuild" / "manifest.json").read_bytes() == before
+
+
+def test_sigint_leaves_old_env_and_rerun_resumes(world):
+    target = world["target"]
+    assert run(["create", "--name", "fx"], world["env"]).returncode == 0
+    before = (target / "envbuild" / "manifest.json").read_bytes()
+    profile = world["base"] / "fx" / "profile.toml"
+    profile.write_text(profile.read_text().replace('FIXTURE_MARK = "a"', 'FIXTURE_MARK = "b"'))
+    r = run(["create", "--name", "fx"], world["env"],
+            {"ENVBUILD_TEST_KILL_AT": "conda", "ENVBUILD_TEST_KILL_SIGNAL": "INT"})
+    assert r.returncode == 130, r.stderr
+    assert "interrupted" in r.stderr and "rerun the same command to resume" in r.stderr
+    assert (target / "envbuild" / "manifest.json").read_bytes() == before
+    again = run(["create", "--name", "fx"], world["env"])
+    assert again.returncode == 0 and "resuming" in again.stderr and "done already: fetch" in again.stderr
+    assert 'FIXTURE_MARK="b"' in (target / "etc/conda/activate.d/envbuild.sh").read_text()
+
+
+def test_archive_missing_from_channel_names_the_package(world):
+    (world["channel"] / "noarch" / "foodata-0.1-pyh_0.conda").unlink()
+    r = run(["create", "--name", "fx"], world["env"])
+    assert r.returncode == 2
+    assert "foodata-0.1-pyh_0.conda (locked foodata 0.1 pyh_0): cannot fetch" in r.stderr
+    assert not world["target"].exists()

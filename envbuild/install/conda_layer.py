@@ -107,7 +107,11 @@ def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = N
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".part")
-        _copy_from(item.source, tmp)
+        try:
+            _copy_from(item.source, tmp)
+        except EnvbuildError as exc:
+            raise EnvbuildError(f"{pkg.filename} (locked {pkg.name} {pkg.version} {pkg.build}): {exc}; "
+                                f"nothing was installed at the target") from exc
         got = _digest(tmp, algo)
         if got != expected:
             tmp.unlink(missing_ok=True)
@@ -131,16 +135,19 @@ def _copy_from(source: str, dest: Path) -> None:
                 shutil.copyfileobj(resp, f, 1 << 20)
     except (OSError, ValueError) as exc:
         dest.unlink(missing_ok=True)
-        raise EnvbuildError(f"cannot fetch {source}: {exc}") from exc
+        raise EnvbuildError(f"cannot fetch {source}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 # -- linking --------------------------------------------------------------------------------------------
 
 def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
-            root: Optional[Path] = None) -> None:
-    """Link the verified archives into `staging` so that the files name `target` as their prefix."""
+            root: Optional[Path] = None, advance: Optional[Callable[[], None]] = None) -> None:
+    """Link the verified archives into `staging` so that the files name `target` as their prefix.
+
+    `advance` is called once per package linked (py-rattler backend), for a progress bar.
+    """
     if backend == "rattler":
-        error = asyncio.run(_install_rattler(list(verified), staging, target, root or cache_dir()))
+        error = asyncio.run(_install_rattler(list(verified), staging, target, root or cache_dir(), advance))
         if error:
             raise EnvbuildError(f"conda layer: {error}")
         return
@@ -163,14 +170,26 @@ def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
     relocate(staging, staging, target)
 
 
-async def _install_rattler(verified: List[Path], staging: Path, target: Path, root: Path) -> Optional[str]:
+class _LinkReporter:
+    """py-rattler InstallerReporter (structural): one `advance()` per finished transaction operation."""
+
+    def __init__(self, advance: Callable[[], None]):
+        self.advance = advance
+
+    def on_transaction_operation_complete(self, operation: int) -> None:
+        self.advance()
+
+
+async def _install_rattler(verified: List[Path], staging: Path, target: Path, root: Path,
+                           advance: Optional[Callable[[], None]] = None) -> Optional[str]:
     """Link with py-rattler; returns the error text (rattler's cause chain, one line) or None."""
     from rattler import RepoDataRecord, install as rattler_install
 
     try:
         records = [await RepoDataRecord.from_package_archive(p) for p in verified]
         await rattler_install(records, target_prefix=staging, cache_dir=root / "rattler-pkgs",
-                              alternative_target_prefix=target, show_progress=False)
+                              alternative_target_prefix=target, show_progress=False,
+                              reporter=_LinkReporter(advance) if advance else None)
     except Exception as exc:  # rattler's InstallerError/LinkError carry a "Caused by:" chain
         return " <- ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
     return None

@@ -27,9 +27,12 @@ PHASES = ("fetch", "conda", "pip", "git", "builds", "activation", "manifest", "d
 
 
 def kill_point(phase: str) -> None:
-    """Test hook: die here, uncleanly, when ENVBUILD_TEST_KILL_AT names this phase."""
+    """Test hook: when ENVBUILD_TEST_KILL_AT names this phase, signal ourselves with
+    ENVBUILD_TEST_KILL_SIGNAL (KILL, the default: die uncleanly; INT: a Ctrl-C)."""
     if os.environ.get("ENVBUILD_TEST_KILL_AT") == phase:
-        os.kill(os.getpid(), signal.SIGKILL)
+        sig = getattr(signal, "SIG" + os.environ.get("ENVBUILD_TEST_KILL_SIGNAL", "KILL").upper())
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # a catchable signal is delivered before this returns
 
 
 @dataclass
@@ -100,8 +103,13 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                 verified.update(conda_layer.fetch_and_verify(job.planned))
 
             def conda() -> None:
-                with ui.spinner(f"linking {len(job.conda)} conda packages ({job.backend})"):
-                    conda_layer.install(job.backend, [verified[p.filename] for p in job.conda], prefix, job.target)
+                archives = [verified[p.filename] for p in job.conda]
+                if job.backend == "rattler":
+                    with ui.bar("link conda packages (rattler)", len(archives)) as advance:
+                        conda_layer.install(job.backend, archives, prefix, job.target, advance=advance)
+                else:
+                    with ui.spinner(f"linking {len(archives)} conda packages ({job.backend})"):
+                        conda_layer.install(job.backend, archives, prefix, job.target)
 
             phase("conda", conda)
         layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))
