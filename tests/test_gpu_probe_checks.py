@@ -1,0 +1,144 @@
+"""What the four GPU probe checks report, without a GPU: verdict logic on probe output, replays of the
+fault runs recorded on the lent 2xH200 (docs/gpu-runs/weightsync-fault-*.json), and the CLI's skip."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envbuild.doctor.checks.comm_weight_sync import compare_comm_env, compare_libnccl, parse_env_list, rank_views
+from envbuild.doctor.checks.gpu_cumem import evaluate as cumem_evaluate
+from envbuild.errors import EnvbuildError
+
+RUNS = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"
+WHEEL = "/venv/site-packages/nvidia/nccl/lib/libnccl.so.2"
+SYSTEM = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"
+
+
+def reported(cumem=None, libs=None, transports=None, preload=None):
+    """A rank's result as checks/weight_sync.py writes it."""
+    facts = {"comm_env": {"NCCL_CUMEM_ENABLE": cumem, "NCCL_P2P_DISABLE": None}, "ld_preload": preload,
+             "libnccl_versions": libs if libs is not None else {WHEEL: "2.28.9"}}
+    return {"status": "pass", "evidence": {"facts_after": facts, "nccl_log": {"transports": transports or {}}}}
+
+
+def views(*results, per_rank=None, base=None):
+    roles = ["train"] + ["rollout"] * (len(results) - 1)
+    return rank_views(list(results), per_rank or [{} for _ in results], base or {}, roles)
+
+
+def test_cumem_mismatch_is_c5_whether_or_not_nccl_said_anything():
+    r = compare_comm_env(views(reported("0"), reported("1")))
+    assert r.status.value == "fail" and r.causes == ["C5"] and r.subject == "nccl_env"
+    assert "rank 0 (train)=0, rank 1 (rollout)=1" in r.summary
+    both = compare_comm_env(views(reported("0", transports={"P2P/IPC": 8}), reported("1", transports={"P2P/CUMEM": 8})))
+    assert "NCCL confirms" in both.summary and "rank 1 (rollout) connected via P2P/CUMEM" in both.summary
+
+
+def test_transports_alone_reveal_a_mismatch_the_env_hides():
+    r = compare_comm_env(views(reported(transports={"P2P/IPC": 4}), reported(transports={"P2P/CUMEM": 4})))
+    assert r.status.value == "fail" and "different P2P transports" in r.summary
+
+
+def test_agreeing_partial_and_single_rank_env():
+    ok = compare_comm_env(views(reported("0", transports={"P2P/IPC": 8}), reported("0", transports={"P2P/IPC": 8})))
+    assert ok.status.value == "pass" and "agrees on all 2 ranks (0)" in ok.summary
+    partial = compare_comm_env(views(reported("0"), reported(None)))
+    assert partial.status.value == "warn" and "some ranks only" in partial.summary
+    assert compare_comm_env(views(reported("0"))).status.value == "skip"
+
+
+def test_a_rank_that_died_before_reporting_is_judged_by_its_launch_env():
+    v = views(reported("0"), None, per_rank=[{}, {"NCCL_CUMEM_ENABLE": "1"}])
+    assert v[1]["source"].startswith("launch environment")
+    assert compare_comm_env(v).status.value == "fail"
+    died = views(reported(), None, per_rank=[{}, {"LD_PRELOAD": SYSTEM}])
+    r = compare_libnccl(died)
+    assert r.status.value == "fail" and "died before reporting" in r.summary
+
+
+def test_libnccl_two_copies_or_different_builds_is_c3():
+    two = compare_libnccl(views(reported(), reported(libs={WHEEL: "2.28.9", SYSTEM: "2.28.3"})))
+    assert two.status.value == "fail" and two.causes == ["C3"]
+    assert "maps 2 libnccl copies" in two.summary and "ranks run different NCCL builds" in two.summary
+    other = compare_libnccl(views(reported(), reported(libs={SYSTEM: "2.28.3"})))
+    assert other.status.value == "fail" and "2.28.3" in other.summary
+    same = compare_libnccl(views(reported(), reported()))
+    assert same.status.value == "pass" and "(2.28.9)" in same.summary
+
+
+def test_env_option_parsing():
+    assert parse_env_list("NCCL_CUMEM_ENABLE=1, LD_PRELOAD=/x/libnccl.so.2") == {
+        "NCCL_CUMEM_ENABLE": "1", "LD_PRELOAD": "/x/libnccl.so.2"}
+    assert parse_env_list("") == {}
+    with pytest.raises(EnvbuildError, match="expected NAME=VALUE"):
+        parse_env_list("NCCL_CUMEM_ENABLE")
+
+
+def _result(path, subject):
+    data = json.loads((RUNS / path).read_text())
+    return next(r for r in data["results"] if r.get("subject") == subject)
+
+
+def test_replay_of_the_recorded_c5_fault_run():
+    """The per-rank views the GPU run recorded, judged again: still C5, and NCCL's own failure beside it."""
+    rec = _result("weightsync-fault-c5-cumem-mismatch.json", "nccl_env")
+    again = compare_comm_env(rec["evidence"]["ranks"])
+    assert again.status.value == "fail" and again.causes == ["C5"] and again.summary == rec["summary"]
+    crash = _result("weightsync-fault-c5-cumem-mismatch.json", "transfer")
+    assert "invalid argument" in crash["summary"] and crash["causes"][0] == "C5"
+
+
+def test_replay_of_the_recorded_c3_fault_run():
+    rec = _result("weightsync-fault-c3-second-libnccl.json", "libnccl")
+    again = compare_libnccl([dict(v, comm_env={}) for v in rec["evidence"]["ranks"]])
+    assert again.status.value == "fail" and again.summary == rec["summary"]
+    assert "2.28.3" in again.summary and "2.28.9" in again.summary
+    crash = _result("weightsync-fault-c3-second-libnccl.json", "transfer")
+    assert "Mismatched NCCL version" in json.dumps(crash)
+
+
+def sub(name, status, **kw):
+    return dict({"name": name, "status": status, "summary": f"{name} {status}", "causes": ["M3", "O3"]}, **kw)
+
+
+def test_expandable_ipc_failure_is_fail_only_where_the_env_uses_expandable_segments():
+    data = {"status": "fail", "evidence": {"subtests": [sub("vmm.churn", "pass"), sub("torch_mp.expandable_on", "fail")],
+                                           "privileges": {"uid": 1000, "ptrace_scope": 1}, "alloc_conf": None}}
+    out = {r.subject: r for r in cumem_evaluate(data)}
+    assert out["vmm.churn"].status.value == "pass" and out["vmm.churn"].causes == []
+    assert out["torch_mp.expandable_on"].status.value == "warn"
+    assert "does not set expandable_segments:True" in out["torch_mp.expandable_on"].summary
+    assert out["torch_mp.expandable_on"].evidence["privileges"]["ptrace_scope"] == 1
+    data["evidence"].update(env_enables_expandable_segments=True, alloc_conf="expandable_segments:True")
+    out = {r.subject: r for r in cumem_evaluate(data)}
+    assert out["torch_mp.expandable_on"].status.value == "fail"
+    assert out["torch_mp.expandable_on"].causes == ["M3", "O3"]
+    assert "ptrace_scope" in out["torch_mp.expandable_on"].remediation
+
+
+def test_cumem_probe_that_stopped_early_keeps_its_own_verdict():
+    out = cumem_evaluate({"status": "fail", "summary": "the driver reports no virtual memory management",
+                          "causes": ["M1"], "evidence": {}})
+    assert [(r.status.value, r.causes) for r in out] == [("fail", ["M1"])]
+
+
+def test_cli_skips_the_probes_with_a_reason_without_a_gpu(tmp_path):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present: this test is about nodes without one")
+    except Exception:
+        pass
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--quick", "--check", "gpu.p2p", "--check",
+                           "cumem.ipc", "--check", "offload.cycle", "--check", "weight.sync", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert sorted(r["check_id"] for r in results) == ["cumem.ipc", "gpu.p2p", "offload.cycle", "weight.sync"]
+    assert {r["status"] for r in results} == {"skip"}
+    assert all("driver" in r["summary"] or "GPU" in r["summary"] for r in results)
