@@ -234,8 +234,10 @@ def _dump_stacks(ranks: List[_Rank]) -> None:
             parts.append("--- faulthandler ---\n" + fh_text)
         if pyspy:
             try:
-                out = subprocess.run([pyspy, "dump", "--pid", str(r.proc.pid)], capture_output=True, text=True,
-                                     timeout=15, stdin=subprocess.DEVNULL)
+                # A stopped process cannot be suspended again (py-spy's default); it is already still,
+                # so read it without suspending.
+                argv = [pyspy, "dump", "--pid", str(r.proc.pid)] + (["--nonblocking"] if state == "T" else [])
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
                 parts.append("--- py-spy dump ---\n" + (out.stdout or "") + (out.stderr or ""))
             except (subprocess.TimeoutExpired, OSError) as exc:
                 parts.append(f"--- py-spy dump failed: {exc} ---")
