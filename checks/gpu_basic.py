@@ -34,7 +34,11 @@ def parse_args():
 
 def cu_init(p: Probe) -> int:
     """cuInit(0) on libcuda.so.1; records the driver version and the library path actually mapped."""
-    lib = ctypes.CDLL("libcuda.so.1")
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        p.evidence["cuinit"] = f"libcuda.so.1 cannot be loaded: {exc}"
+        return -1
     rc = int(lib.cuInit(0))
     ver = ctypes.c_int(0)
     if rc == 0 and lib.cuDriverGetVersion(ctypes.byref(ver)) == 0:
@@ -53,6 +57,9 @@ def main(p: Probe) -> None:
     args = parse_args()
     with p.phase("cuinit"):
         rc = cu_init(p)
+    if rc == -1:
+        p.finish("fail", p.evidence["cuinit"], causes=["D5"])
+        return
     if rc != 0:
         p.finish("fail", f"cuInit failed: {CUDA_ERROR_NAMES.get(rc, rc)} ({rc})", causes=CUINIT_CAUSES.get(rc, []))
         return
@@ -70,9 +77,10 @@ def main(p: Probe) -> None:
                           visible=torch.cuda.device_count())
     problems, causes = [], []
     with p.phase("kernel"):
-        x = torch.arange(1 << 20, device=dev, dtype=torch.float32)
-        y = (x * 2 + 1).sum().item()
-        want = float(2 * ((1 << 20) - 1) * (1 << 20) / 2 + (1 << 20))
+        n_el = 1 << 20
+        x = torch.arange(n_el, device=dev, dtype=torch.int64)
+        y = int((x * 2 + 1).sum().item())  # the first n odd numbers sum to n^2, exactly in int64
+        want = n_el * n_el
         if y != want:
             problems.append(f"tiny kernel gave {y}, expected {want}")
             causes += ["M5", "D3"]

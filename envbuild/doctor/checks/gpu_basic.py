@@ -7,7 +7,7 @@ from typing import List
 from envbuild.doctor.registry import check
 from envbuild.report.model import Result
 
-MEM_MIB = {"quick": 1024, "full": 8192}
+MEM_MIB = {"quick": 1024, "full": 4096}
 
 
 @check("gpu.basic", "gpu", "cuInit, a context, a tiny kernel, memory alloc/free and the SM in torch's arch list, per GPU",
