@@ -111,3 +111,42 @@ def test_stack_fault_is_caught_with_its_cause(tmp_path, edit, check, cause, allo
     for cid in others:  # the side-by-side table fails on the same component, with the same cause
         assert cause in res[cid]["causes"], res[cid]
     assert cause in proc.stdout
+
+
+def test_compat_libcuda_on_a_geforce_gpu_fails_c8_804(tmp_path):
+    """Forward compatibility is for datacenter GPUs: a newer compat libcuda on GeForce is error 804."""
+    def compat_newer(data):
+        lib = mapped_libcuda(data)
+        compat = "/opt/conda/cuda-compat/libcuda.so.590.44.01"
+        lib.update(path=compat, realpath=compat, compat=True, file_version="590.44.01")
+
+    def geforce(b):
+        for i in range(2):
+            b.device(i, lambda d: d.update(name="NVIDIA GeForce RTX 4090"))
+
+    root = derive_bundle(H200X2, tmp_path / "bundle", lambda b: b.stack(compat_newer), geforce)
+    proc, res = doctor(root, tmp_path, "--check", "stack.*")
+    r = res["stack.libcuda_compat"]
+    assert r["status"] == "fail" and r["causes"] == ["C8"]
+    assert "GeForce RTX 4090 does not support forward compatibility (CUDA error 804)" in r["summary"]
+    assert failing(res) == ["stack.libcuda_compat"]
+
+
+@pytest.mark.parametrize("hooks,status", [
+    (["torch_memory_saver_hook_mode_preload_cu12.abi3.so", "torch_memory_saver_hook_mode_preload_cu13.abi3.so"], "pass"),
+    (["torch_memory_saver_hook_mode_preload_cu12.abi3.so"], "fail"),
+    ([], "fail"),
+], ids=["both-majors", "cu12-only-on-cu13-torch", "python-only-build"])
+def test_tms_hook_for_torchs_cuda_major(tmp_path, hooks, status):
+    site = "/opt/torch/.venv/lib/python3.12/site-packages"
+
+    def tms(data):
+        data["torch_memory_saver"] = {"location": f"{site}/torch_memory_saver", "version": "0.0.10",
+                                      "hook_files": [f"{site}/{h}" for h in hooks]}
+
+    root = derive_bundle(H200X2, tmp_path / "bundle", lambda b: b.stack(tms))
+    proc, res = doctor(root, tmp_path, "--check", "stack.tms_hook")
+    r = res["stack.tms_hook"]
+    assert r["status"] == status, r
+    if status == "fail":
+        assert r["causes"] == ["C9"] and "TMS_CUDA_MAJOR=13" in r["remediation"]

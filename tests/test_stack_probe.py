@@ -133,3 +133,17 @@ def test_probe_with_the_cpu_torch_wheel_when_installed(tmp_path):
     assert t["cuda"] == torch.version.cuda
     assert t["cuda_tag"] == ("cpu" if torch.__version__.endswith("+cpu") else t["cuda_tag"])
     assert t["cuda_available"] is False and "no GPU" in data["init"]["method"]
+
+
+def test_probe_lists_torch_memory_saver_hook_libraries(tmp_path):
+    site = tmp_path / "site"
+    (site / "torch_memory_saver").mkdir(parents=True)
+    (site / "torch_memory_saver" / "__init__.py").write_text("")
+    for name in ("torch_memory_saver_hook_mode_preload_cu12.abi3.so", "torch_memory_saver_hook_mode_torch_cu12.abi3.so"):
+        (site / name).write_bytes(b"\x7fELF")
+    dist_info(site, "torch_memory_saver", "0.0.10")
+    data = run_probe(clean_env(PYTHONPATH=str(site)))
+    tms = data["torch_memory_saver"]
+    assert tms["location"] == str(site / "torch_memory_saver") and tms["version"] == "0.0.10"
+    assert [os.path.basename(h) for h in tms["hook_files"]] == [
+        "torch_memory_saver_hook_mode_preload_cu12.abi3.so", "torch_memory_saver_hook_mode_torch_cu12.abi3.so"]
