@@ -261,24 +261,22 @@ def reachable_libraries(errors):
             for p in list_libs(os.path.join(pre, rel)):
                 add(p, "prefix")
     try:
-        for soname, path in ldconfig_entries():
-            if family_of(os.path.basename(soname)) in REACHABLE_FAMILIES:
-                add(path, "ldconfig")
+        cache = ldconfig_entries()
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         errors["ldconfig"] = str(exc)
-    return list(found.values()), ld_path
+        cache = []
+    for soname, path in cache:
+        if family_of(os.path.basename(soname)) in REACHABLE_FAMILIES:
+            add(path, "ldconfig")
+    return list(found.values()), ld_path, cache
 
 
-def resolution_order(reachable, ld_path, errors):
+def resolution_order(ld_path, cache):
     """For each soname a process asks for by name, the candidates in the loader's search order
     (LD_LIBRARY_PATH, then the ld.so cache). RPATHs (torch -> nvidia/*/lib) come before both for torch's
     own libraries, so the first entry is what any *other* library asking by name gets."""
     sonames = ["libcuda.so.1", "libnccl.so.2", "libcudart.so.12", "libcudart.so.13", "libcudnn.so.9"]
     out = {}
-    try:
-        cache = ldconfig_entries()
-    except (OSError, RuntimeError, subprocess.TimeoutExpired):
-        cache = []
     for so in sonames:
         cands = []
         for d in ld_path:
@@ -691,10 +689,10 @@ def main(argv):
         errors["mapped_versions"] = "%s: %s" % (type(exc).__name__, exc)
     bound_cuda_versions(result, result["mapped"])
     try:
-        reachable, ld_path = reachable_libraries(errors)
+        reachable, ld_path, cache = reachable_libraries(errors)
         add_reachable_versions(reachable, errors)
         result["reachable"] = reachable
-        result["resolution"] = resolution_order(reachable, ld_path, errors)
+        result["resolution"] = resolution_order(ld_path, cache)
     except Exception as exc:
         errors["reachable"] = "%s: %s" % (type(exc).__name__, exc)
         result.setdefault("reachable", [])

@@ -7,7 +7,8 @@ result under .envbuild/stack.json as {"data": <this dict>}.
 The probe's JSON (payload_version 1). Every part may be missing or null when it could not be read;
 `errors` then says why, keyed by part.
 
-- payload: "stack_probe"; payload_version: 1; elapsed_s: float
+- payload: "stack_probe"; payload_version: 1; elapsed_s: float; probe_exit_code: int (added by collect():
+  0, or 3 when the probe's watchdog ended a hung CUDA/NCCL initialisation)
 - errors: {part: message} for each part that failed (e.g. "init", "ldconfig", "maps", "reachable")
 - python: {executable, version, prefix, base_prefix, sys_path_dirs[], platform}
 - env: {NAME: value} for NCCL_*, CUDA_*, PYTORCH_*, TORCH_NCCL_*, TORCH_SYMM_MEM_*, TMS_*, SGLANG_*,

@@ -15,9 +15,21 @@ _STYLE = {
 
 
 def _console(stderr: bool = False):
+    """A console; when writing to a file or CI log (not a terminal) use $COLUMNS or 140 columns, not rich's
+    80, so findings and the profile table are not wrapped into a narrow column."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        try:
+            width = int(os.environ.get("COLUMNS", "140"))
+        except ValueError:
+            width = 140
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 class LiveProgress:
