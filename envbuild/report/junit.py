@@ -92,6 +92,7 @@ def report_to_junit(report: Report) -> ET.Element:
 def write_junit(report: Report, path: Union[str, Path]) -> None:
     """Write the JUnit XML atomically (a CI collector never reads half a file)."""
     root = report_to_junit(report)
-    ET.indent(root) if hasattr(ET, "indent") else None  # python >= 3.9
+    if hasattr(ET, "indent"):  # python >= 3.9
+        ET.indent(root)
     text = ET.tostring(root, encoding="unicode")
     atomic_write_text(path, '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n")

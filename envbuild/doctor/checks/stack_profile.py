@@ -30,7 +30,7 @@ def env_value(stack: Dict[str, Any], comp) -> Tuple[Optional[str], Optional[str]
         if v:
             return v, None, where
     if name == "cudnn":
-        d = sv.dist(stack, comp.pip_name or "nvidia-cudnn-cu12")
+        d = _dist_any_flavour(stack, comp.pip_name or "nvidia-cudnn-cu12")
         if d:
             return d["version"], None, f"pip {d['name']}"
         if t.get("cudnn_version"):
@@ -46,11 +46,29 @@ def env_value(stack: Dict[str, Any], comp) -> Tuple[Optional[str], Optional[str]
                                      f"pip {pkg.get('distribution') or (d or {}).get('name')}")
         return None, None, "not installed"
     if comp.pip_name:
-        d = sv.dist(stack, comp.pip_name)
+        d = _dist_any_flavour(stack, comp.pip_name)
         if d:
             return d.get("version"), d.get("commit"), f"pip {d['name']}"
         return None, None, "not installed"
     return None, None, "not checked (no distribution name in the profile)"
+
+
+def _dist_any_flavour(stack: Dict[str, Any], pip_name: str) -> Optional[Dict[str, Any]]:
+    """The distribution, or its other CUDA flavour (nvidia-nvshmem-cu13 for a profile's -cu12)."""
+    d = sv.dist(stack, pip_name)
+    if d is None:
+        for a, b in (("-cu12", "-cu13"), ("-cu13", "-cu12")):
+            if pip_name.endswith(a):
+                d = sv.dist(stack, pip_name[: -len(a)] + b)
+    return d
+
+
+def _other_flavour(comp, where: str) -> Optional[str]:
+    """The installed distribution's name when it is another CUDA flavour than the profile's pip_name."""
+    if not comp.pip_name or not where.startswith("pip "):
+        return None
+    installed = where[4:]
+    return installed if sv.canonical(installed) != sv.canonical(comp.pip_name) else None
 
 
 def compare(stack: Dict[str, Any], comp) -> Dict[str, Any]:
@@ -69,6 +87,10 @@ def compare(stack: Dict[str, Any], comp) -> Dict[str, Any]:
             verdict = "match (commit unknown)"
     else:
         verdict = "unknown commit"
+    flavour = _other_flavour(comp, where)
+    if flavour and verdict != "missing":
+        verdict = "differs"
+        env = f"{env} ({flavour})"
     why = ""
     if verdict not in ("match", "match (commit unknown)", "not checked"):
         why = comp.why or _GENERIC_WHY.get(comp.severity, "")
