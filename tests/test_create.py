@@ -88,6 +88,15 @@ def test_lock_create_end_to_end(world):
     again = run(["create", "--name", "fx"], world["env"])
     assert again.returncode == 0 and "nothing to do" in again.stderr
 
+    # and the doctor's stack checks, run by a user on the created env against the same profile
+    report = world["tmp"] / "doctor.json"
+    doc = run(["doctor", "--prefix", str(target), "--profile", str(world["base"] / "fx" / "profile.toml"),
+               "--check", "stack", "--json", str(report)], world["env"])
+    assert doc.returncode == 0, doc.stdout + doc.stderr
+    results = json.loads(report.read_text())["results"]
+    assert results and all(r["check_id"].startswith("stack.") for r in results)
+    assert not [r for r in results if r["status"] == "fail"]
+
 
 def test_tampered_archive_is_refused_by_name_and_target_untouched(world):
     target = world["target"]
