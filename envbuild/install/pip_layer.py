@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError
 from envbuild.lock.pip_lock import isolated_pip_env
-from envbuild.lock.pip_lockfile import LockedWheel
+from envbuild.lock.pip_lockfile import LockedWheel, read_pip_lock
 
 _MISMATCH_HEAD = re.compile(r"^\s+(\S+==\S+) from (\S+)")
 _EXPECTED = re.compile(r"Expected(?:\s+sha256|\s+or)\s+([0-9a-f]{64})")
@@ -75,7 +75,9 @@ def install_locked(
     """Install every entry of `lock_file` with `python`'s pip; return what was installed.
 
     `index_urls` (first = --index-url, the rest --extra-index-url) are used only when not `offline`;
-    with none given, or offline, pip reads only `find_links` (a bundle's wheelhouse). Raises
+    with none given, or offline, pip reads only `find_links` (a bundle's wheelhouse). Online, entries the
+    lock took from a direct URL or a local folder are fetched (hash-checked) first, since no index has them.
+    Raises
     WheelHashMismatch naming the wheel when a file differs from its locked hash, EnvbuildError otherwise.
     """
     cmd = [str(python), "-m", "pip", "install", "--no-deps", "--require-hashes", "--only-binary=:all:",
@@ -89,6 +91,12 @@ def install_locked(
     for link in find_links:
         cmd += ["--find-links", str(link)]
     with tempfile.TemporaryDirectory(prefix="envbuild-pip-") as tmp:
+        if not offline:  # wheels locked from a direct URL or a local folder are on no index: fetch them
+            direct = [e for e in read_pip_lock(lock_file) if e.index in ("url", "find-links")]
+            for entry in direct:
+                fetch_locked_wheel(entry, Path(tmp) / "direct")
+            if direct:
+                cmd += ["--find-links", str(Path(tmp) / "direct")]
         report_path = Path(tmp) / "report.json"
         cmd += ["--report", str(report_path), "-r", str(lock_file)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=isolated_pip_env())
