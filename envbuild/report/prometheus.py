@@ -41,7 +41,8 @@ def _num(value: float) -> str:
         return "NaN"
     if isinstance(value, float) and math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    value = float(value)
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
 
 
 def _run_timestamp(report: Report) -> float:
