@@ -31,18 +31,17 @@ LIB_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda", "libnvidia-ml")
 REACHABLE_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda")
 ENV_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", "TMS_", "SGLANG_", "NVTE_",
                 "RAY_EXPERIMENTAL_NOSET_", "VLLM_NCCL_", "CUBLAS_", "NVSHMEM_")
-ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "RAY_USE_UVLOOP", "PATH_CUDA")
+ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "RAY_USE_UVLOOP")
 NCCL_VERSION_RE = re.compile(rb"NCCL version (\d+\.\d+\.\d+)([^\x00\s]*)")
 SUBPROCESS_TIMEOUT_S = 20.0
 
 
 def family_of(basename):
-    """'libcudnn_ops.so.9' -> 'libcudnn'; 'libcuda.so.1' -> 'libcuda'; None for unrelated libraries."""
+    """'libcudnn_ops.so.9' -> 'libcudnn'; 'libcuda.so.1' -> 'libcuda'; None for unrelated libraries
+    (libnccl-net.so plugins, libcudadevrt.a, libcuda_stub-like names)."""
     for fam in ("libnvidia-ml", "libcudart", "libcudnn", "libnccl", "libcuda"):
         if basename.startswith(fam + ".so") or (fam == "libcudnn" and basename.startswith("libcudnn_")):
             return fam
-        if fam == "libnccl" and basename.startswith("libnccl") and ".so" in basename and "net" not in basename:
-            return fam if basename.startswith("libnccl.so") else None
     return None
 
 
