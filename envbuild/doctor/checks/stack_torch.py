@@ -59,6 +59,11 @@ def torch_cuda_tag(ctx) -> Result:
                 "profile_cuda": prof.cuda, "source": comp.source if comp else None}
     have_cuda = sv.major_minor(t.get("cuda"))
     want_cuda = sv.major_minor(prof.cuda)
+    if have_cuda is None:
+        return Result("stack.torch_cuda_tag", "stack", Status.FAIL,
+                      f"torch {t.get('version')} is a CPU-only build; the image runs {want_torch} (CUDA {prof.cuda})",
+                      evidence=evidence, causes=["C6"],
+                      remediation=f"install torch=={want_torch} from the cu{want_cuda[0]}{want_cuda[1]} index")
     if have_cuda and want_cuda and have_cuda[0] != want_cuda[0]:
         return Result("stack.torch_cuda_tag", "stack", Status.FAIL,
                       f"torch is built for CUDA {t.get('cuda')}, the image for CUDA {prof.cuda}: another CUDA major "
