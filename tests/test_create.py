@@ -20,7 +20,7 @@ from fixturegen.conda_channel import LONG_PLACEHOLDER, Pkg, build_package, build
 
 OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
-PHASES = ("fetch", "conda", "pip", "git", "builds", "activation", "manifest", "doctor", "swap")
+PHASES = ("fetch", "conda", "pip", "git", "builds", "relocate", "activation", "manifest", "doctor", "swap")
 
 
 @pytest.fixture
@@ -67,6 +67,8 @@ def test_lock_create_end_to_end(world):
     assert len(blob) == len(b"\x7fELF-fixture\x00" + LONG_PLACEHOLDER.encode() + b"/lib/libfoo.so\x00tail\x00")
     assert (target / "lib" / "libfoo.txt").read_text() == "libfoo 1.0\n"
     assert not list(target.parent.glob(".fx.envbuild-staging*"))
+    leftovers = subprocess.run(["grep", "-rl", ".fx.envbuild-staging", str(target)], capture_output=True, text=True)
+    assert leftovers.stdout == "", leftovers.stdout  # no file names the staging prefix after the swap
 
     manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
     assert manifest["prefix"] == str(target) and manifest["profile"] == "fx"
@@ -193,6 +195,26 @@ def test_relocate_rewrites_text_and_padded_binary(tmp_path):
     assert (staging / "bin" / "footool").read_text().endswith(f"prefix={target}\n")
     blob = (staging / "lib" / "libfootool.so").read_bytes()
     assert len(blob) == size and f"{target}/lib/libfoo.so\0".encode() in blob and b"tail\0" in blob
+
+
+def test_relocate_tree_fixes_pip_and_editable_leftovers(tmp_path):
+    """What pip/editable installs leave in the staging prefix is rewritten to the target path."""
+    from envbuild.install.relocate import relocate_tree
+
+    staging, target = tmp_path / ".env.envbuild-staging", tmp_path / "env"
+    (staging / "bin").mkdir(parents=True)
+    (staging / "lib").mkdir()
+    (staging / "bin" / "tool").write_text(f"#!{staging}/bin/python\nimport sys\n")
+    (staging / "lib" / "__editable__.pkg.pth").write_text(f"{staging}/src/pkg\n")
+    elf = b"\x7fELF\0\0" + f"{staging}/lib:$ORIGIN".encode() + b"\0rest"
+    (staging / "lib" / "ext.so").write_bytes(elf)
+    (staging / "lib" / "mod.pyc").write_bytes(b"\0\0" + str(staging).encode())
+    assert relocate_tree(staging, staging, target) == 3
+    assert (staging / "bin" / "tool").read_text().startswith(f"#!{target}/bin/python\n")
+    assert (staging / "lib" / "__editable__.pkg.pth").read_text() == f"{target}/src/pkg\n"
+    blob = (staging / "lib" / "ext.so").read_bytes()
+    assert len(blob) == len(elf) and f"{target}/lib:$ORIGIN\0".encode() in blob and blob.endswith(b"\0rest")
+    assert str(staging).encode() in (staging / "lib" / "mod.pyc").read_bytes()  # .pyc left alone
 
 
 @pytest.mark.parametrize("driver,gpus,expect", [

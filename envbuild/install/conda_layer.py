@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
+from envbuild.install.relocate import replace_padded
 from envbuild.lock.condalock import LockedConda
 
 BACKENDS = ("rattler", "micromamba", "conda")
@@ -217,7 +218,7 @@ def relocate(prefix: Path, old: Path, new: Path) -> int:
             if old_b not in blob:
                 continue
             if entry.get("file_mode") == "binary":
-                blob = _replace_binary(blob, old_b, new_b)
+                blob = replace_padded(blob, old_b, new_b)
             else:
                 blob = blob.replace(old_b, new_b)
             mode = path.stat().st_mode
@@ -226,19 +227,3 @@ def relocate(prefix: Path, old: Path, new: Path) -> int:
             os.chmod(path, mode)
             count += 1
     return count
-
-
-def _replace_binary(blob: bytes, old: bytes, new: bytes) -> bytes:
-    out = bytearray()
-    i = 0
-    while True:
-        j = blob.find(old, i)
-        if j < 0:
-            out += blob[i:]
-            return bytes(out)
-        end = blob.find(b"\0", j)
-        end = len(blob) if end < 0 else end
-        segment = blob[j:end]
-        replaced = segment.replace(old, new)
-        out += blob[i:j] + replaced + b"\0" * (len(segment) - len(replaced))
-        i = end

@@ -1,6 +1,6 @@
 """The phases of `envbuild create`, run in a staging prefix and swapped into place only at the end.
 
-    fetch -> conda -> pip -> git -> builds -> activation -> manifest -> doctor -> swap
+    fetch -> conda -> pip -> git -> builds -> relocate -> activation -> manifest -> doctor -> swap
 
 Each phase is recorded in the staging prefix's state file when it finishes, so a rerun after a crash or
 SIGKILL resumes after the last finished phase (the state is keyed by the locks' hash: other locks, clean
@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from envbuild.errors import EnvbuildError
 
-PHASES = ("fetch", "conda", "pip", "git", "builds", "activation", "manifest", "doctor", "swap")
+PHASES = ("fetch", "conda", "pip", "git", "builds", "relocate", "activation", "manifest", "doctor", "swap")
 
 
 def kill_point(phase: str) -> None:
@@ -71,6 +71,7 @@ def lock_key(lock_files: Dict[str, Path], recipe) -> str:
 def run(job: CreateJob, ui) -> Dict[str, Any]:
     """Run (or resume) every phase; returns the manifest. `ui` gives progress bars and messages."""
     from envbuild.install import activation, conda_layer, manifest
+    from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
 
     staging = Staging(job.target, job.key)
@@ -115,6 +116,7 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
         layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))
         layers["git"] = phase("git", lambda: _git_layer(job, prefix, ui))
         layers["builds"] = phase("builds", lambda: _build_layer(job, prefix, ui))
+        phase("relocate", lambda: relocate_tree(prefix, prefix, job.target))
         phase("activation", lambda: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
                                                               job.recipe.activation.env))
 
