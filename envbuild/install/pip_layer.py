@@ -60,7 +60,7 @@ def parse_hash_mismatch(output: str) -> Optional[WheelHashMismatch]:
             expected += _EXPECTED.findall(follow)
             got = _GOT.search(follow)
             if got:
-                filename = urllib.parse.unquote(head.group(2).rsplit("/", 1)[-1])
+                filename = urllib.parse.unquote(head.group(2).split("#", 1)[0].rsplit("/", 1)[-1])
                 return WheelHashMismatch(filename, head.group(1), expected, got.group(1))
     return None
 

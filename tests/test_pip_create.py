@@ -1,0 +1,34 @@
+"""What a user sees when a wheel on the index no longer matches the pip lock: `envbuild create` refuses it by
+name, exits 2, and the env already at the target is left exactly as it was."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from fixturegen.e2e import make_world
+from fixturegen.wheels import serve, tamper
+
+
+def run(args, env):
+    return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
+                          env=dict(os.environ, **env, COLUMNS="300"), timeout=300)
+
+
+def test_tampered_wheel_on_the_index_is_refused_and_the_old_env_kept(tmp_path):
+    world = make_world(tmp_path, c_functions=2)
+    env = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache"), "ENVBUILD_LOCKFILES": str(world.lockfiles)}
+    target = tmp_path / "envs" / "fx"
+    with serve(world.index_dir) as base:
+        world.write_profile(base)
+        assert run(["lock"], env).returncode == 0
+        first = run(["create", "--prefix", str(target)], env)
+        assert first.returncode == 0, first.stderr
+        manifest = (target / "envbuild" / "manifest.json").read_bytes()
+
+        tamper(world.index_dir / "beta" / "beta-2.0-py3-none-any.whl")
+        again = run(["create", "--prefix", str(target), "--force"], env)
+    assert again.returncode == 2, again.stderr
+    message = " ".join(again.stderr.split())
+    assert "beta-2.0-py3-none-any.whl: sha256" in message and "is not the locked hash of beta==2.0" in message
+    assert (target / "envbuild" / "manifest.json").read_bytes() == manifest
