@@ -279,3 +279,12 @@ def test_archive_missing_from_channel_names_the_package(world):
     assert r.returncode == 2
     assert "foodata-0.1-pyh_0.conda (locked foodata 0.1 pyh_0): cannot fetch" in r.stderr
     assert not world["target"].exists()
+
+
+def test_refuses_to_replace_a_folder_that_is_not_an_env(world, tmp_path):
+    precious = tmp_path / "home-ish"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work\n")
+    r = run(["create", "--prefix", str(precious)], world["env"])
+    assert r.returncode == 2 and "is not a conda environment; refusing to replace it" in r.stderr
+    assert (precious / "thesis.tex").read_text() == "years of work\n"

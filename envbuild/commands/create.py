@@ -99,6 +99,10 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     else:
         envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
         target = envs / (env_name or profile.name)
+    target = target.absolute()
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "conda-meta").is_dir())):
+        raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
+                            f"(choose another --prefix/--name or remove it yourself)")
     job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target.absolute(), platform=platform,
                              backend=backend, lock_files=lock_files, conda=conda,
                              planned=conda_layer.plan(conda, mirrors),
