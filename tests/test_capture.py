@@ -98,17 +98,16 @@ def test_capture_needs_exactly_one_target(tmp_path):
     assert proc.returncode == 2 and "exactly one of --node DIR or --env" in proc.stderr
 
 
-def test_capture_env_writes_a_manifest_when_h2s_writer_exists(tmp_path):
-    if not (REPO / "envbuild" / "facts" / "manifest.py").exists():
-        proc = envbuild("capture", "--env", str(tmp_path / "m.toml"))
-        assert proc.returncode == 2 and "capture --env is not available" in proc.stderr
-        return
+def test_capture_env_writes_a_profile_manifest(tmp_path):
+    """--env calls engineer H2's envbuild.facts.manifest.write_env_manifest with the chosen python."""
     out = tmp_path / "m.toml"
-    proc = envbuild("capture", "--env", str(out))
+    proc = envbuild("capture", "--env", str(out), "--python", sys.executable)
     assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out}" in proc.stdout
     from envbuild.tomlcompat import toml
 
     assert toml.loads(out.read_text())
+    assert envbuild("capture", "--env", str(out), "--python", str(tmp_path / "nope")).returncode == 2
 
 
 def test_environ_secrets_are_redacted_in_a_bundle(tmp_path):
