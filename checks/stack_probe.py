@@ -189,8 +189,12 @@ def site_dirs():
 
 
 def prefixes():
+    """The env's prefix, $CONDA_PREFIX, and the base prefix of a venv made from a conda python (whose
+    lib/ the interpreter's RPATH reaches)."""
     out = []
-    for p in (sys.prefix, os.environ.get("CONDA_PREFIX")):
+    base = getattr(sys, "base_prefix", sys.prefix)
+    conda_base = base if os.path.isdir(os.path.join(base, "conda-meta")) else None
+    for p in (sys.prefix, os.environ.get("CONDA_PREFIX"), conda_base):
         if p and os.path.isdir(p) and os.path.realpath(p) not in [os.path.realpath(x) for x in out]:
             out.append(p)
     return out
