@@ -86,6 +86,14 @@ def test_lock_create_end_to_end(world):
                                         f"echo $CUDA_HOME; echo $FOO_HOME; echo $LD_LIBRARY_PATH; python -c 'print(1)'"],
                          capture_output=True, text=True, env=dict(os.environ, ENVBUILD_DRIVER_VERSION=""))
     assert out.stdout.split("\n")[:4] == [str(target), f"{target}/share/foodata", f"{target}/lib:/opt/x", "1"], out
+    # deactivate.d restores what activate.d changed (conda runs them on `conda deactivate`)
+    out = subprocess.run(["bash", "-c", f"export LD_LIBRARY_PATH=/opt/x; unset CUDA_HOME FOO_HOME; "
+                                        f"export CONDA_PREFIX={target}; "
+                                        f". {target}/etc/conda/activate.d/envbuild.sh; "
+                                        f". {target}/etc/conda/deactivate.d/envbuild.sh; "
+                                        f"echo \"$LD_LIBRARY_PATH|${{CUDA_HOME-unset}}|${{FOO_HOME-unset}}\""],
+                         capture_output=True, text=True, env=dict(os.environ, ENVBUILD_DRIVER_VERSION=""))
+    assert out.stdout.strip() == "/opt/x|unset|unset", out
 
     again = run(["create", "--name", "fx"], world["env"])
     assert again.returncode == 0 and "nothing to do" in again.stderr
@@ -288,3 +296,49 @@ def test_refuses_to_replace_a_folder_that_is_not_an_env(world, tmp_path):
     r = run(["create", "--prefix", str(precious)], world["env"])
     assert r.returncode == 2 and "is not a conda environment; refusing to replace it" in r.stderr
     assert (precious / "thesis.tex").read_text() == "years of work\n"
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_in_the_middle_of_linking_then_rerun_finishes(tmp_path):
+    """A real mid-phase kill (not at a hook): half the packages linked in staging, old env intact, rerun ok."""
+    import time
+
+    from fixturegen.conda_channel import default_packages
+
+    fillers = [Pkg(f"filler{i}", "1.0", "h0_0", files={f"share/filler{i}/blob": os.urandom(32 * 1024)})
+               for i in range(150)]
+    hub = Pkg("filler-all", "1.0", "h0_0", depends=[f"filler{i} 1.0" for i in range(150)], files={"share/hub": b"1\n"})
+    build_channel(tmp_path / "channel", default_packages() + fillers + [hub])
+    base = tmp_path / "lockfiles"
+    profile = write_fixture_profile(base, tmp_path / "channel")
+    profile.write_text(profile.read_text().replace('"foodata"]', '"foodata", "filler-all"]'))
+    env = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache"), "ENVBUILD_LOCKFILES": str(base)}
+    target = tmp_path / "envs" / "fx"
+    assert run(["lock"], env).returncode == 0
+    assert run(["create", "--prefix", str(target)], env).returncode == 0
+    before = (target / "envbuild" / "manifest.json").read_bytes()
+    profile.write_text(profile.read_text().replace('FIXTURE_MARK = "a"', 'FIXTURE_MARK = "b"'))
+    shutil.rmtree(tmp_path / "cache" / "rattler-pkgs")  # make linking extract again: a longer window
+    meta = target.parent / ".fx.envbuild-staging" / "conda-meta"
+    proc = subprocess.Popen([sys.executable, "-m", "envbuild", "create", "--prefix", str(target)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, **OFFLINE, **env))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if meta.is_dir() and len(list(meta.glob("*.json"))) >= 10:
+            break
+        time.sleep(0.005)
+    linked = len(list(meta.glob("*.json"))) if meta.is_dir() else 0
+    proc.kill()
+    proc.wait()
+    if proc.returncode == 0:
+        pytest.skip("create finished before the kill landed (machine too fast for this window)")
+    assert 0 < linked < 157, linked
+    assert (target / "envbuild" / "manifest.json").read_bytes() == before
+    r = run(["create", "--prefix", str(target)], env)
+    assert r.returncode == 0, r.stderr
+    assert len(list((target / "conda-meta").glob("*.json"))) == 157
+    assert 'FIXTURE_MARK="b"' in (target / "etc/conda/activate.d/envbuild.sh").read_text()
+    manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
+    for f in manifest["files"]:
+        if "sha256" in f:
+            assert f["sha256"] == sha256(target / f["path"]), f["path"]
