@@ -181,8 +181,11 @@ def main(p) -> None:
         dist.barrier(device_ids=[dev.index])
         p.evidence["facts_after"] = self_facts()
         p.evidence["nccl_log"] = parse_nccl_log(read_nccl_logs(p.run_dir, p.rank, [os.getpid()]))
+    bc = p.evidence.get("broadcast", {})
+    done = [f"broadcast {bc['gbps']} GB/s" if "gbps" in bc else "no broadcast (one GPU)",
+            f"CUDA IPC ({p.evidence['ipc'].get('serializer')}) {p.evidence['ipc'].get('gbps')} GB/s"]
     p.finish("fail" if problems else "pass", "; ".join(problems) if problems else
-             f"{role} rank: weights exact over broadcast and CUDA IPC")
+             f"{role} rank: weights bit-exact; " + ", ".join(done))
 
 
 def _ipc_handoff(torch, dev, size: Dict[str, int]) -> Dict[str, Any]:
