@@ -300,9 +300,44 @@ def layer_spec(args, shape: Dict[str, Any]):
         except ImportError:
             if args.spec == "te":
                 raise
-    return "local", specs.get_gpt_layer_local_spec(
-        num_experts=shape["experts"], moe_grouped_gemm=False, qk_layernorm=shape["qk_layernorm"],
-        normalization="RMSNorm")
+    return "local", local_block_spec(args, shape)
+
+
+def sp_rms_norm_class():
+    """torch's RMSNorm in the form megatron's local spec builds norms, usable under sequence parallel.
+
+    megatron-core 0.19's local spec falls back to WrappedTorchNorm without Apex, which refuses
+    sequence parallel (seen on the lent machine). Under SP a norm's weight gradient is partial on each
+    tensor-parallel rank; Apex's FusedLayerNorm marks the weight `sequence_parallel` so that
+    finalize_model_grads sums it over TP, and this class does the same. Weights in params_dtype (bf16).
+    """
+    import torch
+
+    class SPRMSNorm(torch.nn.RMSNorm):
+        def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_ignored):
+            super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
+            setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))
+
+    return SPRMSNorm
+
+
+def local_block_spec(args, shape: Dict[str, Any]):
+    """The local (no Transformer Engine) layer spec with every norm, the final one too, an SPRMSNorm."""
+    import dataclasses
+
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    norm = sp_rms_norm_class()
+    layer = specs.get_gpt_layer_local_spec(num_experts=shape["experts"], moe_grouped_gemm=False,
+                                           qk_layernorm=shape["qk_layernorm"], normalization="RMSNorm")
+    attn = layer.submodules.self_attention
+    attn_sub = dataclasses.replace(attn.submodules, q_layernorm=norm, k_layernorm=norm) \
+        if shape["qk_layernorm"] else attn.submodules
+    sub = dataclasses.replace(layer.submodules, input_layernorm=norm, pre_mlp_layernorm=norm,
+                              self_attention=dataclasses.replace(attn, submodules=attn_sub))
+    layer = dataclasses.replace(layer, submodules=sub)
+    return TransformerBlockSubmodules(layer_specs=[layer] * (args.layers // args.pp), layer_norm=norm)
 
 
 def init_parallel(args) -> None:
@@ -497,6 +532,16 @@ def device_used_bytes() -> int:
     return int(total - free)
 
 
+def progress(p: Probe, steps: List[Dict[str, Any]]) -> None:
+    """Leave the records so far as this rank's result, so a run stopped mid-way still shows them."""
+    p.evidence["steps"] = steps
+    p.emit({"status": "error", "partial": True,
+            "summary": f"stopped after step {steps[-1]['step']} (records so far kept)"})
+    p._finished = False  # the final verdict is still to come
+    if p.rank == 0:
+        print(json.dumps(steps[-1]), flush=True)
+
+
 def probe_groups(reloader: GroupReloader) -> int:
     """One small all_reduce on every rebuilt group: the first collective after the reload."""
     import torch
@@ -650,8 +695,7 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         rec["fds"] = fd_count()
         rec["cycle_s"] = sum(rec[x] for x in ("train_s", "sync_s", "offload_s", "resume_s", "rebuild_s"))
         steps.append(rec)
-        if p.rank == 0:
-            print(json.dumps(rec), flush=True)
+        progress(p, steps)
 
     for j in range(args.plain_steps):
         k = args.steps + j
@@ -662,8 +706,7 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         rec["used_after_step"] = device_used_bytes()
         rec["fds"] = fd_count()
         steps.append(rec)
-        if p.rank == 0:
-            print(json.dumps(rec), flush=True)
+        progress(p, steps)
 
     ev["steps"] = steps
     ev["device_total_bytes"] = torch.cuda.mem_get_info()[1]
@@ -672,14 +715,13 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
     ev["new_group_calls_total"] = reloader.created
     # The verdict (loss, growth, release) is judged by envbuild from these records.
     p.finish("pass", f"{args.steps} cycle steps + {args.plain_steps} plain steps ran")
-    # Tear down ourselves: our groups first (their c10d aliases must go before WORLD's destroy walks
-    # the tables), then WORLD, then leave without interpreter teardown, where torch_memory_saver's
-    # hooks and NCCL's atexit handlers are not what this check tests (research/gpu-machine.md: TMS
-    # in torch hook mode exits 1 there).
+    # Destroy our groups (as every cycle did) and leave without destroying WORLD and without
+    # interpreter teardown: on the lent machine destroy_process_group() of WORLD once sat for a minute
+    # after a passing one-GPU run, and torch_memory_saver's hooks and NCCL's atexit handlers at exit
+    # are not what this check tests (research/gpu-machine.md: TMS in torch hook mode exits 1 there).
     with p.phase("teardown"):
         reloader.destroy_all()
         reloader.uninstall()
-        dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -133,6 +133,15 @@ def train_moe_step(ctx) -> List[Result]:
     return [run_payload(ctx, opts, shape, layout, gpu, estimate)]
 
 
+def _only_teardown_hung(outcome) -> bool:
+    """Every rank gave its final verdict and the only trouble is ranks stuck in teardown afterwards."""
+    if outcome.ok or outcome.crashed_ranks:
+        return False
+    finals = all(r.result and not r.result.get("partial") and r.result.get("status") == "pass"
+                 for r in outcome.ranks)
+    return finals and all(r.phase == "teardown" for r in outcome.ranks if r.rank in outcome.hung_ranks)
+
+
 def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[str, int]) -> Result:
     """Launch the payload on the layout's GPUs and turn what the ranks did into one Result."""
     from envbuild.doctor.launcher import launch
@@ -173,9 +182,13 @@ def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[st
                       evidence=evidence, causes=["M4"] if grew else [],
                       remediation=(f"rerun with --set train.layers={fits}" if fits else "raise train.ep/train.tp")
                       + ("; memory ran out after the first cycle, so look for per-cycle growth (M4)" if grew else ""))
-    broken = failure_result(CHECK_ID, CATEGORY, outcome, what="the train-step cycle",
-                            hang_causes=(), crash_causes=())
+    teardown_hang = _only_teardown_hung(outcome)
+    broken = None if teardown_hang else failure_result(CHECK_ID, CATEGORY, outcome, what="the train-step cycle",
+                                                       hang_causes=(), crash_causes=())
     if broken is not None:
+        rank0 = next((r.result for r in outcome.ranks if r.rank == 0 and r.result), None) or {}
+        done = [s for s in (rank0.get("evidence") or {}).get("steps", []) if s.get("cycle")]
+        broken.evidence["steps"] = (rank0.get("evidence") or {}).get("steps", [])
         phase = next((r.phase for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
                       and r.phase), None)
         kind = phase_kind(phase)
@@ -183,6 +196,7 @@ def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[st
         broken.evidence.update(base_evidence, failed_phase=phase)
         if kind:
             broken.summary = f"[{kind}] {broken.summary}"
+        broken.summary += f" ({len(done)} cycle(s) had completed; {layout.describe()}, {opts.layers} layers)"
         return broken
 
     lead = next(r for r in outcome.ranks if r.rank == 0).result
@@ -211,6 +225,11 @@ def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[st
     })
     if not peak:
         evidence["mfu_note"] = f"no peak for GPU {ev.get('gpu_name')!r} in envbuild/train/peaks.py: MFU not given"
+    if teardown_hang:
+        verdict.problems.append(f"rank(s) {outcome.hung_ranks} hung in teardown after their result and were killed")
+        verdict.causes = list(dict.fromkeys(verdict.causes + ["M4"]))
+        verdict.summary = "; ".join(verdict.problems)
+        verdict.status = "fail" if verdict.status == "fail" else "warn"
     metrics = [Metric(**m) for m in verdict.metrics]
     metrics.insert(0, Metric("layers", opts.layers, "layers"))
     what = (f"{f['cycles']} cycles + {f['plain']} plain steps, {opts.layers} layers, {layout.describe()}, "
