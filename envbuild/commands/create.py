@@ -105,7 +105,7 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
                             f"(choose another --prefix/--name or remove it yourself)")
     job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target.absolute(), platform=platform,
                              backend=backend, lock_files=lock_files, conda=conda,
-                             planned=conda_layer.plan(conda, mirrors),
+                             planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
                              pip_lock=pip_lock if pip_lock.is_file() else None, bundle=bundle_obj)
     job.key = pipeline.lock_key(lock_files, recipe)
     return job

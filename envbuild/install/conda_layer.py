@@ -57,8 +57,12 @@ def _local_path(url: str) -> Optional[Path]:
     return None
 
 
-def plan(locked: Sequence[LockedConda], mirrors: Sequence[Path] = ()) -> List[PlannedArchive]:
-    """Where each archive comes from: a mirror channel folder (bundle) holding <subdir>/<file>, else its URL."""
+def plan(locked: Sequence[LockedConda], mirrors: Sequence[Path] = (), offline: bool = False) -> List[PlannedArchive]:
+    """Where each archive comes from: a mirror channel folder (bundle) holding <subdir>/<file>, else its URL.
+
+    `offline` (a bundle): an archive missing from every mirror is an error here, before any work, rather
+    than a network attempt on an air-gapped node.
+    """
     out = []
     for pkg in locked:
         source, size = pkg.url, None
@@ -67,6 +71,10 @@ def plan(locked: Sequence[LockedConda], mirrors: Sequence[Path] = ()) -> List[Pl
             if candidate.is_file():
                 source = str(candidate)
                 break
+        else:
+            if offline and _local_path(pkg.url) is None:
+                raise EnvbuildError(f"{pkg.filename} (locked {pkg.name} {pkg.version} {pkg.build}) is not in the "
+                                    f"bundle's channel {', '.join(str(m) for m in mirrors)}; re-pack the bundle")
         local = _local_path(source)
         if local is not None and local.is_file():
             size = local.stat().st_size
