@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -105,19 +106,27 @@ def collect(python: str, timeout_s: float = DEFAULT_TIMEOUT_S,
                 json.dump(patches, fh)
             argv += ["--patches", patch_file]
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
-                                  env=env, start_new_session=True)
-        except subprocess.TimeoutExpired as exc:
-            err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            raise FactUnavailable(f"the stack probe ({python}) did not answer within {timeout_s:.0f} s"
-                                  + (f"; stderr tail:\n{_tail(err)}" if err.strip() else "")) from exc
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
         except OSError as exc:
             raise FactUnavailable(f"cannot run {python}: {exc.strerror or exc}") from exc
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            # Its own session: kill the probe and anything it started, so no process keeps a GPU context.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+            err_text = err.decode("utf-8", "replace")
+            raise FactUnavailable(f"the stack probe ({python}) did not answer within {timeout_s:.0f} s"
+                                  + (f"; stderr tail:\n{_tail(err_text)}" if err_text.strip() else "")) from exc
     finally:
         if patch_file and os.path.exists(patch_file):
             os.unlink(patch_file)
-    stdout = proc.stdout.decode("utf-8", "replace")
-    stderr = proc.stderr.decode("utf-8", "replace")
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
     data = None
     for line in reversed(stdout.strip().splitlines()):
         try:
