@@ -1,0 +1,67 @@
+"""The train-step verdict from step records: what passes, what warns (leaks), what fails (NaN, corruption)."""
+import math
+
+from envbuild.train.assess import GIB, MIB, PHASE_CAUSES, assess, phase_kind
+
+
+def records(n=10, plain=3, loss0=12.0, used=40 * GIB, fds=100, leak_bytes=0, leak_fds=0, released=30 * GIB):
+    out = []
+    for k in range(n):
+        out.append({"step": k, "cycle": True, "loss": loss0 - 0.2 * k, "grad_norm": 5.0 - 0.1 * k,
+                    "train_s": 0.5 if k else 3.0, "sync_s": 0.1, "offload_s": 1.0, "resume_s": 1.0,
+                    "rebuild_s": 0.4, "cycle_s": 3.0 if k else 5.5, "sync_bytes": 10 * GIB, "sync_bad_buckets": 0,
+                    "released_bytes": released, "used_after_step": used + k * leak_bytes,
+                    "fds": fds + k * leak_fds, "peak_allocated_bytes": 50 * GIB})
+    for j in range(plain):
+        out.append({"step": n + j, "cycle": False, "loss": loss0 - 0.2 * (n + j), "grad_norm": 4.0,
+                    "train_s": 0.5, "used_after_step": used, "fds": fds})
+    return out
+
+
+KW = dict(global_tokens=8192, flops_per_token=3e9, gpus=2, peak_tflops=989.0, weight_bytes=4 * GIB)
+
+
+def metric(v, name):
+    return next(m["value"] for m in v.metrics if m["name"] == name)
+
+
+def test_a_healthy_run_passes_with_its_numbers():
+    v = assess(records(), **KW)
+    assert v.status == "pass", v.problems
+    assert metric(v, "loss_first") == 12.0 and metric(v, "loss_last") < 12.0
+    assert metric(v, "tokens_per_s") == 8192 / 0.5
+    assert metric(v, "mfu") == round(8192 / 0.5 * 3e9 / (2 * 989e12), 6)
+    assert metric(v, "cycle_over_plain") == 3.0 / 0.5  # step 0 (warm-up) left out
+    assert metric(v, "released_over_weights") == 7.5
+    assert metric(v, "sync_GBps") == round(10 * GIB / 0.1 / 1e9, 6)
+
+
+def test_memory_and_fd_growth_warn_with_m4():
+    v = assess(records(leak_bytes=64 * MIB), **KW)
+    assert v.status == "warn" and v.causes == ["M4"]
+    assert "device memory grew 512 MiB over 8 cycles" in v.summary
+    v = assess(records(leak_fds=2), **KW)
+    assert v.status == "warn" and "open file descriptors grew by 16 over 8 cycles" in v.summary
+
+
+def test_nan_loss_fails_and_points_at_poisoned_context():
+    recs = records()
+    recs[4]["loss"] = math.nan
+    v = assess(recs, **KW)
+    assert v.status == "fail" and "loss not finite at step(s) [4]" in v.summary
+    assert v.causes[:2] == ["M5", "C9"]
+
+
+def test_corrupted_sync_fails_and_weak_offload_warns():
+    recs = records(released=1 * GIB)
+    recs[2]["sync_bad_buckets"] = 3
+    v = assess(recs, **KW)
+    assert v.status == "fail"
+    assert "corrupted buckets at step(s) [2]" in v.summary and "released 1.00 GiB" in v.summary
+
+
+def test_unknown_peak_gives_no_mfu_and_phases_map_to_causes():
+    v = assess(records(), **dict(KW, peak_tflops=None))
+    assert all(m["name"] != "mfu" for m in v.metrics)
+    assert phase_kind("rebuild 3") == "rebuild" and PHASE_CAUSES["rebuild"] == ("M4", "C2")
+    assert PHASE_CAUSES[phase_kind("resume 0")] == ("C9", "M5")
