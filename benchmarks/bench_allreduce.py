@@ -98,7 +98,7 @@ def main() -> int:
     ap.add_argument("--nccl-tests", required=True, help="path to all_reduce_perf")
     ap.add_argument("--gpus", default="0,1")
     ap.add_argument("--sizes", default="64M,256M,1G")
-    ap.add_argument("--budget-ms", type=float, default=20.0)
+    ap.add_argument("--budget-ms", type=float, default=15.0)
     ap.add_argument("--min-iters", type=int, default=3)
     ap.add_argument("--json", help="write the numbers here")
     args = ap.parse_args()

@@ -307,10 +307,13 @@ def fill_value_bound(dtype_name: str, nranks: int) -> int:
 
 
 def _pattern(numel: int, rank: int, bound: int, salt: int, device):
+    """(i*7 + rank*3 + salt) mod (bound+1), built in place in one integer buffer (int32 when it cannot
+    overflow): at GiB sizes temporaries would cost more allocator time than the collective itself."""
     import torch
 
-    idx = torch.arange(numel, device=device, dtype=torch.int64)
-    return (idx * 7 + rank * 3 + salt) % (bound + 1)
+    itype = torch.int32 if numel * 7 + rank * 3 + salt < 2 ** 31 else torch.int64
+    t = torch.arange(numel, device=device, dtype=itype)
+    return t.mul_(7).add_(rank * 3 + salt).remainder_(bound + 1)
 
 
 def exact_fill(numel: int, rank: int, nranks: int, dtype, device, salt: int = 0):
@@ -325,7 +328,7 @@ def exact_sum(numel: int, nranks: int, dtype, device, salt: int = 0):
     bound = fill_value_bound(str(dtype).replace("torch.", ""), nranks)
     total = _pattern(numel, 0, bound, salt, device)
     for r in range(1, nranks):
-        total += _pattern(numel, r, bound, salt, device)
+        total.add_(_pattern(numel, r, bound, salt, device))
     return total.to(dtype)
 
 

@@ -120,7 +120,9 @@ def test_signal_death_without_result():
 def test_sigstopped_rank_is_reported_and_killed():
     out = run("ok_payload.py", nranks=2, deadline_s=3, env={"ENVBUILD_TEST_SIGSTOP_AT": "work"})
     assert out.timed_out and out.hung_ranks == [1] and out.ranks[0].returncode == 0
-    assert out.ranks[1].phase == "work" and "stopped" in out.ranks[1].stack_dump
+    assert out.ranks[1].phase == "work" and "stopped" in out.ranks[1].stack_dump and out.ranks[1].state == "T"
+    res = failure_result("comm.t", "comm", out, what="test probe")
+    assert "rank 1 was stopped (state T" in res.summary and res.evidence["leftover_pids"] == []
     assert_nothing_left(out)
 
 

@@ -63,6 +63,7 @@ class RankOutcome:
     stdout_path: str = ""
     pid: int = 0
     phase_elapsed_s: Optional[float] = None  # time spent in `phase` when the run ended
+    state: Optional[str] = None  # /proc state letter when the run was stopped (T = stopped), for hung ranks
 
 
 @dataclass
@@ -204,6 +205,7 @@ class _Rank:
         self.exited_on_own: Optional[int] = None
         self.killed = False
         self.stack_dump = ""
+        self.state: Optional[str] = None
 
     def path(self, suffix: str) -> Path:
         return self.run_dir / f"rank{self.rank}{suffix}"
@@ -437,6 +439,9 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             break
         time.sleep(POLL_S)
     if any(r.proc.poll() is None for r in ranks):
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.state = _proc_state(r.proc.pid)
         _dump_stacks(ranks)
         for r in ranks:
             if r.proc.poll() is None:
@@ -456,7 +461,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             rank=r.rank, returncode=r.proc.returncode, result=_read_json(r.path(".json")),
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
             log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
-            pid=r.proc.pid, phase_elapsed_s=elapsed,
+            pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

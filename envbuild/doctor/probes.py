@@ -32,6 +32,8 @@ def _rank_line(r: RankOutcome, outcome: LaunchOutcome) -> str:
     where = f"in phase {r.phase!r}" if r.phase else "before its first phase"
     if r.rank in outcome.hung_ranks:
         held = f" for {r.phase_elapsed_s:.0f} s" if r.phase_elapsed_s is not None else ""
+        if r.state == "T":
+            return f"rank {r.rank} was stopped (state T, e.g. SIGSTOP) {where}{held}"
         return f"rank {r.rank} hung {where}{held}"
     if r.rank in outcome.crashed_ranks:
         return f"rank {r.rank} exited with code {r.returncode} {where}"
@@ -61,8 +63,9 @@ def failure_result(check_id: str, category: str, outcome: LaunchOutcome, *, what
             evidence[f"rank{r.rank}_stderr_tail"] = _tail_lines(r.stderr_tail)
         if r.stack_dump:
             evidence[f"rank{r.rank}_stacks"] = r.stack_dump[-STACK_CHARS:]
-    if outcome.leftover_pids:
-        evidence["leftover_pids"] = outcome.leftover_pids
+    evidence["pids"] = {f"rank{r.rank}": r.pid for r in outcome.ranks}
+    # what was still alive after the kill: must be [] (the launcher kills by group and by descendant)
+    evidence["leftover_pids"] = outcome.leftover_pids
     lines = "; ".join(_rank_line(r, outcome) for r in outcome.ranks if r.rank in outcome.hung_ranks
                       or r.rank in outcome.crashed_ranks)
     if outcome.hung_ranks and not outcome.crashed_ranks:

@@ -164,6 +164,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
         problems.append("NCCL_CUMEM_ENABLE=1 but the channels use P2P/IPC: NCCL turned cuMem off on this node")
         causes.append("M1")
     if lr is not None:
+        below = []  # (verdict, fraction, band limit, row) for every judged size under its band
         for row in ev["rows"]:
             band = collective_band(row["op"], int(row["size"]), lr.fabric)
             frac = row["busbw"] / lr.gbps
@@ -176,15 +177,19 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
                     m.expect = f">= {band.warn_below:.2f} x {lr.gbps:.0f} GB/s (fail < {band.fail_below:.2f})"
                     m.source = COLLECTIVE_SOURCE
             if frac < band.fail_below:
-                worse(Status.FAIL)
-                problems.append(f"{row['op']} busbw {row['busbw']:.0f} GB/s at {_size(row['size'])} is "
-                                f"{frac:.2f} of the {lr.gbps:.0f} GB/s line rate (fail < {band.fail_below})")
+                below.append((Status.FAIL, frac, band.fail_below, row))
             elif frac < band.warn_below:
-                worse(Status.WARN)
-                problems.append(f"{row['op']} busbw {row['busbw']:.0f} GB/s at {_size(row['size'])} is "
-                                f"{frac:.2f} of line rate (warn < {band.warn_below})")
-        if any("busbw" in p for p in problems) and not causes:
-            causes += ["N3", "D3"]
+                below.append((Status.WARN, frac, band.warn_below, row))
+        if below:
+            verdict = max((b[0] for b in below), key=lambda st: st.rank)
+            worse(verdict)
+            _, frac, limit, row = min(below, key=lambda b: b[1])
+            word = "fail" if verdict is Status.FAIL else "warn"
+            problems.append(f"busbw below the {word} band at {len(below)} of the judged sizes; worst "
+                            f"{row['op']} {row['busbw']:.0f} GB/s at {_size(row['size'])} = {frac:.2f} of the "
+                            f"{lr.gbps:.0f} GB/s line rate ({word} < {limit})")
+            if not causes:
+                causes += ["N3", "D3"]
     else:
         ev["line_rate"] = "unknown: NVML reported neither NVLink links nor a PCIe link for these GPUs"
     ar = max((r for r in ev["rows"] if r["op"] == "all_reduce"), key=lambda r: r["size"], default=None)
