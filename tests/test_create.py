@@ -20,7 +20,7 @@ from fixturegen.conda_channel import LONG_PLACEHOLDER, Pkg, build_package, build
 
 OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
-PHASES = ("fetch", "conda", "pip", "git", "builds", "relocate", "activation", "manifest", "doctor", "swap")
+PHASES = ("fetch", "conda", "pip", "git", "builds", "doctor", "relocate", "activation", "manifest", "swap")
 
 
 @pytest.fixture
@@ -342,3 +342,18 @@ def test_sigkill_in_the_middle_of_linking_then_rerun_finishes(tmp_path):
     for f in manifest["files"]:
         if "sha256" in f:
             assert f["sha256"] == sha256(target / f["path"]), f["path"]
+
+
+def test_staging_state_resumes_with_results_and_restarts_for_other_locks(tmp_path):
+    from envbuild.install.staging import Staging
+
+    target = tmp_path / "env"
+    first = Staging(target, "key-1")
+    assert first.open() == []
+    (first.path / "partial").write_text("half done\n")
+    first.mark_done("pip", [{"name": "alpha", "sha256": "ab" * 32}])
+    again = Staging(target, "key-1")
+    assert again.open() == ["pip"] and again.result("pip") == [{"name": "alpha", "sha256": "ab" * 32}]
+    assert (again.path / "partial").exists()
+    other = Staging(target, "key-2")  # other locks: nothing from the old staging may leak in
+    assert other.open() == [] and not (other.path / "partial").exists()

@@ -1,6 +1,10 @@
 """The phases of `envbuild create`, run in a staging prefix and swapped into place only at the end.
 
-    fetch -> conda -> pip -> git -> builds -> relocate -> activation -> manifest -> doctor -> swap
+    fetch -> conda -> pip -> git -> builds -> doctor -> relocate -> activation -> manifest -> swap
+
+The doctor's stack checks run before `relocate`: until then every path pip and the editable installs
+wrote names the staging prefix, so the checks see this env's checkouts, not the previous env's at the
+target. Each phase's result (what pip/git/builds installed) is kept in the state file for the manifest.
 
 Each phase is recorded in the staging prefix's state file when it finishes, so a rerun after a crash or
 SIGKILL resumes after the last finished phase (the state is keyed by the locks' hash: other locks, clean
@@ -23,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from envbuild.errors import EnvbuildError
 
-PHASES = ("fetch", "conda", "pip", "git", "builds", "relocate", "activation", "manifest", "doctor", "swap")
+PHASES = ("fetch", "conda", "pip", "git", "builds", "doctor", "relocate", "activation", "manifest", "swap")
 
 
 def kill_point(phase: str) -> None:
@@ -86,11 +90,11 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
 
         def phase(name: str, fn: Callable[[], Any]) -> Any:
             if name in staging.done():
-                return None
+                return staging.result(name)
             t0 = time.monotonic()
             result = fn()
             kill_point(name)
-            staging.mark_done(name)
+            staging.mark_done(name, result if name in ("pip", "git", "builds") else None)
             job.timings[name] = time.monotonic() - t0
             return result
 
@@ -116,17 +120,6 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
         layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))
         layers["git"] = phase("git", lambda: _git_layer(job, prefix, ui))
         layers["builds"] = phase("builds", lambda: _build_layer(job, prefix, ui))
-        phase("relocate", lambda: relocate_tree(prefix, prefix, job.target))
-        phase("activation", lambda: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
-                                                              job.recipe.activation.env))
-
-        def write_manifest() -> None:
-            with ui.spinner("hashing installed files for the manifest"):
-                data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
-                                      layers={k: v for k, v in layers.items() if v})
-            manifest.write(prefix, data)
-
-        phase("manifest", write_manifest)
 
         def doctor() -> None:
             from envbuild.install.doctor_gate import run_stack_checks
@@ -139,9 +132,21 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
 
                 ids = ", ".join(r.check_id for r in gate.failed)
                 raise DoctorGateFailed(f"the staged env fails the doctor's stack checks ({ids}); the env at "
-                                    f"{job.target} was left as it was; the staged one stays in {prefix}")
+                                       f"{job.target} was left as it was; the staged one stays in {prefix}")
 
         phase("doctor", doctor)
+        phase("relocate", lambda: relocate_tree(prefix, prefix, job.target))
+        phase("activation", lambda: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
+                                                              job.recipe.activation.env))
+
+        def write_manifest() -> None:
+            with ui.spinner("hashing installed files for the manifest"):
+                data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
+                                      layers={k: v for k, v in layers.items() if v})
+            manifest.write(prefix, data)
+
+        phase("manifest", write_manifest)
+
         t0 = time.monotonic()
         staging.swap(kill_hook=lambda: kill_point("swap"))
         job.timings["swap"] = time.monotonic() - t0

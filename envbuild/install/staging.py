@@ -78,11 +78,17 @@ class Staging:
     def done(self) -> List[str]:
         return list(self._read_state().get("done", []))
 
-    def mark_done(self, phase: str) -> None:
+    def mark_done(self, phase: str, result=None) -> None:
+        """Record `phase` as finished, with its JSON-able result (kept for the manifest on a resume)."""
         state = self._read_state() or {"key": self.key, "done": []}
         if phase not in state["done"]:
             state["done"].append(phase)
+        if result is not None:
+            state.setdefault("results", {})[phase] = result
         self._write_state(state)
+
+    def result(self, phase: str):
+        return self._read_state().get("results", {}).get(phase)
 
     def _write_state(self, state: dict) -> None:
         path = self._state_path()
