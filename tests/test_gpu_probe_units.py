@@ -154,3 +154,20 @@ def test_privileges_and_alloc_conf_parsing():
     assert _rankfacts.expandable_segments_on("max_split_size_mb:64,expandable_segments:True")
     assert not _rankfacts.expandable_segments_on("expandable_segments:False")
     assert not _rankfacts.expandable_segments_on(None)
+
+
+def test_replay_of_the_recorded_two_gpu_p2p_run():
+    """The pair the lent 2xH200 measured (docs/gpu-runs/gpuprobes-h6-2gpu-quick.json), judged again."""
+    from envbuild.doctor.checks.gpu_p2p import evaluate
+
+    runs = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"
+    rec = next(r for r in json.loads((runs / "gpuprobes-h6-2gpu-quick.json").read_text())["results"]
+               if r["check_id"] == "gpu.p2p")
+    probe = {"pairs": rec["evidence"]["directions"], "bidirectional": [rec["evidence"]["bidirectional"]]}
+    again = evaluate(probe, h200x2(), [0, 1])
+    assert len(again) == 1 and again[0].status.value == rec["status"] == "pass"
+    assert {m.name: m.value for m in again[0].metrics} == {m["name"]: m["value"] for m in rec["metrics"]}
+    slower = json.loads(json.dumps(probe))
+    for q in slower["pairs"]:
+        q["uni_gbps"] = q["uni_gbps"] / 2  # half the links gone: 0.41 of the line rate
+    assert evaluate(slower, h200x2(), [0, 1])[0].status.value == "fail"
