@@ -46,8 +46,8 @@ def weight_sync(ctx) -> List[Result]:
                             hang_causes=("C5", "C3", "M4"), crash_causes=("C5", "C3"), subject="transfer")
     if broken is not None:
         named = [c for r in results if r.status == Status.FAIL for c in r.causes]
-        if named:  # the comparison names the likely cause of the crash or hang: say so first
-            broken.causes = list(dict.fromkeys(named + broken.causes))
+        if named:  # the comparison names the cause of the crash or hang: that one, not the generic list
+            broken.causes = list(dict.fromkeys(named))
         results.append(broken)
     else:
         transfer = merged_result("weight.sync", "comm", outcome, metric_ranks=None)
