@@ -113,7 +113,6 @@ class PriorityIndex:
 
     upstreams: List[_Upstream]
     pages: Dict[str, List[IndexFile]] = field(default_factory=dict)
-    served_by: Dict[str, str] = field(default_factory=dict)  # project -> index name
     errors: List[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -150,7 +149,6 @@ class PriorityIndex:
             files = parse_project_page(text, page_url, up.name)
             with self.lock:
                 self.pages[project] = files
-                self.served_by[project] = up.name
             return files
         return None
 
