@@ -75,13 +75,18 @@ elif [ ${#create_args[@]} -gt 0 ]; then
   exit 2
 fi
 
-# 3. doctor: the node, and the env when there is one (a bundle's profile is read from the opened bundle)
+# 3. doctor: the node, and the env when there is one (a bundle's profile.toml is where create extracted
+#    and verified the bundle; no second pass over gigabytes)
 dargs=(doctor)
 if [ -n "$bundle" ]; then
   profile="$("$venv/bin/python" -c 'import sys
-from envbuild.pack.bundle import open_bundle
-b = open_bundle(sys.argv[1])
-print(b.lock_dir / b.profile / "profile.toml")' "$bundle")"
+from pathlib import Path
+from envbuild.pack.bundle import default_workdir, open_bundle
+toml = default_workdir(Path(sys.argv[1]).absolute()) / "locks" / sys.argv[2] / "profile.toml"
+if not toml.is_file():
+    b = open_bundle(sys.argv[1])
+    toml = b.lock_dir / b.profile / "profile.toml"
+print(toml)' "$bundle" "$profile")"
 fi
 [ -n "$profile" ] && dargs+=(--profile "$profile" --prefix "$target")
 exec "$envbuild" "${dargs[@]}" ${doctor_args[@]+"${doctor_args[@]}"}
