@@ -147,3 +147,22 @@ def test_recipe_model_rejects_build_of_unknown_git_source(tmp_path):
         parse_recipe(SimpleNamespace(path=path, recipe=toml.loads(path.read_text())["recipe"]))
     assert "[recipe.build] git: build 'apex': no [[recipe.git]] named 'apex-src'" in str(err.value)
     assert f"{path}:7" in str(err.value)
+
+
+def test_real_profiles_recipes_render_and_check_offline():
+    """The shipped profiles' [recipe] sections parse, render, and `lock --check` answers offline (no hang)."""
+    from envbuild.lock import lockset
+    from envbuild.paths import lockfiles_dir
+
+    names = lockset.select_profiles(lockfiles_dir(), ())
+    assert names
+    for name in names:
+        profile, recipe = lockset.load(lockfiles_dir(), name)
+        spec = lockset.spec_outputs(profile, recipe)
+        assert "python 3.12.*" in spec.files["environment.yml"]
+        assert set(spec.hashes) == set(recipe.platforms)
+        assert not any(s.split()[0] in ("nccl", "cudnn") for s in recipe.conda.specs), "one NCCL/cuDNN: pip only"
+    r = envbuild("lock", "--check")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    for name in names:
+        assert f"{name}: " in r.stdout
