@@ -5,7 +5,11 @@ activate) and <prefix>/envbuild/activate (for nodes without conda). They set CUD
 path without driver stubs, add cuda-compat only when the host driver is older than the runtime needs and
 the GPU supports forward compatibility, and export the profile's [recipe.activation] env.
 
-`compat_needed` is the same decision in Python, used for the create plan and tests.
+$CONDA_PREFIX/lib goes first on the library path so that extensions built against this env's toolkit
+(cudart, nvrtc, cublas from the conda layer) find it at run time; the env holds no libnccl/libcudnn (those
+come from the pip wheels through torch's RPATH), so this cannot shadow the one NCCL.
+
+`compat_needed` is the same decision in Python, used for tests and by anyone deciding outside a shell.
 """
 from __future__ import annotations
 
