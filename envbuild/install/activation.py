@@ -9,7 +9,7 @@ $CONDA_PREFIX/lib goes first on the library path so that extensions built agains
 (cudart, nvrtc, cublas from the conda layer) find it at run time; the env holds no libnccl/libcudnn (those
 come from the pip wheels through torch's RPATH), so this cannot shadow the one NCCL.
 
-`compat_needed` is the same decision in Python, used for tests and by anyone deciding outside a shell.
+`compat_needed` is the same decision in Python: the create plan shows what it decides on this node.
 """
 from __future__ import annotations
 
@@ -46,6 +46,26 @@ def compat_needed(driver: Optional[str], cuda: str, gpu_names: Sequence[str]) ->
     if not gpu_names or any(tag in n for n in gpu_names for tag in _NO_FORWARD_COMPAT):
         return False, f"driver {driver} < {need}, but the GPU does not support forward compatibility"
     return True, f"driver {driver} < {need} needed by CUDA {cuda}: using cuda-compat"
+
+
+def host_decision(cuda: str) -> Tuple[bool, str]:
+    """compat_needed for this node: driver from /sys/module/nvidia/version, GPU names from nvidia-smi."""
+    import shutil
+    import subprocess
+
+    try:
+        driver = Path("/sys/module/nvidia/version").read_text().strip() or None
+    except OSError:
+        driver = None
+    names = []
+    if driver and shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=10)
+            names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
+        except (OSError, subprocess.SubprocessError):
+            names = []
+    return compat_needed(driver, cuda, names)
 
 
 def _shell_value(value: str) -> str:

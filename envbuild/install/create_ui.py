@@ -66,6 +66,11 @@ class CreateUI:
                     markup=False)
         for b in r.builds:
             c.print(f"  source build {b.name} (from git {b.git})", markup=False)
+        if r.conda.optional.get("compat"):
+            from envbuild.install.activation import host_decision
+
+            c.print(f"  cuda-compat on this node: {host_decision(job.profile.cuda)[1]} (decided again at each "
+                    f"activation)", markup=False)
         if r.activation.env:
             c.print(f"  activation sets: {', '.join(sorted(r.activation.env))}", markup=False)
 
