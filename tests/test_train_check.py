@@ -80,10 +80,73 @@ def test_missing_megatron_core_is_a_skip_with_the_install_command(monkeypatch, n
     assert res.evidence["layout"]["ep"] == 2
 
 
-def test_a_rank_dying_in_a_phase_fails_naming_the_phase(monkeypatch, no_gpu_env):
+def test_a_rank_dying_in_a_phase_is_reported_naming_the_phase(monkeypatch, no_gpu_env):
     res = _run_in_this_python(monkeypatch, ENVBUILD_TEST_CRASH_AT="import", ENVBUILD_TEST_SIGSTOP_RANK="1")
-    assert res.status == Status.FAIL
+    assert res.status == Status.ERROR  # before the model exists nothing about the node is known
     assert res.summary.startswith("[import] ")
     assert "rank 1 exited with code 3" in res.summary
     assert res.evidence["failed_phase"] == "import"
-    assert res.causes  # a failure always points somewhere
+
+
+def test_replayed_hang_after_leaking_cycles_names_rebuild_and_m4(monkeypatch):
+    """The lent machine's TP 2 + SP run (docs/gpu-runs/train-moe-tp2sp-move.json) replayed through the
+    check: the launcher outcome is rebuilt from the recorded per-rank phases and step records."""
+    from pathlib import Path
+
+    from envbuild.doctor import launcher
+    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
+    from envbuild.train.layout import derive_layout
+    from envbuild.train.memory import estimate_bytes
+    from envbuild.train.options import parse_options
+    from envbuild.train.presets import get_preset
+
+    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
+                      / "train-moe-tp2sp-move.json").read_text())["results"][0]["evidence"]
+    partial = {"status": "error", "partial": True, "summary": "stopped after step 4",
+               "evidence": {"steps": rec["steps"], "weight_bytes_per_rank": 1_868_000_000}}
+    ranks = [RankOutcome(rank=k, returncode=-15, result=partial, phase=rec["phases"][f"rank{k}"],
+                         stderr_tail="", log_path="", stack_dump="", phase_elapsed_s=12.0) for k in (0, 1)]
+    outcome = LaunchOutcome(ranks=ranks, timed_out=True, hung_ranks=[0, 1], crashed_ranks=[], wall_s=74.0,
+                            reason="run deadline of 70 s passed")
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
+    ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
+    opts = parse_options({"train.layers": "2", "train.tp": "2", "train.sp": "1", "train.ep": "2"}, "full")
+    shape = get_preset(opts.preset)
+    layout = derive_layout(2, shape, 2, 4096, tp=2, sp=True, ep=2)
+    res = run_payload(ctx, opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
+    assert res.status == Status.FAIL
+    assert res.summary.startswith("[rebuild] the train-step cycle hung: rank 0 hung in phase 'rebuild 5'")
+    assert "5 cycle(s) had completed" in res.summary
+    assert "before that: device memory grew" in res.summary and "open file descriptors grew" in res.summary
+    assert res.causes[0] == "M4" and "C2" in res.causes
+    assert any(m.name == "device_memory_growth_MiB" and m.value > 3000 for m in res.metrics)
+
+
+def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monkeypatch):
+    """First lent-machine run (docs/gpu-runs/train-moe-first-tp2sp.json): both ranks raised in `build`
+    (torch's norm refused sequence parallel) and their phase files said `teardown`."""
+    from envbuild.doctor import launcher
+    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
+    from envbuild.train.layout import derive_layout
+    from envbuild.train.memory import estimate_bytes
+    from envbuild.train.options import parse_options
+    from envbuild.train.presets import get_preset
+
+    verdict = {"status": "error", "phase": "build", "exception": "AssertionError",
+               "summary": "AssertionError in phase 'build': sequence parallel not supported by torch LayerNorm"}
+    ranks = [RankOutcome(rank=k, returncode=1, result=verdict, phase="teardown", stderr_tail="AssertionError: x",
+                         log_path="", stack_dump="") for k in (0, 1)]
+    outcome = LaunchOutcome(ranks=ranks, timed_out=False, hung_ranks=[], crashed_ranks=[0, 1], wall_s=26.0,
+                            reason="rank 0 exited with code 1")
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
+    ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
+    opts = parse_options({"train.tp": "2"}, "full")
+    shape = get_preset(opts.preset)
+    layout = derive_layout(2, shape, 4, 4096, tp=2)
+    res = run_payload(ctx, opts, shape, layout, {}, estimate_bytes(shape, layout, 4, 4096, 1))
+    assert res.status == Status.ERROR and res.summary.startswith("[build] ")  # the check broke, not the node
+    assert res.causes == []
+    assert res.evidence["failed_phase"] == "build"
+    assert "sequence parallel not supported" in res.summary

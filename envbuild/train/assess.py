@@ -136,14 +136,15 @@ def assess(steps: List[Dict[str, Any]], *, global_tokens: int, flops_per_token: 
         growth = (end.get("used_after_step") or 0) - (base.get("used_after_step") or 0)
         add("device_memory_growth_MiB", growth / MIB, "MiB",
             expect=f"< {MEMORY_GROWTH_LIMIT // MIB} MiB from cycle 1 to {end['step']}")
-        if growth >= MEMORY_GROWTH_LIMIT:
-            problem(f"device memory grew {growth / MIB:.0f} MiB over {end['step'] - base['step']} cycles", ("M4",),
-                    False)
-        fd_growth = (end.get("fds") or 0) - (base.get("fds") or 0)
         cycles = end["step"] - base["step"]
+        if growth >= MEMORY_GROWTH_LIMIT:
+            problem(f"device memory grew {growth / MIB:.0f} MiB over {cycles} cycles "
+                    f"({growth / cycles / MIB:.0f} MiB per cycle)", ("M4",), False)
+        fd_growth = (end.get("fds") or 0) - (base.get("fds") or 0)
         add("fd_growth", fd_growth, "fds", expect=f"< {FD_GROWTH_PER_CYCLE:g} per cycle")
         if cycles and fd_growth / cycles >= FD_GROWTH_PER_CYCLE:
-            problem(f"open file descriptors grew by {fd_growth} over {cycles} cycles", ("M4",), False)
+            problem(f"open file descriptors grew by {fd_growth} over {cycles} cycles ({fd_growth / cycles:.0f} per "
+                    f"cycle)", ("M4",), False)
         add("device_used_GiB", (end.get("used_after_step") or 0) / GIB, "GiB")
 
     status = "pass" if not problems else ("warn" if warn_only else "fail")

@@ -189,14 +189,29 @@ def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[st
         rank0 = next((r.result for r in outcome.ranks if r.rank == 0 and r.result), None) or {}
         done = [s for s in (rank0.get("evidence") or {}).get("steps", []) if s.get("cycle")]
         broken.evidence["steps"] = (rank0.get("evidence") or {}).get("steps", [])
-        phase = next((r.phase for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
-                      and r.phase), None)
+        # A rank that raised names its phase in its verdict (the phase file then says "teardown");
+        # a killed rank's phase file is where it was.
+        phase = next((((r.result or {}).get("phase") if not (r.result or {}).get("partial") else None) or r.phase
+                      for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
+                      and (r.phase or (r.result or {}).get("phase"))), None)
         kind = phase_kind(phase)
         broken.causes = list(PHASE_CAUSES.get(kind, ())) or ["M4", "M5"]
+        if kind in ("import", "build") and not outcome.hung_ranks:
+            # The model could not be built: megatron-core and this torch (or a missing Apex/TE piece)
+            # disagree. The check could not run; that is no verdict on the node.
+            broken.status, broken.causes = Status.ERROR, []
         broken.evidence.update(base_evidence, failed_phase=phase)
         if kind:
             broken.summary = f"[{kind}] {broken.summary}"
         broken.summary += f" ({len(done)} cycle(s) had completed; {layout.describe()}, {opts.layers} layers)"
+        earlier = assess(broken.evidence["steps"], global_tokens=opts.mbs * opts.seq * layout.dp,
+                         flops_per_token=train_flops_per_token(shape, opts.layers, opts.seq, vocab),
+                         gpus=layout.world, peak_tflops=None,
+                         weight_bytes=int((rank0.get("evidence") or {}).get("weight_bytes_per_rank") or 0))
+        if earlier.problems:  # what the completed cycles already showed, e.g. a leak before a hang
+            broken.summary += "; before that: " + "; ".join(earlier.problems)
+            broken.causes = list(dict.fromkeys(earlier.causes + broken.causes))
+        broken.metrics = [Metric(**m) for m in earlier.metrics]
         return broken
 
     lead = next(r for r in outcome.ranks if r.rank == 0).result
