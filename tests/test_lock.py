@@ -166,3 +166,14 @@ def test_real_profiles_recipes_render_and_check_offline():
     assert r.returncode in (0, 1), r.stdout + r.stderr
     for name in names:
         assert f"{name}: " in r.stdout
+
+
+def test_lock_removes_a_pip_lock_the_recipe_no_longer_asks_for(lockfiles):
+    assert envbuild("lock", "--lockfiles", str(lockfiles)).returncode == 0
+    orphan = lockfiles / "fx" / "requirements.lock.txt"
+    orphan.write_text("oldpkg==1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    stale = envbuild("lock", "--check", "--lockfiles", str(lockfiles))
+    assert stale.returncode == 1 and "exists but the recipe has no pip requirements" in stale.stdout
+    r = envbuild("lock", "--lockfiles", str(lockfiles))
+    assert r.returncode == 0 and "requirements.lock.txt (removed)" in r.stdout and not orphan.exists()
+    assert envbuild("lock", "--check", "--lockfiles", str(lockfiles)).returncode == 0

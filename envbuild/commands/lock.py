@@ -51,7 +51,7 @@ def _lock_one(base, name, out, err, layers) -> None:
     profile, recipe = lockset.load(base, name)
     with err.status(f"{name}: solving") as status:
         outputs = lockset.compute(profile, recipe, progress=status.update, layers=layers)
-    written = lockset.write(outputs)
+    written = lockset.write(outputs, layers)
     if written:
         out.print(f"{name}: wrote {', '.join(written)} in {outputs.folder}")
     else:

@@ -125,9 +125,13 @@ def _pip_lock(profile, recipe: Recipe) -> str:
                             platform_tags=platform_tags_for(platform, glibc))
 
 
-def write(outputs: LockOutputs) -> List[str]:
-    """Write changed files atomically; returns the names written."""
+def write(outputs: LockOutputs, layers=LAYERS) -> List[str]:
+    """Write changed files atomically, drop a pip lock the recipe no longer asks for; returns what changed."""
     written = []
+    orphan = outputs.folder / PIP_LOCK_FILE
+    if "pip" in layers and PIP_LOCK_FILE not in outputs.files and orphan.is_file():
+        orphan.unlink()
+        written.append(f"{PIP_LOCK_FILE} (removed)")
     for fname, text in sorted(outputs.files.items()):
         path = outputs.folder / fname
         if path.is_file() and path.read_text(encoding="utf-8") == text:
