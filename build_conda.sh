@@ -6,13 +6,14 @@
 #   bash build_conda.sh --profile slime-v0.3.1-cu130 [--prefix DIR | --name N]
 #   bash build_conda.sh --bundle slime.tar [--prefix DIR]   # air-gapped: everything from the bundle
 #
-# Flags for the doctor (--json F, --junit F, --prometheus F, --strict, --quick, --full) go to the doctor;
+# Flags for the doctor (--json F, --junit F, --prometheus F, --strict, --quick, --full, -q) go to the doctor;
 # every other flag goes to `envbuild create` (e.g. --dry-run, --backend micromamba, --force). --profile
 # and the env's prefix go to both.
 #
 # Idempotent: the venv is reused (reinstalled only when pyproject.toml changed), create does nothing when
-# the env was built from the same locks, the doctor only reads. No network beyond pip's own index; set
-# PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheel dir> to bootstrap envbuild itself offline.
+# the env was built from the same locks, the doctor only reads. No network beyond pip's own index. With a
+# bundle packed with --tool-python, envbuild itself is installed from the bundle (no PyPI at all);
+# otherwise PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheel dir> bootstraps it offline.
 # Environment: ENVBUILD_VENV (default <repo>/.venv), PYTHON (default python3), ENVBUILD_ENVS_DIR.
 set -euo pipefail
 
@@ -32,11 +33,37 @@ while [ $# -gt 0 ]; do
     --bundle) bundle="${2:?--bundle needs a value}"; shift 2 ;;
     --bundle=*) bundle="${1#*=}"; shift ;;
     --json|--junit|--prometheus) doctor_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
-    --json=*|--junit=*|--prometheus=*|--strict|--quick|--full) doctor_args+=("$1"); shift ;;
+    --json=*|--junit=*|--prometheus=*|--strict|--quick|--full|-q|--quiet) doctor_args+=("$1"); shift ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) create_args+=("$1"); shift ;;
   esac
 done
+
+# Copy the bundle's tool/ (envbuild's dependency wheels, from `pack --tool-python`) into $2, each file
+# checked against the bundle manifest; status 3 when the bundle has none.
+bundle_tool() {
+  "$python" - "$1" "$2" <<'PY'
+import hashlib, json, os, sys, tarfile
+bundle, dest = sys.argv[1], sys.argv[2]
+with tarfile.open(bundle) as tar:
+    members = json.load(tar.extractfile("envbuild-bundle.json"))["members"]
+    tool = [m for m in tar.getmembers() if m.isfile() and m.name.startswith("tool/") and "/" not in m.name[5:]]
+    if not tool:
+        sys.exit(3)
+    os.makedirs(dest, exist_ok=True)
+    for m in tool:
+        data = tar.extractfile(m).read()
+        if hashlib.sha256(data).hexdigest() != members.get(m.name, {}).get("sha256"):
+            sys.exit(f"build_conda.sh: {bundle}: member {m.name} does not match the bundle manifest")
+        with open(os.path.join(dest, m.name[5:]), "wb") as out:
+            out.write(data)
+    want = open(os.path.join(dest, "python-version")).read().strip()
+    have = "%d.%d" % sys.version_info[:2]
+    if want != have:
+        sys.exit(f"build_conda.sh: the bundle's envbuild wheels are for Python {want}, {sys.executable} is {have}; "
+                 f"run with PYTHON=python{want}, or pack with --tool-python {have}")
+PY
+}
 
 # 1. the venv with envbuild (python >= 3.9), reinstalled only when pyproject.toml changed
 "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else "envbuild needs Python >= 3.9, this is " + sys.version.split()[0])'
@@ -46,7 +73,18 @@ if [ ! -x "$venv/bin/envbuild" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]
   if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv "$venv" || { echo "build_conda.sh: '$python -m venv' failed (Debian/Ubuntu: install python3-venv)" >&2; exit 2; }
   fi
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here"
+  tool="$venv/.envbuild-tool" use_tool=no
+  if [ -n "$bundle" ]; then
+    st=0; bundle_tool "$bundle" "$tool" || st=$?
+    case "$st" in 0) use_tool=yes ;; 3) ;; *) exit 2 ;; esac
+  fi
+  if [ "$use_tool" = yes ]; then  # air-gapped: envbuild's dependencies from the bundle, hash-checked
+    pipi=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$tool")
+    "${pipi[@]}" --require-hashes --no-deps -r "$tool/requirements.lock.txt"
+    "${pipi[@]}" --no-deps --no-build-isolation -e "$here"
+  else
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here"
+  fi
   echo "$want" > "$stamp"
 fi
 envbuild="$venv/bin/envbuild"

@@ -16,8 +16,13 @@ import click
 @click.option("--wheel-cache", "wheel_cache", default=None, metavar="DIR",
               help="Source-build wheel cache to take prebuilt wheels from (default: $ENVBUILD_WHEEL_CACHE, "
                    "else the envbuild cache's source-wheels/).")
+@click.option("--tool-python", "tool_python", default=None, metavar="X.Y",
+              help="Also bundle envbuild's own dependency wheels for this python3 version (the nodes' system "
+                   "Python), so build_conda.sh bootstraps envbuild with no PyPI.")
+@click.option("--tool-index", "tool_index", default=None, metavar="URL",
+              help="Simple index for --tool-python's wheels (default: PyPI).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary line.")
-def pack(profile_name, output, lockfiles, wheel_cache, quiet) -> int:
+def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, quiet) -> int:
     """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks."""
     from pathlib import Path
 
@@ -25,9 +30,11 @@ def pack(profile_name, output, lockfiles, wheel_cache, quiet) -> int:
 
     note = (lambda _m: None) if quiet else (lambda m: click.echo(f"pack: {m}", err=True))
     s = make_bundle(profile_name, Path(output), lockfiles=lockfiles,
-                    wheel_cache=Path(wheel_cache) if wheel_cache else None, note=note)
+                    wheel_cache=Path(wheel_cache) if wheel_cache else None, note=note,
+                    tool_python=tool_python, tool_index=tool_index)
+    tool = f", {s.tool_wheels} wheels of envbuild's dependencies for Python {tool_python}" if tool_python else ""
     click.echo(f"wrote {s.output} ({s.size_bytes / 1e6:.1f} MB): {s.conda_archives} conda archives, {s.wheels} wheels, "
-               f"{len(s.builds)} prebuilt source builds, {len(s.git_mirrors)} git mirrors")
+               f"{len(s.builds)} prebuilt source builds, {len(s.git_mirrors)} git mirrors{tool}")
     if s.skipped_builds:
         click.echo(f"note: no cached wheel for {', '.join(s.skipped_builds)}; create --bundle will build them from "
                    "the bundled git mirrors (the env needs their build tools)", err=True)

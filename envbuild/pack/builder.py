@@ -26,6 +26,7 @@ class PackSummary:
     git_mirrors: List[str] = field(default_factory=list)
     size_bytes: int = 0
     skipped_builds: List[str] = field(default_factory=list)  # builds with no cached wheel for this commit
+    tool_wheels: int = 0  # envbuild's own dependency wheels (pack --tool-python)
 
 
 def _conda_part(profile, stage: Path, note: Callable[[str], None]) -> int:
@@ -95,9 +96,21 @@ def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, note: Callable[
         (summary.builds if found else summary.skipped_builds).append(build.name)
 
 
+def _glibc(recipe) -> str:
+    """The nodes' glibc from the recipe's __glibc virtual package (manylinux floor 2.17 otherwise)."""
+    for v in recipe.virtual_packages:
+        if v.startswith("__glibc="):
+            return v.split("=")[1]
+    return "2.17"
+
+
 def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None,
-                wheel_cache: Optional[Path] = None, note: Callable[[str], None] = lambda _m: None) -> PackSummary:
-    """Write the bundle of `profile_name` to `output`; return what went in."""
+                wheel_cache: Optional[Path] = None, note: Callable[[str], None] = lambda _m: None,
+                tool_python: Optional[str] = None, tool_index: Optional[str] = None) -> PackSummary:
+    """Write the bundle of `profile_name` to `output`; return what went in.
+
+    With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
+    """
     from envbuild.install.source_builds import wheel_cache_dir
     from envbuild.lock import lockset
     from envbuild.pack.bundle import write_manifest, write_tar
@@ -115,6 +128,11 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
         summary.conda_archives = _conda_part(profile, stage, note)
         summary.wheels = _wheel_part(profile, stage, note)
         _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), note, summary)
+        if tool_python:
+            from envbuild.pack.tool import PYPI, stage_tool
+
+            repo = Path(__file__).resolve().parent.parent.parent
+            summary.tool_wheels = stage_tool(stage, repo, tool_python, _glibc(recipe), tool_index or PYPI, note)
         shutil.copytree(profile.directory, stage / "locks" / profile.name,
                         ignore=shutil.ignore_patterns(".*", "__pycache__"))
         note("hashing members into the manifest")

@@ -9,6 +9,7 @@ parts the slime stack needs):
     builds/<name>/<entry>/      source-built wheels, same layout as the wheel cache (entry.json + wheel)
     git/<name>.git/             bare mirrors holding each git source's commit
     locks/<profile>/            the profile folder: profile.toml, conda-lock.yml, the pip lock, patches
+    tool/                       (with pack --tool-python) envbuild's own dependency wheels + their lock
 
 `open_bundle` extracts it safely (no absolute paths, no `..`, no links leaving the tree, no devices) and
 checks every member against the manifest before anything is used: a bundle carried across an air gap on a
@@ -30,7 +31,7 @@ from envbuild.errors import InputFileError
 BUNDLE_FORMAT = 1
 MANIFEST = "envbuild-bundle.json"
 _EXTRACTED_MARK = ".envbuild-extracted"  # written in the workdir after a complete, verified extraction
-PARTS = ("channel", "wheels", "builds", "git", "locks")
+PARTS = ("channel", "wheels", "builds", "git", "locks", "tool")
 
 
 @dataclass(frozen=True)
