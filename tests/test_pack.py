@@ -179,3 +179,14 @@ def test_build_conda_sh_creates_from_bundle_and_is_idempotent(packed, tmp_path):
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert second.returncode == first.returncode, second.stderr
     assert "nothing to do" in second.stderr  # create found the env built from the same locks
+
+
+def test_create_refuses_a_damaged_bundle_by_member(packed, tmp_path):
+    bundle = tmp_path / "damaged.tar"
+    shutil.copyfile(packed["bundle"], bundle)
+    _rewrite(bundle, lambda name, data: data[:-1] + bytes([data[-1] ^ 1]) if name == "wheels/beta-2.0-py3-none-any.whl" else data)
+    env = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache"), "ENVBUILD_LOCKFILES": str(tmp_path / "nowhere")}
+    r = run(["create", "--profile", "fx", "--bundle", str(bundle), "--prefix", str(tmp_path / "env")], env, offline=True)
+    assert r.returncode == 2
+    assert f"{bundle}: member wheels/beta-2.0-py3-none-any.whl: sha256" in " ".join(r.stderr.split())
+    assert not (tmp_path / "env").exists()
