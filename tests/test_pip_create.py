@@ -32,3 +32,23 @@ def test_tampered_wheel_on_the_index_is_refused_and_the_old_env_kept(tmp_path):
     message = " ".join(again.stderr.split())
     assert "beta-2.0-py3-none-any.whl: sha256" in message and "is not the locked hash of beta==2.0" in message
     assert (target / "envbuild" / "manifest.json").read_bytes() == manifest
+
+
+def test_sigkill_in_the_pip_git_and_build_phases_then_rerun_finishes(tmp_path):
+    """Killed right after each of the layers this module tests, a rerun resumes and the env is complete."""
+    world = make_world(tmp_path, c_functions=2)
+    env = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache"), "ENVBUILD_LOCKFILES": str(world.lockfiles)}
+    with serve(world.index_dir) as base:
+        world.write_profile(base)
+        assert run(["lock"], env).returncode == 0
+        for phase in ("pip", "git", "builds"):
+            target = tmp_path / "envs" / phase
+            killed = run(["create", "--prefix", str(target)], {**env, "ENVBUILD_TEST_KILL_AT": phase})
+            assert killed.returncode == -9, killed.stderr
+            assert not target.exists()
+            again = run(["create", "--prefix", str(target)], env)
+            assert again.returncode == 0, again.stderr
+            probe = subprocess.run([str(target / "bin" / "python"), "-c", "import alpha, fastext; print('ok')"],
+                                   capture_output=True, text=True)
+            assert probe.stdout.strip() == "ok", (phase, probe.stderr)
+            assert (target / "src" / "lib" / "pkg" / "extra.py").read_text() == "EXTRA = 2\n", phase
