@@ -426,8 +426,7 @@ def fixed_batch(args, vocab: int, dp_rank: int, cp_rank: int):
 
 
 def train_step(args, ddp, optimizer, batch, opt_region=None) -> Dict[str, float]:
-    """One forward/backward/optimizer step; `opt_region` wraps the optimizer step (a TMS region, so
-    the Adam moments it creates on the first step are pausable like the rest of the state)."""
+    """One forward/backward/optimizer step; `opt_region` (a TMS region) wraps the optimizer step."""
     import contextlib
 
     import torch
@@ -635,6 +634,9 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
                         "dp": ps.get_data_parallel_world_size(), "sp": bool(args.sp)}
         batch = fixed_batch(args, shape["vocab"], ps.get_data_parallel_rank(), ps.get_context_parallel_rank())
         offloader = None  # built at the first offload, once the optimizer has created its moments
+        # Adam creates its moments in the first optimizer step: that step runs inside the TMS region so
+        # the moments are pausable; later steps run outside it, so their temporaries stay out of what
+        # every pause copies to the host.
         opt_region = (lambda: tms.region(tag="train", enable_cpu_backup=True)) if tms is not None else None
 
     def timed(fn):
@@ -648,7 +650,8 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
     for k in range(args.steps):
         rec: Dict[str, Any] = {"step": k, "cycle": True}
         with p.phase(f"train {k}"):
-            out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch, opt_region))
+            region = opt_region if k == 0 else None
+            out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch, region))
             rec.update(out)
             rec["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -701,7 +704,7 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         k = args.steps + j
         rec = {"step": k, "cycle": False}
         with p.phase(f"plain {k}"):
-            out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch, opt_region))
+            out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch))
             rec.update(out)
         rec["used_after_step"] = device_used_bytes()
         rec["fds"] = fd_count()
