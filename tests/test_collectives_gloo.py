@@ -4,6 +4,7 @@ The payloads are the same files the GPU runs use; only the backend differs. They
 test interpreter (the `test` extra installs the CPU wheel); without it these tests skip with the reason.
 """
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,21 +53,15 @@ def test_one_wrong_element_fails_the_probe(op):
     assert res.status is Status.FAIL and "wrong results" in res.summary
 
 
-# NCCL INFO lines as NCCL 2.28 prints them when P2P is disabled on an NVLink pair (shape of the lines
-# from the recorded GPU run in docs/gpu-runs/; channel count shortened).
-SHM_LOG = """\
-h:1:1 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1
-h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
-h:1:1 [0] NCCL INFO cudaDriverVersion 13000
-h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct
-h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct
-"""
+RECORDED_SHM_LOG = Path(__file__).resolve().parent / "fixtures" / "nccl" / "h200x2-p2p-disable.rank0.log"
 
 
 def test_shm_fallback_on_an_nvlink_pair_fails_with_the_env_cause():
+    """Real gloo ranks (exact, no bandwidth verdict at these sizes) + the NCCL log of the recorded
+    NCCL_P2P_DISABLE=1 run on the 2xH200: the transport fallback alone fails the check."""
     out = collectives(2, sizes="4096")
     nvlink = LineRate(gbps=478.1, fabric="nvlink", links=18, per_link_gbps=26.562, how="test")
-    res = judge_collectives(out, nccl_log.parse_text(SHM_LOG), nvlink, cumem="0", gpus=[0, 1])
+    res = judge_collectives(out, nccl_log.parse_files([RECORDED_SHM_LOG]), nvlink, cumem="0", gpus=[0, 1])
     assert res.status is Status.FAIL
     assert "via SHM" in res.summary and "NCCL_P2P_DISABLE=1" in res.summary
     assert res.causes[:2] == ["C4", "N3"]

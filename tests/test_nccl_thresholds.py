@@ -86,3 +86,47 @@ def test_parse_files_merges_ranks_and_skips_missing(tmp_path):
     (tmp_path / "b.log").write_text(LOG.splitlines()[0].replace("2.28.9", "2.27.3") + "\n")
     log = nccl_log.parse_files([tmp_path / "a.log", tmp_path / "b.log", tmp_path / "missing.log"])
     assert log.versions == ["2.28.9+cuda13.0", "2.27.3+cuda13.0"]
+
+
+# --- replays of the recorded 2xH200 run (docs/gpu-runs/h5-*.json, NCCL_DEBUG logs in tests/fixtures/nccl) ---
+REPO = Path(__file__).resolve().parent.parent
+NCCL_LOGS = Path(__file__).resolve().parent / "fixtures" / "nccl"
+
+
+def recorded_outcome(json_name, subject):
+    """A LaunchOutcome whose ranks carry the rows that the GPU run measured (what the payload emitted)."""
+    from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
+
+    report = json.loads((REPO / "docs" / "gpu-runs" / json_name).read_text())
+    res = next(r for r in report["results"] if r["check_id"] == "comm.nccl_collectives" and r["subject"] == subject)
+    rows = [{k: v for k, v in row.items() if k != "fraction_of_line_rate"} for row in res["evidence"]["rows"]]
+    data = {"status": "pass", "summary": "exact", "evidence": {"rows": rows, "measure_s": 1.0},
+            "metrics": [{"name": m["name"], "value": m["value"], "unit": m["unit"]} for m in res["metrics"]]}
+    ranks = [RankOutcome(k, 0, data, "broadcast 256MiB", "", "", "") for k in range(2)]
+    return LaunchOutcome(ranks=ranks, timed_out=False, hung_ranks=[], crashed_ranks=[], wall_s=8.0)
+
+
+def test_recorded_nccl_logs_name_the_transport_each_setting_used():
+    cumem1 = nccl_log.parse_files([NCCL_LOGS / "h200x2-cumem1.rank0.log"])
+    cumem0 = nccl_log.parse_files([NCCL_LOGS / "h200x2-cumem0.rank0.log"])
+    shm = nccl_log.parse_files([NCCL_LOGS / "h200x2-p2p-disable.rank0.log"])
+    assert set(cumem1.transports) == {"P2P/CUMEM"} and set(cumem0.transports) == {"P2P/IPC"}
+    assert set(shm.transports) == {"SHM"} and shm.env_overrides["NCCL_P2P_DISABLE"] == "1"
+    assert cumem1.version == "2.28.9+cuda13.0" and cumem1.cuda_driver_version == 13000
+
+
+def test_replayed_healthy_run_passes_and_p2p_disabled_run_fails_with_c4(h200):
+    from envbuild.doctor.checks.comm_nccl import judge_collectives
+    from envbuild.report.model import Status
+
+    lr = line_rate(h200, [0, 1])
+    good = judge_collectives(recorded_outcome("h5-probes-2gpu-full.json", "NCCL_CUMEM_ENABLE=1"),
+                             nccl_log.parse_files([NCCL_LOGS / "h200x2-cumem1.rank0.log"]), lr, cumem="1", gpus=[0, 1])
+    assert good.status is Status.PASS, good.summary
+    assert "via P2P/CUMEM" in good.summary and all(m.source for m in good.metrics if m.expect)
+    bad = judge_collectives(recorded_outcome("h5-fault-p2p-disable.json", "NCCL_CUMEM_ENABLE=0"),
+                            nccl_log.parse_files([NCCL_LOGS / "h200x2-p2p-disable.rank0.log"]), lr, cumem="0",
+                            gpus=[0, 1])
+    assert bad.status is Status.FAIL and bad.causes[:2] == ["C4", "N3"]
+    assert "via SHM because the environment sets NCCL_P2P_DISABLE=1" in bad.summary
+    assert "busbw below the fail band" in bad.summary
