@@ -150,3 +150,65 @@ def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monk
     assert res.causes == []
     assert res.evidence["failed_phase"] == "build"
     assert "sequence parallel not supported" in res.summary
+
+
+def _replay(monkeypatch, ranks, **outcome_kw):
+    """run_payload with the launcher replaced by a recorded or built outcome (1 GPU... N GPUs)."""
+    from envbuild.doctor import launcher
+    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.launcher import LaunchOutcome
+    from envbuild.train.layout import derive_layout
+    from envbuild.train.memory import estimate_bytes
+    from envbuild.train.options import parse_options
+    from envbuild.train.presets import get_preset
+
+    kw = dict(timed_out=False, hung_ranks=[], crashed_ranks=[], wall_s=60.0)
+    kw.update(outcome_kw)
+    outcome = LaunchOutcome(ranks=ranks, **kw)
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
+    ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
+    opts = parse_options({"train.layers": "2", "train.tp": "1", "train.ep": "2"}, "full")
+    shape = get_preset(opts.preset)
+    layout = derive_layout(2, shape, 2, 4096, tp=1, ep=2)
+    return run_payload(ctx, opts, shape, layout, {"name": "NVIDIA H200"}, estimate_bytes(shape, layout, 2, 4096, 1))
+
+
+def _steps(n=10, plain=3):
+    GIB = 1024 ** 3
+    out = [{"step": k, "cycle": True, "loss": 12.0 - 0.3 * k, "grad_norm": 3.0, "train_s": 0.4,
+            "sync_s": 0.05, "offload_s": 1.0, "resume_s": 0.5, "rebuild_s": 0.5, "cycle_s": 2.45,
+            "sync_bytes": 5 * GIB, "sync_bad_buckets": 0, "released_bytes": 20 * GIB, "used_after_step": 30 * GIB,
+            "fds": 300, "peak_allocated_bytes": 25 * GIB, "state_intact": True} for k in range(n)]
+    return out + [{"step": n + j, "cycle": False, "loss": 9.0 - 0.1 * j, "grad_norm": 2.0, "train_s": 0.35,
+                   "used_after_step": 30 * GIB, "fds": 300} for j in range(plain)]
+
+
+def _rank(k, result, phase="teardown", returncode=0):
+    from envbuild.doctor.launcher import RankOutcome
+
+    return RankOutcome(rank=k, returncode=returncode, result=result, phase=phase, stderr_tail="", log_path="",
+                       stack_dump="")
+
+
+def test_a_clean_run_passes_with_throughput_mfu_and_release(monkeypatch):
+    ev = {"steps": _steps(), "gpu_name": "NVIDIA H200", "weight_bytes_per_rank": 2 * 1024 ** 3,
+          "megatron_core": "0.19.2", "spec": "local", "groups_member": 11}
+    done = {"status": "pass", "summary": "10 cycle steps + 3 plain steps ran", "evidence": ev}
+    res = _replay(monkeypatch, [_rank(0, done), _rank(1, done)])
+    assert res.status == Status.PASS, res.summary
+    assert res.summary.startswith("10 cycles + 3 plain steps, 2 layers, TP 1, EP 2")
+    assert "loss 12.00 -> 8.80" in res.summary and "MFU" in res.summary and "of 989 TFLOP/s" in res.summary
+    assert "cycle 7.0x a plain step" in res.summary and "offload freed 20.0 GiB (10.0x weights)" in res.summary
+    names = {m.name for m in res.metrics}
+    assert {"layers", "tokens_per_s", "mfu", "cycle_over_plain", "released_GiB", "fd_growth"} <= names
+    assert res.evidence["peak_sku"]["sku"] == "H200 SXM"
+    assert res.evidence["global_tokens_per_step"] == 2 * 4096  # DP 2
+
+
+def test_a_hang_in_teardown_after_the_verdicts_is_a_warning(monkeypatch):
+    ev = {"steps": _steps(), "gpu_name": "NVIDIA H200", "weight_bytes_per_rank": 2 * 1024 ** 3}
+    done = {"status": "pass", "summary": "ran", "evidence": ev}
+    res = _replay(monkeypatch, [_rank(0, done, returncode=-15), _rank(1, done)], timed_out=True, hung_ranks=[0],
+                  reason="run deadline of 70 s passed")
+    assert res.status == Status.WARN
+    assert "rank(s) [0] hung in teardown after their result" in res.summary and res.causes == ["M4"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional
 
 from envbuild.doctor.registry import check
@@ -42,7 +42,7 @@ def _options_error(message: str) -> Result:
                               "docs/checks-train.md)", evidence={"options": known})
 
 
-def _declared_world(ctx, opts) -> Optional[int]:
+def _declared_world(ctx) -> Optional[int]:
     """GPUs to lay out on: the usable ones, else what --gpus names (to validate a layout before a run)."""
     gpus = ctx.gpu_indices()
     if gpus:
@@ -107,7 +107,7 @@ def train_moe_step(ctx) -> List[Result]:
     except OptionError as exc:
         return [_options_error(str(exc))]
     shape = get_preset(opts.preset)
-    world = _declared_world(ctx, opts)
+    world = _declared_world(ctx)
     try:
         layout = derive_layout(world or _structural_world(opts), shape, opts.layers, opts.seq, tp=opts.tp,
                                sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
@@ -145,89 +145,133 @@ def _only_teardown_hung(outcome) -> bool:
 def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[str, int]) -> Result:
     """Launch the payload on the layout's GPUs and turn what the ranks did into one Result."""
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result
-    from envbuild.train.assess import PHASE_CAUSES, assess, phase_kind
-    from envbuild.train.flops import forward_flops_per_token, train_flops_per_token
     from envbuild.train.layout import padded_vocab
-    from envbuild.train.memory import GIB, depth_that_fits
-    from envbuild.train.peaks import peak_for
+    from envbuild.train.memory import GIB
 
     gpus = ctx.gpu_indices()
     vocab = padded_vocab(shape.vocab, layout.tp)
     args = payload_args(opts, layout, shape, vocab)
     outcome = launch("train_moe_step.py", layout.world, python=ctx.python or sys.executable, gpus=gpus,
                      args=args, deadline_s=deadline_for(opts), phase_deadlines={"*": 300})
-    base_evidence: Dict[str, Any] = {
+    run = _Run(opts, shape, layout, gpu, vocab, outcome, {
         "layout": layout.to_dict(), "layers": opts.layers, "seq": opts.seq, "mbs": opts.mbs,
         "estimate_GiB": {k: round(v / GIB, 2) for k, v in estimate.items()},
         "payload_args": [a for a in args if not a.startswith("{")], "gpus": gpus, "gpu_name": gpu.get("name"),
-    }
+    })
     results = [r.result for r in outcome.ranks if r.result is not None]
     skipped = next((r for r in results if r.get("status") == "skip"), None)
     if skipped is not None and outcome.ok:
         return Result(CHECK_ID, CATEGORY, Status.SKIP, str(skipped.get("summary")),
-                      remediation=skipped.get("remediation") or INSTALL_HINT, evidence=base_evidence)
+                      remediation=skipped.get("remediation") or INSTALL_HINT, evidence=run.evidence)
     oom = next((r for r in results if r.get("oom")), None)
     if oom is not None:
-        capacity = gpu.get("memory_bytes") or (oom.get("evidence", {}).get("oom", {}).get("device_total_bytes"))
-        fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity) if capacity else 0
-        fits = min(fits, opts.layers - layout.pp) if opts.layers > layout.pp else 0
-        grew = any(s.get("step", 0) > 0 for s in oom.get("evidence", {}).get("steps", []))
-        evidence = dict(base_evidence, oom=oom.get("evidence", {}).get("oom"),
-                        steps=oom.get("evidence", {}).get("steps"), rank=oom.get("rank"))
-        return Result(CHECK_ID, CATEGORY, Status.FAIL,
-                      f"{oom.get('summary')} ({layout.describe()}); "
-                      + (f"depth {fits} would fit: --set train.layers={fits}" if fits else
-                         "no smaller depth fits: raise train.ep or train.tp"),
-                      evidence=evidence, causes=["M4"] if grew else [],
-                      remediation=(f"rerun with --set train.layers={fits}" if fits else "raise train.ep/train.tp")
-                      + ("; memory ran out after the first cycle, so look for per-cycle growth (M4)" if grew else ""))
-    teardown_hang = _only_teardown_hung(outcome)
-    broken = None if teardown_hang else failure_result(CHECK_ID, CATEGORY, outcome, what="the train-step cycle",
-                                                       hang_causes=(), crash_causes=())
-    if broken is not None:
-        rank0 = next((r.result for r in outcome.ranks if r.rank == 0 and r.result), None) or {}
-        done = [s for s in (rank0.get("evidence") or {}).get("steps", []) if s.get("cycle")]
-        broken.evidence["steps"] = (rank0.get("evidence") or {}).get("steps", [])
-        # A rank that raised names its phase in its verdict (the phase file then says "teardown");
-        # a killed rank's phase file is where it was.
-        phase = next((((r.result or {}).get("phase") if not (r.result or {}).get("partial") else None) or r.phase
-                      for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
-                      and (r.phase or (r.result or {}).get("phase"))), None)
-        kind = phase_kind(phase)
-        broken.causes = list(PHASE_CAUSES.get(kind, ())) or ["M4", "M5"]
-        if kind in ("import", "build") and not outcome.hung_ranks:
-            # The model could not be built: megatron-core and this torch (or a missing Apex/TE piece)
-            # disagree. The check could not run; that is no verdict on the node.
-            broken.status, broken.causes = Status.ERROR, []
-        broken.evidence.update(base_evidence, failed_phase=phase)
-        if kind:
-            broken.summary = f"[{kind}] {broken.summary}"
-        broken.summary += f" ({len(done)} cycle(s) had completed; {layout.describe()}, {opts.layers} layers)"
-        earlier = assess(broken.evidence["steps"], global_tokens=opts.mbs * opts.seq * layout.dp,
-                         flops_per_token=train_flops_per_token(shape, opts.layers, opts.seq, vocab),
-                         gpus=layout.world, peak_tflops=None,
-                         weight_bytes=int((rank0.get("evidence") or {}).get("weight_bytes_per_rank") or 0))
-        if earlier.problems:  # what the completed cycles already showed, e.g. a leak before a hang
-            broken.summary += "; before that: " + "; ".join(earlier.problems)
-            broken.causes = list(dict.fromkeys(earlier.causes + broken.causes))
-        broken.metrics = [Metric(**m) for m in earlier.metrics]
-        return broken
+        return _oom_result(run, oom)
+    if not outcome.ok and not _only_teardown_hung(outcome):
+        return _broken_result(run)
+    return _verdict_result(run)
 
-    lead = next(r for r in outcome.ranks if r.rank == 0).result
-    ev = lead.get("evidence", {})
+
+@dataclass
+class _Run:
+    """What one launch of the payload had and gave: the inputs and the launcher's outcome."""
+
+    opts: Any
+    shape: Any
+    layout: Any
+    gpu: Dict[str, Any]
+    vocab: int
+    outcome: Any
+    evidence: Dict[str, Any]
+
+    def rank0(self) -> Dict[str, Any]:
+        return next((r.result for r in self.outcome.ranks if r.rank == 0 and r.result), None) or {}
+
+    def flops_per_token(self) -> int:
+        from envbuild.train.flops import train_flops_per_token
+
+        return train_flops_per_token(self.shape, self.opts.layers, self.opts.seq, self.vocab)
+
+    def tokens_per_step(self) -> int:
+        return self.opts.mbs * self.opts.seq * self.layout.dp
+
+
+def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
+    """An out-of-memory: the phase, the depth the estimate says would fit, and M4 if it came after cycle 0."""
+    from envbuild.train.memory import depth_that_fits
+
+    opts, layout = run.opts, run.layout
+    details = oom.get("evidence", {})
+    capacity = run.gpu.get("memory_bytes") or (details.get("oom") or {}).get("device_total_bytes")
+    fits = depth_that_fits(run.shape, layout, opts.seq, opts.mbs, capacity) if capacity else 0
+    fits = min(fits, opts.layers - layout.pp) if opts.layers > layout.pp else 0
+    grew = any(s.get("step", 0) > 0 for s in details.get("steps", []))
+    evidence = dict(run.evidence, oom=details.get("oom"), steps=details.get("steps"), rank=oom.get("rank"))
+    return Result(CHECK_ID, CATEGORY, Status.FAIL,
+                  f"{oom.get('summary')} ({layout.describe()}); "
+                  + (f"depth {fits} would fit: --set train.layers={fits}" if fits else
+                     "no smaller depth fits: raise train.ep or train.tp"),
+                  evidence=evidence, causes=["M4"] if grew else [],
+                  remediation=(f"rerun with --set train.layers={fits}" if fits else "raise train.ep/train.tp")
+                  + ("; memory ran out after the first cycle, so look for per-cycle growth (M4)" if grew else ""))
+
+
+def _broken_result(run: _Run) -> Result:
+    """A hang or crash: the phase and step it happened in, its causes, and what the completed cycles showed."""
+    from envbuild.doctor.probes import failure_result
+    from envbuild.train.assess import PHASE_CAUSES, assess, phase_kind
+
+    outcome, opts, layout = run.outcome, run.opts, run.layout
+    broken = failure_result(CHECK_ID, CATEGORY, outcome, what="the train-step cycle", hang_causes=(),
+                            crash_causes=())
+    rank0 = run.rank0()
+    steps = (rank0.get("evidence") or {}).get("steps", [])
+    done = [s for s in steps if s.get("cycle")]
+    # A rank that raised names its phase in its verdict (the phase file then says "teardown");
+    # a killed rank's phase file is where it was.
+    phase = next((((r.result or {}).get("phase") if not (r.result or {}).get("partial") else None) or r.phase
+                  for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
+                  and (r.phase or (r.result or {}).get("phase"))), None)
+    kind = phase_kind(phase)
+    broken.causes = list(PHASE_CAUSES.get(kind, ())) or ["M4", "M5"]
+    if kind in ("import", "build") and not outcome.hung_ranks:
+        # The model could not be built: megatron-core and this torch (or a missing Apex/TE piece)
+        # disagree. The check could not run; that is no verdict on the node.
+        broken.status, broken.causes = Status.ERROR, []
+    broken.evidence.update(run.evidence, failed_phase=phase, steps=steps)
+    if kind:
+        broken.summary = f"[{kind}] {broken.summary}"
+    broken.summary += f" ({len(done)} cycle(s) had completed; {layout.describe()}, {opts.layers} layers)"
+    earlier = assess(steps, global_tokens=run.tokens_per_step(), flops_per_token=run.flops_per_token(),
+                     gpus=layout.world, peak_tflops=None,
+                     weight_bytes=int((rank0.get("evidence") or {}).get("weight_bytes_per_rank") or 0))
+    if earlier.problems:  # what the completed cycles already showed, e.g. a leak before a hang
+        broken.summary += "; before that: " + "; ".join(earlier.problems)
+        broken.causes = list(dict.fromkeys(earlier.causes + broken.causes))
+    broken.metrics = [Metric(**m) for m in earlier.metrics]
+    return broken
+
+
+def _verdict_result(run: _Run) -> Result:
+    """Every rank finished: judge rank 0's step records (loss, leaks, release) and report the numbers."""
+    from envbuild.train.assess import assess
+    from envbuild.train.flops import forward_flops_per_token
+    from envbuild.train.memory import GIB
+    from envbuild.train.peaks import peak_for
+
+    outcome, opts, layout = run.outcome, run.opts, run.layout
+    ev = run.rank0().get("evidence", {})
     steps = ev.get("steps", [])
-    peak = peak_for(ev.get("gpu_name") or gpu.get("name"))
-    flops = train_flops_per_token(shape, opts.layers, opts.seq, vocab)
-    tokens = opts.mbs * opts.seq * layout.dp
+    peak = peak_for(ev.get("gpu_name") or run.gpu.get("name"))
+    flops = run.flops_per_token()
+    tokens = run.tokens_per_step()
     weight_bytes = int(ev.get("weight_bytes_per_rank") or 0)
     verdict = assess(steps, global_tokens=tokens, flops_per_token=flops, gpus=layout.world,
                      peak_tflops=peak.bf16_dense_tflops if peak else None, weight_bytes=weight_bytes)
-    peaks_by_rank = {f"rank{r.rank}": max((s.get("peak_allocated_bytes") or 0)
-                                          for s in (r.result or {}).get("evidence", {}).get("steps", [{}]) or [{}])
+    peaks_by_rank = {f"rank{r.rank}": max([s.get("peak_allocated_bytes") or 0
+                                           for s in ((r.result or {}).get("evidence") or {}).get("steps", [])]
+                                          or [0])
                      for r in outcome.ranks}
-    f = verdict.figures
-    evidence = dict(base_evidence)
+    evidence = dict(run.evidence)
     evidence.update({
         "megatron_core": ev.get("megatron_core"), "torch": ev.get("torch"), "nccl": ev.get("nccl"),
         "spec": ev.get("spec"), "offload_mode": ev.get("offload_mode"),
@@ -235,18 +279,18 @@ def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[st
         "weight_bytes_per_rank": weight_bytes, "groups_per_cycle": ev.get("groups_member"),
         "new_group_calls_total": ev.get("new_group_calls_total"), "gpu_name": ev.get("gpu_name"),
         "peak_sku": asdict(peak) if peak else None, "flops_per_token": flops, "global_tokens_per_step": tokens,
-        "forward_flops_per_token": forward_flops_per_token(shape, opts.layers, opts.seq, vocab),
+        "forward_flops_per_token": forward_flops_per_token(run.shape, opts.layers, opts.seq, run.vocab),
         "peak_allocated_bytes_by_rank": peaks_by_rank, "steps": steps,
     })
     if not peak:
         evidence["mfu_note"] = f"no peak for GPU {ev.get('gpu_name')!r} in envbuild/train/peaks.py: MFU not given"
-    if teardown_hang:
+    if outcome.hung_ranks:  # only in teardown, after every rank's verdict (_only_teardown_hung)
         verdict.problems.append(f"rank(s) {outcome.hung_ranks} hung in teardown after their result and were killed")
         verdict.causes = list(dict.fromkeys(verdict.causes + ["M4"]))
         verdict.summary = "; ".join(verdict.problems)
         verdict.status = "fail" if verdict.status == "fail" else "warn"
-    metrics = [Metric(**m) for m in verdict.metrics]
-    metrics.insert(0, Metric("layers", opts.layers, "layers"))
+    metrics = [Metric("layers", opts.layers, "layers")] + [Metric(**m) for m in verdict.metrics]
+    f = verdict.figures
     what = (f"{f['cycles']} cycles + {f['plain']} plain steps, {opts.layers} layers, {layout.describe()}, "
             f"{opts.seq * opts.mbs} tokens/micro-batch")
     if verdict.status == "pass":
