@@ -1,33 +1,34 @@
 """The collectives and churn payloads on gloo (CPU ranks), and the judging of their outcomes.
 
-The payloads are the same files the GPU runs use; only the backend differs. They need torch in the
-test interpreter (the `test` extra installs the CPU wheel); without it these tests skip with the reason.
+The payloads are the same files the GPU runs use; only the backend differs. They run under a python
+that can import torch (tests/torch_env.py: the CPU wheel installed once per session); where pip cannot
+get torch, these tests skip with the reason.
 """
-import sys
 from pathlib import Path
 
 import pytest
+from torch_env import torch_env  # noqa: F401  (fixture)
 
-pytest.importorskip("torch", reason="torch is not installed in the test interpreter (pip install '.[test]')")
-
-from envbuild.doctor import nccl_log  # noqa: E402
-from envbuild.doctor.checks.comm_nccl import judge_churn, judge_collectives  # noqa: E402
-from envbuild.doctor.launcher import launch  # noqa: E402
-from envbuild.doctor.thresholds import LineRate  # noqa: E402
-from envbuild.report.model import Status  # noqa: E402
+from envbuild.doctor import nccl_log
+from envbuild.doctor.checks.comm_nccl import judge_churn, judge_collectives
+from envbuild.doctor.launcher import launch
+from envbuild.doctor.thresholds import LineRate
+from envbuild.report.model import Status
 
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
 FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
-def collectives(nranks, env=None, sizes="4096,262144"):
-    return launch("nccl_collectives.py", nranks, python=sys.executable, gpus=None, backend="gloo",
-                  args=["--sizes", sizes, "--budget-ms", "5", "--max-iters", "5"], deadline_s=120, env=env)
+def collectives(torch_env, nranks, env=None, sizes="4096,262144"):
+    python, base = torch_env
+    return launch("nccl_collectives.py", nranks, python=python, gpus=None, backend="gloo",
+                  args=["--sizes", sizes, "--budget-ms", "5", "--max-iters", "5"], deadline_s=120,
+                  env={**base, **(env or {})})
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_collectives_are_exact_and_bandwidth_follows_nccl_tests(nranks):
-    out = collectives(nranks)
+def test_collectives_are_exact_and_bandwidth_follows_nccl_tests(torch_env, nranks):
+    out = collectives(torch_env, nranks)
     assert out.ok, [r.stderr_tail for r in out.ranks]
     rows = out.ranks[0].result["evidence"]["rows"]
     assert sorted({r["op"] for r in rows}) == sorted(OPS) and len(rows) == 10
@@ -44,8 +45,8 @@ def test_collectives_are_exact_and_bandwidth_follows_nccl_tests(nranks):
 
 
 @pytest.mark.parametrize("op", ["reduce_scatter", "all_to_all"])
-def test_one_wrong_element_fails_the_probe(op):
-    out = collectives(2, env={"ENVBUILD_TEST_CORRUPT_OP": op}, sizes="4096")
+def test_one_wrong_element_fails_the_probe(torch_env, op):
+    out = collectives(torch_env, 2, env={"ENVBUILD_TEST_CORRUPT_OP": op}, sizes="4096")
     assert out.ok  # the payload ran to its verdict
     bad = out.ranks[1].result
     assert bad["status"] == "fail" and op in bad["summary"] and "1 of" in bad["summary"]
@@ -56,10 +57,10 @@ def test_one_wrong_element_fails_the_probe(op):
 RECORDED_SHM_LOG = Path(__file__).resolve().parent / "fixtures" / "nccl" / "h200x2-p2p-disable.rank0.log"
 
 
-def test_shm_fallback_on_an_nvlink_pair_fails_with_the_env_cause():
+def test_shm_fallback_on_an_nvlink_pair_fails_with_the_env_cause(torch_env):
     """Real gloo ranks (exact, no bandwidth verdict at these sizes) + the NCCL log of the recorded
     NCCL_P2P_DISABLE=1 run on the 2xH200: the transport fallback alone fails the check."""
-    out = collectives(2, sizes="4096")
+    out = collectives(torch_env, 2, sizes="4096")
     nvlink = LineRate(gbps=478.1, fabric="nvlink", links=18, per_link_gbps=26.562, how="test")
     res = judge_collectives(out, nccl_log.parse_files([RECORDED_SHM_LOG]), nvlink, cumem="0", gpus=[0, 1])
     assert res.status is Status.FAIL
@@ -68,24 +69,27 @@ def test_shm_fallback_on_an_nvlink_pair_fails_with_the_env_cause():
     assert res.evidence["nccl"]["nccl_version"] == "2.28.9+cuda13.0"
 
 
-def churn(env=None, cycles=4):
-    return launch("nccl_churn.py", 2, python=sys.executable, gpus=None, backend="gloo",
-                  args=["--cycles", str(cycles), "--groups", "8", "--numel", "256"], deadline_s=120, env=env)
+def churn(torch_env, env=None, cycles=4):
+    python, base = torch_env
+    return launch("nccl_churn.py", 2, python=python, gpus=None, backend="gloo",
+                  args=["--cycles", str(cycles), "--groups", "8", "--numel", "256"], deadline_s=120,
+                  env={**base, **(env or {})})
 
 
-def test_churn_passes_without_growth_and_fails_on_a_descriptor_leak():
-    good = judge_churn(churn())
+def test_churn_passes_without_growth_and_fails_on_a_descriptor_leak(torch_env):
+    good = judge_churn(churn(torch_env))
     assert good.status is Status.PASS, good.summary
     assert "no growth" in good.summary
-    leak = judge_churn(churn(env={"ENVBUILD_TEST_LEAK_FDS": "10"}))
+    leak = judge_churn(churn(torch_env, env={"ENVBUILD_TEST_LEAK_FDS": "10"}))
     assert leak.status is Status.FAIL and "descriptors grew by 10 fds per cycle" in leak.summary
     assert leak.causes == ["M4"]
 
 
-def test_churn_hang_names_the_cycle_phase():
-    out = launch("nccl_churn.py", 2, python=sys.executable, gpus=None, backend="gloo",
+def test_churn_hang_names_the_cycle_phase(torch_env):
+    python, base = torch_env
+    out = launch("nccl_churn.py", 2, python=python, gpus=None, backend="gloo",
                  args=["--cycles", "3", "--groups", "4", "--numel", "64"], deadline_s=30,
-                 env={"ENVBUILD_TEST_SIGSTOP_AT": "cycle 1 collectives"}, phase_deadlines={"*": 4})
+                 env={**base, "ENVBUILD_TEST_SIGSTOP_AT": "cycle 1 collectives"}, phase_deadlines={"*": 4})
     res = judge_churn(out)
     assert res.status is Status.FAIL and "hung" in res.summary
     assert res.evidence["phases"]["rank1"] == "cycle 1 collectives"
