@@ -121,7 +121,11 @@ class GroupReloader:
             inner = self.original(*args, **kwargs)
             self.created += 1
             wrapper = None
-            if inner is not None and inner != self.dist.GroupMember.NON_GROUP_MEMBER and inner.size() > 1:
+            # Every group this rank is in is reloadable, one-rank groups too: with device_id bound at
+            # init_process_group, new_group creates its NCCL communicator eagerly, so a replayed one-rank
+            # group that was never destroyed kept a communicator per cycle (GPU run of 19:39: memory and
+            # FDs grew every rebuild).
+            if inner is not None and inner != self.dist.GroupMember.NON_GROUP_MEMBER:
                 wrapper = self.wrapper_cls(inner)
                 self._alias(wrapper, inner)
             self.calls.append((args, kwargs, wrapper))
