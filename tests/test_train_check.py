@@ -212,3 +212,43 @@ def test_a_hang_in_teardown_after_the_verdicts_is_a_warning(monkeypatch):
                   reason="run deadline of 70 s passed")
     assert res.status == Status.WARN
     assert "rank(s) [0] hung in teardown after their result" in res.summary and res.causes == ["M4"]
+
+
+def test_replayed_deadline_with_every_rank_moving_is_a_warning_not_a_hang(monkeypatch):
+    """The lead's final lent-machine run (docs/gpu-runs/train-moe-ep2-final.json): EP 2 with
+    torch_memory_saver took 23-25 s a cycle, so 10 cycles outlasted the 140 s deadline while both ranks
+    were 2-3 s into 'rebuild 4' after 4 healthy cycles. That is no hang: warn, say the deadline to use."""
+    from pathlib import Path
+
+    from envbuild.doctor.launcher import RankOutcome
+
+    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
+                      / "train-moe-ep2-final.json").read_text())["results"][0]["evidence"]
+    partial = {"status": "error", "partial": True, "summary": "stopped after step 3",
+               "evidence": {"steps": rec["steps"], "weight_bytes_per_rank": 2_360_000_000}}
+    ranks = [RankOutcome(rank=k, returncode=-15, result=partial, phase=rec["phases"][f"rank{k}"], stderr_tail="",
+                         log_path="", stack_dump="", phase_elapsed_s=2.0 + k) for k in (0, 1)]
+    res = _replay(monkeypatch, ranks, timed_out=True, hung_ranks=[0, 1], wall_s=rec["wall_s"],
+                  reason="run deadline of 140 s passed")
+    assert res.status == Status.WARN, res.summary
+    assert "did not finish: run deadline of 140 s passed" in res.summary and "no hang" in res.summary
+    assert "4 of 10 cycles" in res.summary
+    deadline = int(res.remediation.rsplit("train.deadline=", 1)[1])
+    assert 4 * 24 < deadline < 600  # enough for 10 cycles of ~24 s after the recorded start-up
+    assert res.causes == []
+
+
+def test_a_deadline_while_a_rank_sat_in_one_phase_longer_than_a_cycle_stays_a_hang(monkeypatch):
+    from pathlib import Path
+
+    from envbuild.doctor.launcher import RankOutcome
+
+    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
+                      / "train-moe-ep2-final.json").read_text())["results"][0]["evidence"]
+    partial = {"status": "error", "partial": True, "summary": "stopped", "evidence": {"steps": rec["steps"]}}
+    ranks = [RankOutcome(rank=k, returncode=-15, result=partial, phase="rebuild 4", stderr_tail="", log_path="",
+                         stack_dump="", phase_elapsed_s=60.0) for k in (0, 1)]
+    res = _replay(monkeypatch, ranks, timed_out=True, hung_ranks=[0, 1], wall_s=150.0,
+                  reason="run deadline of 140 s passed")
+    assert res.status == Status.FAIL and "hung" in res.summary
+    assert "M4" in res.causes
