@@ -79,3 +79,19 @@ def test_json_report_round_trip(tmp_path):
     back = report_from_dict(data)
     assert back.results[0].metrics[0].unit == "GB/s"
     assert report_to_dict(back) == data
+
+
+def test_static_run_on_a_cpu_machine_lists_every_gpu_check_as_skipped_with_why(tmp_path):
+    """The CI machine has no driver: exit 0, and each GPU probe is in the report with the reason."""
+    from envbuild.doctor.registry import all_checks
+
+    out = tmp_path / "r.json"
+    proc = run(["doctor", "-q", "--json", str(out)], env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = {r["check_id"]: r for r in json.loads(out.read_text())["results"]}
+    gpu_checks = [c for c in all_checks() if c.modes and "static" not in c.modes]
+    assert gpu_checks
+    for c in gpu_checks:
+        r = results[c.id]
+        assert r["status"] == "skip", (c.id, r)
+        assert ("driver" in r["summary"]) or ("runs with --" in r["summary"]), (c.id, r["summary"])

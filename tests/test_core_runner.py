@@ -31,7 +31,7 @@ def ok(ctx):
 
 
 @pytest.mark.parametrize("nvml,live,needs,expect", [
-    (FactUnavailable("no NVIDIA driver: libnvidia-ml.so.1 not found"), True, ("gpu",), "no usable NVIDIA driver: no NVIDIA driver"),
+    (FactUnavailable("no NVIDIA driver: libnvidia-ml.so.1 not found"), True, ("gpu",), "no NVIDIA driver: libnvidia-ml.so.1 not found"),
     ({"device_count": 1}, True, ("multi_gpu",), "needs at least 2 GPUs; 1 selected"),
     ({"device_count": 2}, False, ("gpu",), "GPU probes need the live node"),
 ])

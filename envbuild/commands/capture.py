@@ -51,8 +51,7 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
 
     from envbuild import __version__
     from envbuild.doctor.context import DoctorContext
-    from envbuild.doctor.registry import select
-    from envbuild.doctor.runner import run_checks
+    from envbuild.doctor.runner import run_selected
     from envbuild.doctor.session import gpu_inventory, host_facts
     from envbuild.errors import EnvbuildError
     from envbuild.facts.source import FactUnavailable, LiveSource, RecordingSource
@@ -74,7 +73,7 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
             read()
         except FactUnavailable:
             pass
-    results = run_checks(select(mode="static"), ctx)
+    results = run_selected(ctx)
     host = host_facts(rec)
     gpus = gpu_inventory(rec)
     meta: Dict[str, Any] = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 from envbuild.doctor.context import DoctorContext
 from envbuild.doctor.registry import Check
@@ -22,7 +22,7 @@ def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
             return f"GPU probes need the live node; this run replays {ctx.facts.description}"
         reason = ctx.nvml_unavailable_reason()
         if reason is not None:
-            return f"no usable NVIDIA driver: {reason}"
+            return reason if "driver" in reason.lower() else f"no usable NVIDIA driver: {reason}"
         gpus = ctx.gpu_indices()
         if not gpus:
             return "no GPU visible to NVML" + (f" among --gpus {ctx.gpus}" if ctx.gpus is not None else "")
@@ -60,6 +60,18 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
     return results
 
 
+def mode_skip(check: Check, ctx: DoctorContext) -> Result:
+    """The `skip` of a check this mode does not run, so a report always lists every check and says why.
+
+    A need the node cannot meet (no driver, a bundle) is the better reason; else name the mode to use.
+    """
+    reason = unmet_need(check, ctx)
+    if reason is None:
+        flags = " or ".join(f"--{m}" for m in ("quick", "full") if m in check.modes)
+        reason = f"not part of the {ctx.mode} run; runs with {flags}"
+    return Result(check.id, check.category, Status.SKIP, reason)
+
+
 def run_checks(checks: List[Check], ctx: DoctorContext,
                on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
     results: List[Result] = []
@@ -68,4 +80,19 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
             results.append(r)
             if on_result is not None:
                 on_result(r)
+    return results
+
+
+def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequence[str] = (),
+                 on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
+    """Run the checks of ctx.mode matching `patterns` (all when empty), minus `skips`.
+
+    Without patterns the report also lists, as skips with their reason, the checks this mode leaves
+    out (the GPU probes of a static run), so a reader sees every check and why it did not run.
+    """
+    from envbuild.doctor.registry import select
+
+    results = run_checks(select(patterns, skips, mode=ctx.mode), ctx, on_result=on_result)
+    if not patterns:
+        results += [mode_skip(c, ctx) for c in select((), skips, mode=None) if ctx.mode not in c.modes]
     return results

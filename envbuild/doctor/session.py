@@ -85,7 +85,7 @@ def gpu_inventory(facts) -> List[Dict[str, Any]]:
 def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import select
-    from envbuild.doctor.runner import run_checks
+    from envbuild.doctor.runner import run_selected
     from envbuild.facts.source import open_source
     from envbuild.profile import load_profile
     from envbuild.report import terminal
@@ -96,7 +96,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     if opts.list_only:
         terminal.print_check_list(select(opts.checks, opts.skips, mode=None))
         return 0
-    chosen = select(opts.checks, opts.skips, mode=opts.mode)
+    select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
     facts = open_source(opts.root, python=python)
@@ -106,7 +106,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     t0 = time.monotonic()
     live = terminal.LiveProgress(enabled=not opts.quiet)
     with live:
-        results = run_checks(chosen, ctx, on_result=live.update)
+        results = run_selected(ctx, opts.checks, opts.skips, on_result=live.update)
     report = Report(
         host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
         profile=profile.name if profile else None,
