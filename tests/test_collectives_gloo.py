@@ -12,7 +12,7 @@ from torch_env import torch_env  # noqa: F401  (fixture)
 from envbuild.doctor import nccl_log
 from envbuild.doctor.checks.comm_nccl import judge_churn, judge_collectives
 from envbuild.doctor.launcher import launch
-from envbuild.doctor.thresholds import LineRate
+from envbuild.doctor.linerate import LineRate
 from envbuild.report.model import Status
 
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
@@ -61,7 +61,7 @@ def test_shm_fallback_on_an_nvlink_pair_fails_with_the_env_cause(torch_env):
     """Real gloo ranks (exact, no bandwidth verdict at these sizes) + the NCCL log of the recorded
     NCCL_P2P_DISABLE=1 run on the 2xH200: the transport fallback alone fails the check."""
     out = collectives(torch_env, 2, sizes="4096")
-    nvlink = LineRate(gbps=478.1, fabric="nvlink", links=18, per_link_gbps=26.562, how="test")
+    nvlink = LineRate(gbps=478.1, link="nvlink", detail="test", links=18, per_link_gbps=26.562)
     res = judge_collectives(out, nccl_log.parse_files([RECORDED_SHM_LOG]), nvlink, cumem="0", gpus=[0, 1])
     assert res.status is Status.FAIL
     assert "via SHM" in res.summary and "NCCL_P2P_DISABLE=1" in res.summary

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.doctor import nccl_log
-from envbuild.doctor.thresholds import collective_band, line_rate, nvlink_rates_from_smi
+from envbuild.doctor.linerate import line_rate, nvlink_rates_from_smi
+from envbuild.doctor.thresholds import collective_band
 
 BUNDLE = Path(__file__).resolve().parent / "fixtures" / "bundles" / "h200x2"
 SMI = """GPU 0: NVIDIA H200 (UUID: GPU-aaaa)
@@ -24,15 +25,16 @@ def h200():
 
 def test_h200_pair_line_rate_from_nvml_links(h200):
     lr = line_rate(h200, [0, 1])
-    # 18 active links each (NVML version enum 6 = NVLink 4.0, 25 GB/s nominal per direction)
-    assert (lr.fabric, lr.links, lr.per_link_gbps, lr.gbps) == ("nvlink", 18, 25.0, 450.0)
-    assert "18 NVLink" in lr.describe()
+    # 18 active links each (NVML version enum 6 = NVLink 4.0, 26.5625 GB/s per direction as measured on
+    # the lent H200s: 478 GB/s, research/gpu-machine.md)
+    assert (lr.link, lr.links, lr.per_link_gbps, lr.gbps) == ("nvlink", 18, 26.5625, 478.125)
+    assert "18 links" in lr.describe() and "478 GB/s" in lr.describe()
 
 
 def test_smi_rates_take_precedence(h200):
     assert nvlink_rates_from_smi(SMI) == {0: [26.562, 26.562], 1: [26.562]}
     lr = line_rate(h200, [0, 1], SMI)
-    assert lr.gbps == pytest.approx(18 * 26.562) and lr.how == "nvidia-smi nvlink -s"
+    assert lr.gbps == pytest.approx(18 * 26.562) and "(nvidia-smi nvlink -s)" in lr.detail
 
 
 def test_inactive_links_fall_back_to_pcie(h200):
@@ -40,7 +42,21 @@ def test_inactive_links_fall_back_to_pcie(h200):
         for link in dev["nvlink"]:
             link["active"] = False
     lr = line_rate(h200, [0, 1])
-    assert lr.fabric == "pcie" and lr.gbps == pytest.approx(3.938 * 16) and "gen5 x16" in lr.describe()
+    assert lr.link == "pcie" and lr.gbps == pytest.approx(3.938 * 16) and "gen5 x16" in lr.describe()
+
+
+def test_a_set_is_bounded_by_its_slowest_pair():
+    """GPUs 0 and 1 joined by 12 direct NVLink 4 links, GPU 2 only on PCIe gen4 x16: collectives over
+    {0, 1} run at the NVLink rate, over {0, 1, 2} at GPU 2's PCIe rate."""
+    bus = ["00000000:0A:00.0", "00000000:0B:00.0", "00000000:0C:00.0"]
+    devs = [{"index": i, "pci_bus_id": bus[i], "pcie": {"gen_max": 4, "width_max": 16},
+             "nvlink": [{"link": k, "active": True, "version": 6, "remote_pci": bus[1 - i]} for k in range(12)]
+             if i < 2 else []} for i in range(3)]
+    snap = {"devices": devs, "p2p": {}}
+    assert line_rate(snap, [0, 1]).gbps == pytest.approx(12 * 26.5625)
+    lr = line_rate(snap, [0, 1, 2])
+    assert lr.link == "pcie" and lr.gbps == pytest.approx(1.969 * 16)
+    assert "slowest of 3 pairs" in lr.describe()
 
 
 def test_one_gpu_or_unknown_has_no_line_rate(h200):

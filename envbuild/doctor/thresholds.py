@@ -1,119 +1,18 @@
-"""Bandwidth expectations for the GPU probes: line rates from the topology NVML reports, and the
-fractions of them a healthy node reaches. Every number here names its source.
+"""Bandwidth expectations for the GPU probes: the fractions of the line rate a healthy node reaches, and
+the churn tolerances. Every number here names its source.
 
 Why fractions of a computed line rate and not a table per SKU: the same code must judge an H200 pair
 (18 NVLink 4 links), an 8-GPU HGX board behind NVSwitches, an H800 (fewer links) and a PCIe box, and
 the only honest common ground is "links x per-link rate" read from the node itself (DESIGN.md, "a
-threshold names its source and is scaled by the topology that NVML reports").
+threshold names its source and is scaled by the topology that NVML reports"). The line rate itself is
+computed in envbuild/doctor/linerate.py.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Optional
 
 MIB = 1 << 20
-
-# Per-link, per-direction NVLink rate, GB/s (1e9 B/s), keyed by what nvmlDeviceGetNvLinkVersion
-# returns. NVML numbers versions by its own enum, not the marketing name: 1 = NVLink 1.0, 2 = 2.0,
-# 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0 (Hopper; the lent H200 reports 6), 7 = 5.0 (Blackwell).
-# NVLink 2-4: 25 GB/s per link per direction ("18 links x 25 GB/s per direction = 450 GB/s" on
-# H100/H200, research/validators.md §1.2); NVLink 5: 50 GB/s (1.8 TB/s bidirectional over 18 links);
-# NVLink 1: 20 GB/s. Used only when `nvidia-smi nvlink -s`, which prints each link's rate (26.562 GB/s
-# on the lent H200, research/gpu-machine.md), is unavailable.
-NVLINK_GBPS_BY_VERSION = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}
-
-# PCIe usable rate per lane and direction, GB/s, after line encoding (8b/10b for gen 1-2, 128b/130b
-# from gen 3): gen5 x16 = 63 GB/s (research/validators.md §1.2, "Host<->device over PCIe Gen5 x16
-# (theoretical ~63 GB/s per direction)").
-PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-
-
-@dataclass(frozen=True)
-class LineRate:
-    """The per-GPU, per-direction bandwidth of the fabric joining a set of GPUs."""
-
-    gbps: float
-    fabric: str  # "nvlink" | "pcie"
-    links: int  # NVLink links per GPU toward the others (0 for PCIe)
-    per_link_gbps: float
-    how: str  # how it was computed, for the evidence
-
-    def describe(self) -> str:
-        if self.fabric == "nvlink":
-            return f"{self.links} NVLink x {self.per_link_gbps:g} GB/s = {self.gbps:.0f} GB/s per direction"
-        return f"PCIe {self.how} = {self.gbps:.0f} GB/s per direction"
-
-
-def nvlink_rates_from_smi(text: str) -> Dict[int, List[float]]:
-    """Per-GPU link rates from `nvidia-smi nvlink -s` ("GPU 0: ..." then "Link 3: 26.562 GB/s")."""
-    rates: Dict[int, List[float]] = {}
-    gpu: Optional[int] = None
-    for line in text.splitlines():
-        m = re.match(r"\s*GPU\s+(\d+):", line)
-        if m:
-            gpu = int(m.group(1))
-            rates.setdefault(gpu, [])
-            continue
-        m = re.match(r"\s*Link\s+\d+:\s*([\d.]+)\s*GB/s", line)
-        if m and gpu is not None:
-            rates[gpu].append(float(m.group(1)))
-    return rates
-
-
-def _links_toward(dev: Dict[str, Any], others_pci: Sequence[str]) -> int:
-    """Active links of `dev` that reach the other GPUs: direct GPU links when any link lands on one of
-    them, else every active link (they go to NVSwitches, which reach every GPU)."""
-    active = [lk for lk in dev.get("nvlink") or [] if lk.get("active")]
-    wanted = {p.lower() for p in others_pci if p}
-    to_gpu = [lk for lk in active if (lk.get("remote_pci") or "").lower() in wanted]
-    all_pci = wanted | {str(dev.get("pci_bus_id") or "").lower()}
-    to_switch = [lk for lk in active if (lk.get("remote_pci") or "").lower() not in all_pci]
-    if to_gpu:
-        return len(to_gpu)
-    return len(to_switch)
-
-
-def line_rate(snapshot: Dict[str, Any], gpus: Sequence[int], smi_nvlink: Optional[str] = None) -> Optional[LineRate]:
-    """The slowest GPU's per-direction bandwidth toward the others in `gpus` (NVML indices).
-
-    NVLink when every GPU has active links toward the set (rate per link from `nvidia-smi nvlink -s`
-    when given, else from the NVLink version); otherwise PCIe (current gen x width). None when NVML did
-    not report enough to say.
-    """
-    devs = {d.get("index"): d for d in snapshot.get("devices", [])}
-    chosen = [devs[g] for g in gpus if g in devs]
-    if len(chosen) < 2:
-        return None
-    smi_rates = nvlink_rates_from_smi(smi_nvlink) if smi_nvlink else {}
-    per_gpu = []
-    for d in chosen:
-        others = [o.get("pci_bus_id") for o in chosen if o is not d]
-        n = _links_toward(d, others)
-        if n == 0:
-            per_gpu = []
-            break
-        rates = [r for r in smi_rates.get(d["index"], []) if r > 0]
-        if rates:
-            rate, how = min(rates), "nvidia-smi nvlink -s"
-        else:
-            versions = [lk.get("version") for lk in d.get("nvlink") or [] if lk.get("active")]
-            rate = NVLINK_GBPS_BY_VERSION.get(max((v or 0) for v in versions) if versions else 0, 0.0)
-            how = f"NVML NVLink version enum {max(versions) if versions else '?'}, nominal rate"
-        if rate <= 0:
-            per_gpu = []
-            break
-        per_gpu.append(LineRate(n * rate, "nvlink", n, rate, how))
-    if per_gpu:
-        return min(per_gpu, key=lambda lr: lr.gbps)
-    pcie = []
-    for d in chosen:
-        p = d.get("pcie") or {}
-        gen, width = p.get("gen_current") or p.get("gen_max"), p.get("width_current") or p.get("width_max")
-        if not gen or not width or gen not in PCIE_GBPS_PER_LANE:
-            return None
-        pcie.append(LineRate(PCIE_GBPS_PER_LANE[gen] * width, "pcie", 0, 0.0, f"gen{gen} x{width}"))
-    return min(pcie, key=lambda lr: lr.gbps)
 
 
 # -------------------------------------------------------------------------------------------------------

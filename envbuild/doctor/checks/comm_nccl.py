@@ -86,7 +86,7 @@ def nccl_collectives(ctx) -> List[Result]:
     """Runs the collectives once with NCCL_CUMEM_ENABLE=0 and once with =1; one Result per setting."""
     from envbuild.doctor import nccl_log
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.thresholds import line_rate
+    from envbuild.doctor.linerate import line_rate
 
     gpus = ctx.gpu_indices()
     mode = _mode(ctx)
@@ -145,7 +145,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
         problems.append(f"ranks loaded different NCCL versions {log.versions}")
         causes.append("C3")
     fallback = fallback_kinds(log)
-    if lr is not None and lr.fabric == "nvlink" and fallback:
+    if lr is not None and lr.link == "nvlink" and fallback:
         steering = {k: v for k, v in log.env_overrides.items() if k in P2P_STEERING_VARS and k != "NCCL_CUMEM_ENABLE"}
         total = sum(log.transports.values())
         n_fb = sum(log.transports[k] for k in fallback)
@@ -166,7 +166,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
     if lr is not None:
         below = []  # (verdict, fraction, band limit, row) for every judged size under its band
         for row in ev["rows"]:
-            band = collective_band(row["op"], int(row["size"]), lr.fabric)
+            band = collective_band(row["op"], int(row["size"]), lr.link)
             frac = row["busbw"] / lr.gbps
             row["fraction_of_line_rate"] = round(frac, 3)
             if band is None:
@@ -191,7 +191,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
             if not causes:
                 causes += ["N3", "D3"]
     else:
-        ev["line_rate"] = "unknown: NVML reported neither NVLink links nor a PCIe link for these GPUs"
+        ev["line_rate"] = "unknown: NVML reported neither rated NVLinks nor a PCIe max gen/width for these GPUs"
     ar = max((r for r in ev["rows"] if r["op"] == "all_reduce"), key=lambda r: r["size"], default=None)
     headline = (f"all_reduce busbw {ar['busbw']:.0f} GB/s at {_size(ar['size'])}"
                 + (f" ({ar['busbw'] / lr.gbps:.2f} of {lr.gbps:.0f} GB/s)" if lr else "")) if ar else ""
