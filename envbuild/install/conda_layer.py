@@ -14,7 +14,6 @@ the staging path is always longer than the target path, so binary rewrites fit).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
+from envbuild.hashing import file_digest
 from envbuild.install.relocate import replace_padded
 from envbuild.lock.condalock import LockedConda
 
@@ -86,14 +86,6 @@ def _verified_path(pkg: LockedConda, root: Path) -> Path:
     return root / "archives" / pkg.sha256[:2] / pkg.sha256 / pkg.filename
 
 
-def _digest(path: Path, algo: str) -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = None,
                      advance: Optional[Callable[[PlannedArchive], None]] = None) -> Dict[str, Path]:
     """Copy/download each archive into the cache and check it against the lock; filename -> verified path.
@@ -109,7 +101,7 @@ def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = N
             raise EnvbuildError(f"{pkg.filename}: the lock has no hash for it; refusing to install unverified")
         algo, expected = ("sha256", pkg.sha256) if pkg.sha256 else ("md5", pkg.md5)
         dest = _verified_path(pkg, root) if pkg.sha256 else root / "archives" / "md5" / pkg.md5 / pkg.filename
-        if dest.is_file() and _digest(dest, algo) == expected:
+        if dest.is_file() and file_digest(dest, algo) == expected:
             out[pkg.filename] = dest
             if advance:
                 advance(item)
@@ -121,7 +113,7 @@ def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = N
         except EnvbuildError as exc:
             raise EnvbuildError(f"{pkg.filename} (locked {pkg.name} {pkg.version} {pkg.build}): {exc}; "
                                 f"nothing was installed at the target") from exc
-        got = _digest(tmp, algo)
+        got = file_digest(tmp, algo)
         if got != expected:
             tmp.unlink(missing_ok=True)
             raise ArchiveHashMismatch(
@@ -165,7 +157,7 @@ def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
         raise EnvbuildError(f"--backend {backend}: no `{backend}` executable on PATH; install it or use the "
                             f"default embedded backend (--backend rattler)")
     explicit = staging.parent / f".{staging.name}.explicit.txt"
-    lines = ["@EXPLICIT"] + [Path(p).as_uri() + "#" + _digest(Path(p), "md5") for p in verified]
+    lines = ["@EXPLICIT"] + [Path(p).as_uri() + "#" + file_digest(Path(p), "md5") for p in verified]
     explicit.write_text("\n".join(lines) + "\n", encoding="utf-8")
     cmd = [exe, "create", "--yes", "--prefix", str(staging), "--file", str(explicit)]
     cmd += ["--offline"] if backend == "micromamba" else ["--offline", "--no-default-packages"]

@@ -9,23 +9,16 @@ locks knows there is nothing to do.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from envbuild.hashing import sha256_file
+
 MANIFEST = "envbuild/manifest.json"
 SCHEMA = 1
 _SKIP = ("envbuild/manifest.json", "envbuild/.create-state.json")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def conda_records(prefix: Path) -> List[Dict[str, Any]]:
@@ -64,7 +57,7 @@ def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[
             if full.is_symlink():
                 entry["link"] = os.readlink(full)
             else:
-                entry["sha256"] = known.get(rel) or _sha256(full)
+                entry["sha256"] = known.get(rel) or sha256_file(full)
                 entry["size"] = full.stat().st_size
             files.append(entry)
             if progress:

@@ -8,7 +8,6 @@ one line naming the wheel and both hashes. Offline (bundles), pip reads only the
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError
+from envbuild.hashing import sha256_file
 from envbuild.lock.pip_lock import isolated_pip_env
 from envbuild.lock.pip_lockfile import LockedWheel, read_pip_lock
 
@@ -127,22 +127,14 @@ def fetch_locked_wheel(entry: LockedWheel, dest: Union[str, Path]) -> Path:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / entry.filename
-    if target.is_file() and _sha256(target) in entry.hashes:
+    if target.is_file() and sha256_file(target) in entry.hashes:
         return target
     partial = target.with_name(target.name + ".part")
     with urllib.request.urlopen(entry.url, timeout=300) as resp, open(partial, "wb") as out:
         shutil.copyfileobj(resp, out, 1 << 20)
-    got = _sha256(partial)
+    got = sha256_file(partial)
     if got not in entry.hashes:
         partial.unlink()
         raise WheelHashMismatch(entry.filename, f"{entry.name}=={entry.version}", entry.hashes, got)
     partial.replace(target)
     return target
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

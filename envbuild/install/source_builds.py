@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Union
 
 from envbuild.errors import EnvbuildError
+from envbuild.hashing import sha256_file
 from envbuild.lock.pip_lock import isolated_pip_env
 
 log = logging.getLogger("envbuild.source_builds")
@@ -41,14 +42,6 @@ class CacheEntry:
     sha256: str
     key: Dict[str, object]
     build_seconds: float
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _git_out(args: list, cwd: Path) -> Optional[str]:
@@ -83,7 +76,7 @@ def read_entry(folder: Path) -> Optional[CacheEntry]:
     try:
         meta = json.loads((folder / "entry.json").read_text(encoding="utf-8"))
         wheel = folder / meta["wheel"]
-        if _sha256(wheel) != meta["sha256"]:
+        if sha256_file(wheel) != meta["sha256"]:
             log.warning("cached wheel %s does not match its sha256; rebuilding", wheel)
             return None
         return CacheEntry(folder=folder, wheel=wheel, sha256=meta["sha256"], key=meta["key"],
@@ -146,7 +139,7 @@ def build_or_reuse(build: object, python: Union[str, Path], src_dir: Union[str, 
     wheel = tmp / wheels[0].name
     wheels[0].replace(wheel)
     (tmp / "wheels").rmdir()
-    meta = {"key": key, "wheel": wheel.name, "sha256": _sha256(wheel), "build_seconds": seconds}
+    meta = {"key": key, "wheel": wheel.name, "sha256": sha256_file(wheel), "build_seconds": seconds}
     (tmp / "entry.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if folder.exists():  # a corrupt entry: replace it
         shutil.rmtree(folder)

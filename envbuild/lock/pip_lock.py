@@ -17,7 +17,6 @@ manylinux tag still passes `--require-hashes`.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from envbuild.errors import EnvbuildError
+from envbuild.hashing import stream_digest
 from envbuild.lock.pip_lockfile import LockedWheel, render_pip_lock
 from envbuild.lock.simple_index import IndexFile, PriorityIndex, PriorityIndexServer
 
@@ -113,11 +113,8 @@ def _wheel_compatible(filename: str, version: str, accepted: Set[Tag]) -> bool:
 
 def sha256_of_url(url: str) -> str:
     """Stream a file (http(s) or file://) and return its sha256; used when an index gives no hash."""
-    digest = hashlib.sha256()
     with urllib.request.urlopen(url, timeout=300) as resp:
-        for chunk in iter(lambda: resp.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return stream_digest(resp)
 
 
 def isolated_pip_env() -> Dict[str, str]:

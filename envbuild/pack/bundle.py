@@ -17,7 +17,6 @@ USB disk or a flaky copy must fail loudly, naming the damaged member, not instal
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Dict, Iterator, Optional, Tuple, Union
 
 from envbuild.errors import InputFileError
+from envbuild.hashing import sha256_file
 
 BUNDLE_FORMAT = 1
 MANIFEST = "envbuild-bundle.json"
@@ -60,14 +60,6 @@ class BundleLayout:
     @property
     def lockfiles_dir(self) -> Path:
         return self.lock_dir
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def walk_members(root: Path) -> Iterator[Tuple[str, Path]]:
