@@ -115,7 +115,7 @@ def rank_results(check_id: str, category: str, outcome: LaunchOutcome,
     out = []
     for r in outcome.ranks:
         data = r.result or {}
-        status = _status(data.get("status"))
+        status = status_of(data.get("status"))
         out.append(Result(check_id, category, status, str(data.get("summary") or "no summary"),
                           evidence=dict(data.get("evidence") or {}), metrics=metrics_of(data),
                           causes=list(data.get("causes") or []), remediation=data.get("remediation"),
@@ -123,7 +123,8 @@ def rank_results(check_id: str, category: str, outcome: LaunchOutcome,
     return out
 
 
-def _status(value: Any) -> Status:
+def status_of(value: Any) -> Status:
+    """A payload's verdict string as a Status; anything else is an `error` (the payload broke its contract)."""
     try:
         return Status(str(value))
     except ValueError:
@@ -140,8 +141,8 @@ def merged_result(check_id: str, category: str, outcome: LaunchOutcome, *,
     metrics from `metric_ranks` (rank 0 by default, as collectives measure the same thing everywhere;
     None = every rank, names prefixed rank<k>.), evidence per rank."""
     ranks = [r for r in outcome.ranks if r.result is not None]
-    status = worst(_status(r.result.get("status")) for r in ranks)
-    bad = [r for r in ranks if _status(r.result.get("status")) == status and status != Status.PASS]
+    status = worst(status_of(r.result.get("status")) for r in ranks)
+    bad = [r for r in ranks if status_of(r.result.get("status")) == status and status != Status.PASS]
     lead = bad[0] if bad else ranks[0]
     summary = str(lead.result.get("summary") or "")
     if bad and len(bad) < len(ranks):

@@ -42,17 +42,19 @@ def evaluate(data: Dict[str, Any]) -> List[Result]:
     Expandable-segment IPC failing is a `fail` when this environment turns expandable segments on
     (PYTORCH_CUDA_ALLOC_CONF), else a `warn`: the node would break an RL stack that does.
     """
+    from envbuild.doctor.probes import status_of
+
     ev = data.get("evidence") or {}
     subs = ev.get("subtests")
     if not subs:  # the probe stopped before its sub-tests (e.g. no VMM support): its own verdict stands
-        return [Result("cumem.ipc", "gpu", _status(data.get("status")), str(data.get("summary") or "no summary"),
+        return [Result("cumem.ipc", "gpu", status_of(data.get("status")), str(data.get("summary") or "no summary"),
                        evidence=ev, causes=list(data.get("causes") or []))]
     common = {k: ev.get(k) for k in ("privileges", "alloc_conf", "fault_hook", "driver_version", "attributes",
                                      "legacy_ipc_on_cumem_memory", "cuda_python")}
     expandable_env = bool(ev.get("env_enables_expandable_segments"))
     out = []
     for s in subs:
-        status = _status(s.get("status"))
+        status = status_of(s.get("status"))
         summary = str(s.get("summary"))
         evidence = {k: v for k, v in s.items() if k not in ("name", "status", "summary", "causes")}
         if s["name"].startswith("torch_mp"):
@@ -68,10 +70,3 @@ def evaluate(data: Dict[str, Any]) -> List[Result]:
                           subject=s["name"],
                           remediation=_REMEDY.get(s["name"]) if status in (Status.FAIL, Status.WARN) else None))
     return out
-
-
-def _status(value: Any) -> Status:
-    try:
-        return Status(str(value))
-    except ValueError:
-        return Status.ERROR
