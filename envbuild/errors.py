@@ -23,3 +23,12 @@ class InputFileError(EnvbuildError):
         self.line = line
         where = f"{self.path}:{line}" if line else str(self.path)
         super().__init__(f"{where}: {message}")
+
+
+def read_input_text(path: Union[str, Path], what: str) -> str:
+    """The UTF-8 text of an input file; one that cannot be read is an InputFileError naming it and `what` it is."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from exc

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from envbuild.errors import EnvbuildError, InputFileError
+from envbuild.errors import EnvbuildError, InputFileError, read_input_text
 from envbuild.paths import lockfiles_dir
 from envbuild.tomlcompat import toml
 
@@ -168,10 +168,7 @@ class _Reader:
 def load_profile_file(path: Path) -> Profile:
     """Parse and validate one profile.toml. Raises InputFileError naming file, line and field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read profile: {exc.strerror or exc}") from exc
+    text = read_input_text(path, "profile")
     try:
         data = toml.loads(text)
     except toml.TOMLDecodeError as exc:

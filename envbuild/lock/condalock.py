@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from envbuild.errors import InputFileError
+from envbuild.errors import InputFileError, read_input_text
 
 LOCK_FILE = "conda-lock.yml"
 
@@ -106,10 +106,7 @@ def read_lock(path: Path):
     from pydantic import ValidationError
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read lock: {exc.strerror or exc}") from exc
+    text = read_input_text(path, "lock")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

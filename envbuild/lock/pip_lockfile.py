@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from packaging.utils import canonicalize_name
 
-from envbuild.errors import InputFileError
+from envbuild.errors import InputFileError, read_input_text
 
 _PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)\s*(\\)?\s*$")
 _HASH_RE = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})\s*(\\)?\s*$")
@@ -100,10 +100,7 @@ def parse_pip_lock(text: str, path: Union[str, Path] = "<pip lock>") -> List[Loc
 
 def read_pip_lock(path: Union[str, Path]) -> List[LockedWheel]:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read pip lock: {exc.strerror or exc}") from exc
+    text = read_input_text(path, "pip lock")
     return parse_pip_lock(text, path)
 
 
