@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import file_digest
-from envbuild.install.relocate import replace_padded
+from envbuild.install.relocate import replace_padded, rewrite_unlinked
 from envbuild.lock.condalock import LockedConda
 
 BACKENDS = ("rattler", "micromamba", "conda")
@@ -221,9 +221,6 @@ def relocate(prefix: Path, old: Path, new: Path) -> int:
                 blob = replace_padded(blob, old_b, new_b)
             else:
                 blob = blob.replace(old_b, new_b)
-            mode = path.stat().st_mode
-            path.unlink()  # never write through a hardlink into the package cache
-            path.write_bytes(blob)
-            os.chmod(path, mode)
+            rewrite_unlinked(path, blob)
             count += 1
     return count

@@ -36,6 +36,15 @@ def replace_padded(blob: bytes, old: bytes, new: bytes) -> bytes:
         i = end
 
 
+def rewrite_unlinked(path: Path, blob: bytes) -> None:
+    """Give `path` the content `blob` and its old mode, as a new file: the old one may be a hardlink into
+    the package cache or another shared cache, which must never be written through."""
+    mode = path.stat().st_mode
+    path.unlink()
+    path.write_bytes(blob)
+    os.chmod(path, mode)
+
+
 def conda_owned(prefix: Path) -> Set[str]:
     owned: Set[str] = set()
     for meta in (prefix / "conda-meta").glob("*.json"):
@@ -69,9 +78,6 @@ def relocate_tree(prefix: Path, old: Path, new: Path) -> int:
                 new_blob = replace_padded(blob, old_b, new_b)
             else:
                 continue
-            mode = path.stat().st_mode
-            path.unlink()  # never write through a hardlink shared with a cache
-            path.write_bytes(new_blob)
-            os.chmod(path, mode)
+            rewrite_unlinked(path, new_blob)
             changed += 1
     return changed
