@@ -44,7 +44,11 @@ class PlannedArchive:
 
 
 def cache_dir() -> Path:
-    """envbuild's download cache: $ENVBUILD_CACHE_DIR, else ~/.envbuild/cache."""
+    """envbuild's cache root: $ENVBUILD_CACHE_DIR, else ~/.envbuild/cache.
+
+    The one place that decides it: verified archives, source-built wheels and extracted bundles all live
+    under it, so pointing ENVBUILD_CACHE_DIR elsewhere moves every cache together.
+    """
     return Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser()
 
 

@@ -171,10 +171,12 @@ def wheel_cache_dir() -> Path:
 
     Point ENVBUILD_WHEEL_CACHE at a shared filesystem and the first node's builds serve every other node.
     """
+    from envbuild.install.conda_layer import cache_dir
+
     explicit = os.environ.get("ENVBUILD_WHEEL_CACHE")
     if explicit:
         return Path(explicit).expanduser()
-    return Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser() / "source-wheels"
+    return cache_dir() / "source-wheels"
 
 
 def env_key_facts(python: Union[str, Path], prefix: Union[str, Path], build: object,

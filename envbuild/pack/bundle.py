@@ -137,9 +137,10 @@ def _verify(root: Path, bundle: Path) -> Dict[str, object]:
 
 def default_workdir(bundle: Path) -> Path:
     """<envbuild cache>/bundles/<name>-<size>-<mtime>: a re-copied bundle is extracted again."""
-    cache = Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser()
+    from envbuild.install.conda_layer import cache_dir
+
     st = bundle.stat()
-    return cache / "bundles" / f"{bundle.stem}-{st.st_size}-{st.st_mtime_ns}"
+    return cache_dir() / "bundles" / f"{bundle.stem}-{st.st_size}-{st.st_mtime_ns}"
 
 
 def open_bundle(path: Union[str, Path], workdir: Optional[Union[str, Path]] = None) -> BundleLayout:
