@@ -68,10 +68,7 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
         mirrors = [bundle_obj.channel_dir]
         lockfiles = lockfiles or str(bundle_obj.lockfiles_dir)
     base = lockset.lockfiles_base(lockfiles)
-    names = lockset.select_profiles(base, (profile_name,) if profile_name else ())
-    if not profile_name and len(names) != 1:
-        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
-    profile, recipe = lockset.load(base, names[0])
+    profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
     folder = profile.directory
     lock_path = folder / condalock.LOCK_FILE
     if not lock_path.is_file():

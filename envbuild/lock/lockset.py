@@ -35,6 +35,8 @@ def lockfiles_base(option: Optional[str] = None) -> Path:
 
 
 def select_profiles(base: Path, names: Tuple[str, ...]) -> List[str]:
+    """`names` checked against the profiles in `base` (an unknown one is an error naming the known ones);
+    all of them when `names` is empty."""
     from envbuild.profile import profile_names
 
     known = profile_names(base)
@@ -42,6 +44,18 @@ def select_profiles(base: Path, names: Tuple[str, ...]) -> List[str]:
         if n not in known:
             raise EnvbuildError(f"unknown profile {n!r} in {base}; known profiles: {', '.join(known) or '(none)'}")
     return list(names) or known
+
+
+def select_profile(base: Path, name: Optional[str]) -> str:
+    """The one profile `create` or `pack` works on: `name`, else the only profile in `base`.
+
+    Both commands act on a single env, so with no --profile and several profiles they refuse rather than
+    guess.
+    """
+    names = select_profiles(base, (name,) if name else ())
+    if not name and len(names) != 1:
+        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
+    return names[0]
 
 
 @dataclass

@@ -116,10 +116,7 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     from envbuild.pack.bundle import write_manifest, write_tar
 
     base = lockset.lockfiles_base(lockfiles)
-    names = lockset.select_profiles(base, (profile_name,) if profile_name else ())
-    if not profile_name and len(names) != 1:
-        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
-    profile, recipe = lockset.load(base, names[0])
+    profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
     output = Path(output).absolute()
     output.parent.mkdir(parents=True, exist_ok=True)
     summary = PackSummary(output=output)
