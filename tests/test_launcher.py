@@ -3,6 +3,7 @@
 Each payload in tests/payloads/ uses checks/_harness.py exactly as a GPU probe does; only torch is
 missing, which is the point: the launcher's guarantees must not depend on what the payload imports.
 """
+import os
 import sys
 import time
 from pathlib import Path
@@ -65,6 +66,17 @@ def test_nvls_needs_explicit_opt_in():
         run("ok_payload.py", env={"NCCL_NVLS_ENABLE": "1"})
     out = run("ok_payload.py", nranks=1, env={"NCCL_NVLS_ENABLE": "1"}, allow_nvls=True)
     assert out.ranks[0].result["evidence"]["NCCL_NVLS_ENABLE"] == "1"
+
+
+def test_opt_in_alone_keeps_nvls_off(monkeypatch):
+    """allow_nvls lets the caller ask for NVLS; it does not hand the choice to the user's shell or to NCCL's
+    default (on where the fabric supports it)."""
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    monkeypatch.setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "0")
+    env = launcher.rank_env(0, 1, port=1, run_dir="/tmp", gpus=None, backend="gloo", deadline_s=1,
+                            base=dict(os.environ), extra=None, per_rank=None, allow_nvls=True,
+                            pythonpath=None)
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
 
 
 def test_hang_is_killed_inside_deadline_with_stacks_and_no_orphans():

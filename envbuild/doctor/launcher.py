@@ -46,8 +46,8 @@ SCAN_S = 0.2  # how often /proc is scanned for the ranks' descendants
 TAIL_CHARS = 4000
 
 # Variables that could turn on NVLink multicast (NVLS). On lent machines NVLS must never run
-# (research/gpu-machine.md; DESIGN.md "Rules of the house"), so the launcher pins them off unless the
-# caller opts in with allow_nvls=True, which only a user-facing flag may set.
+# (research/gpu-machine.md; DESIGN.md "Rules of the house"), so the launcher always pins them off; only
+# with allow_nvls=True, which only a user-facing flag may set, do values the caller passes replace the pin.
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
@@ -104,7 +104,8 @@ def resolve_payload(payload: str) -> Path:
 def rank_env(rank: int, nranks: int, *, port: int, run_dir: str, gpus: Optional[List[int]], backend: str,
              deadline_s: float, base: Dict[str, str], extra: Optional[Dict[str, str]],
              per_rank: Optional[Dict[str, str]], allow_nvls: bool, pythonpath: Optional[str]) -> Dict[str, str]:
-    """The environment of one rank: the caller's env, then the rank variables, then NVLS pinned off."""
+    """The environment of one rank: the caller's env, then the rank variables, then NVLS pinned off
+    (unless allow_nvls and the caller's own variables ask for it)."""
     env = dict(base)
     env.update(extra or {})
     env.update(per_rank or {})
@@ -121,12 +122,16 @@ def rank_env(rank: int, nranks: int, *, port: int, run_dir: str, gpus: Optional[
         env["ENVBUILD_GPU"] = str(gpus[rank % len(gpus)]) if gpus else ""
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if not allow_nvls:
-        asked = {k: v for k, v in {**(extra or {}), **(per_rank or {})}.items() if k in NVLS_OFF}
-        if asked.get("NCCL_NVLS_ENABLE", "0") not in ("0", ""):
-            raise ValueError("NCCL_NVLS_ENABLE=1 needs allow_nvls=True (an explicit user opt-in); "
-                             "NVLink multicast is never run by default")
-        env.update(NVLS_OFF)
+    # Pinned off in every case; with allow_nvls only what the caller itself asks for (extra/per_rank)
+    # replaces the pin, so neither the caller's shell nor NCCL's own default (NVLS on where the fabric
+    # supports it) can turn multicast on.
+    asked = {k: v for k, v in {**(extra or {}), **(per_rank or {})}.items() if k in NVLS_OFF}
+    if not allow_nvls and asked.get("NCCL_NVLS_ENABLE", "0") not in ("0", ""):
+        raise ValueError("NCCL_NVLS_ENABLE=1 needs allow_nvls=True (an explicit user opt-in); "
+                         "NVLink multicast is never run by default")
+    env.update(NVLS_OFF)
+    if allow_nvls:
+        env.update(asked)
     return env
 
 
