@@ -53,6 +53,8 @@ NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 @dataclass
 class RankOutcome:
+    """What one rank did, read back from its files after the run: enough to name a hang or crash."""
+
     rank: int
     returncode: Optional[int]  # negative = killed by that signal (Popen convention)
     result: Optional[dict]  # what the payload emit()ted, None if it never did
@@ -68,6 +70,8 @@ class RankOutcome:
 
 @dataclass
 class LaunchOutcome:
+    """A whole run: every rank's outcome, why the run was stopped, and what (must be nothing) survived it."""
+
     ranks: List[RankOutcome]
     timed_out: bool  # the run or a phase deadline was hit
     hung_ranks: List[int]  # ranks still running when the run was stopped (deadline or peer crash)
@@ -155,29 +159,31 @@ def _tail(path: Path, limit: int = TAIL_CHARS) -> str:
         return ""
 
 
-def _proc_state(pid: int) -> Optional[str]:
-    """The state letter from /proc/<pid>/stat (R, S, D, T = stopped, Z = zombie), None if gone."""
+def _stat_fields(pid: "int | str") -> Optional[List[str]]:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), None if gone.
+
+    Split after the last ")" because the command name itself may hold spaces and parentheses."""
     try:
         with open(f"/proc/{pid}/stat", "r") as fh:
             data = fh.read()
     except OSError:
         return None
-    return data[data.rfind(")") + 2:].split(" ", 1)[0]
+    return data[data.rfind(")") + 2:].split(" ")
+
+
+def _proc_state(pid: int) -> Optional[str]:
+    """The state letter from /proc/<pid>/stat (R, S, D, T = stopped, Z = zombie), None if gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def _proc_table() -> Dict[int, tuple]:
     """pid -> (ppid, pgid, state) for every process we can see."""
     table = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "r") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(")") + 2:].split(" ")
-        table[int(name)] = (int(rest[1]), int(rest[2]), rest[0])
+        fields = _stat_fields(name) if name.isdigit() else None
+        if fields:
+            table[int(name)] = (int(fields[1]), int(fields[2]), fields[0])
     return table
 
 
