@@ -15,9 +15,7 @@ def read_optional(facts: FactSource, path: str) -> Optional[str]:
     """File text, or None when the file does not exist (FactUnavailable still propagates)."""
     try:
         return facts.read_text(path)
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
 
 
@@ -26,11 +24,6 @@ def listdir_optional(facts: FactSource, path: str) -> Optional[List[str]]:
         return facts.listdir(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-
-
-def nvml(facts: FactSource) -> Dict[str, Any]:
-    """The NVML snapshot; FactUnavailable('no NVIDIA driver: ...') when there is none."""
-    return facts.nvml()
 
 
 def devices(facts: FactSource) -> List[Dict[str, Any]]:
@@ -50,16 +43,6 @@ def driver_module(facts: FactSource) -> Optional[P.DriverModule]:
 def kernel_release(facts: FactSource) -> Optional[str]:
     text = read_optional(facts, "/proc/sys/kernel/osrelease")
     return text.strip() if text else None
-
-
-def kernel_version_tuple(release: Optional[str]) -> Optional[Tuple[int, int]]:
-    if not release:
-        return None
-    parts = release.split(".")
-    try:
-        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
-    except (IndexError, ValueError):
-        return None
 
 
 def self_status(facts: FactSource) -> Dict[str, str]:
