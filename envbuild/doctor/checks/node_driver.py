@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 from envbuild.doctor.registry import check
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
+from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
@@ -25,7 +26,7 @@ def _stack_libcuda(ctx) -> Dict[str, Any]:
         stack = ctx.facts.stack()
     except FactUnavailable:
         return {}
-    libs = [m for m in (stack.get("mapped") or []) if isinstance(m, dict) and m.get("family") == "libcuda"]
+    libs = sv.mapped(stack, "libcuda")
     driver = stack.get("cuda_driver") if isinstance(stack.get("cuda_driver"), dict) else {}
     return {
         "libcuda_mapped": [{"path": m.get("realpath") or m.get("path"), "file_version": m.get("file_version"),

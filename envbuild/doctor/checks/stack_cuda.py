@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from envbuild.doctor.registry import check
+from envbuild.facts import node_facts as F
 from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
 
-def _driver_cuda(ctx, stack: Dict[str, Any]) -> (Optional[str], str):
+def _driver_cuda(ctx, stack: Dict[str, Any]) -> Tuple[Optional[str], str]:
     """Driver's CUDA version: cuDriverGetVersion of the mapped libcuda, else NVML's."""
     drv = stack.get("cuda_driver") or {}
     if drv.get("version"):
@@ -33,11 +34,10 @@ def _kernel_driver(ctx) -> Optional[str]:
     except FactUnavailable:
         pass
     try:
-        text = ctx.facts.read_text("/proc/driver/nvidia/version")
-    except (FileNotFoundError, FactUnavailable, IsADirectoryError):
+        module = F.driver_module(ctx.facts)
+    except FactUnavailable:
         return None
-    m = re.search(r"Kernel Module(?: for [^ ]+)?\s+(\d+\.\d+(?:\.\d+)?)", text) or re.search(r"\s(\d{3}\.\d+(?:\.\d+)?)\s", text)
-    return m.group(1) if m else None
+    return module.version if module else None
 
 
 @check("stack.cuda_runtime_driver", "stack", "the driver supports the CUDA runtime torch loads", causes=("D9", "C1", "C10"))
