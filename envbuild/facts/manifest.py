@@ -76,27 +76,22 @@ def captured_components(stack: Dict[str, Any]) -> List[Tuple[str, Dict[str, str]
     elif t.get("cudnn_version"):
         out.append(("cudnn", {"version": t["cudnn_version"], "where": "torch.backends.cudnn.version()"}))
     for key, pip_default in (("sglang", "sglang"), ("megatron", "megatron-core")):
-        pkg = stack.get(key) or {}
-        git = pkg.get("git") or {}
-        d = sv.dist(stack, pip_default)
+        src = sv.source_package(stack, key, pip_default)
+        git = src.git
         entry: Dict[str, str] = {}
-        version = pkg.get("version") or (d or {}).get("version")
-        commit = git.get("commit") or (d or {}).get("commit")
-        if version:
-            entry["version"] = version
-        if commit:
-            entry["commit"] = commit
+        if src.version:
+            entry["version"] = src.version
+        if src.commit:
+            entry["commit"] = src.commit
         if entry:
             entry["pip_name"] = pip_default
             entry["where"] = f"git checkout {git['root']}" + (" (modified: patches applied?)" if git.get("dirty") else "") \
-                if git.get("commit") else f"pip {(d or {}).get('name', pip_default)}"
+                if git.get("commit") else f"pip {(src.dist or {}).get('name', pip_default)}"
             out.append((key, entry))
     for comp, pip_name in sorted(_known_pip_names().items()):
         if comp in _SPECIAL:
             continue
-        d = sv.dist(stack, pip_name)
-        if d is None and pip_name.endswith(("-cu12", "-cu13")):
-            d = sv.dist(stack, pip_name[:-2] + ("13" if pip_name.endswith("12") else "12"))
+        d = sv.dist_any_flavour(stack, pip_name)
         if d is None:
             continue
         entry = {"version": d["version"], "pip_name": d["name"], "where": f"pip {d['name']}"}

@@ -6,8 +6,12 @@ envbuild/facts/stack.py.
 """
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from envbuild.facts.source import FactUnavailable
 
 
 def canonical(name: str) -> str:
@@ -30,6 +34,39 @@ def dist(stack: Dict[str, Any], *names: str) -> Optional[Dict[str, Any]]:
         if canonical(n) in m:
             return m[canonical(n)][0]
     return None
+
+
+def dist_any_flavour(stack: Dict[str, Any], pip_name: str) -> Optional[Dict[str, Any]]:
+    """The distribution, or its other CUDA flavour (nvidia-nvshmem-cu13 for a profile's -cu12): a profile names
+    one flavour, and an env of the other CUDA major still has the component."""
+    d = dist(stack, pip_name)
+    if d is None:
+        for a, b in (("-cu12", "-cu13"), ("-cu13", "-cu12")):
+            if pip_name.endswith(a):
+                d = dist(stack, pip_name[: -len(a)] + b)
+    return d
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """sglang or Megatron as the env has it. The image patches a git checkout of each, so the commit matters:
+    the probe's git facts of the imported package come first, the PEP 610 metadata of its distribution
+    (pip install git+URL@commit) second."""
+
+    pkg: Dict[str, Any] = field(default_factory=dict)  # the probe's `sglang` / `megatron` object
+    git: Dict[str, Any] = field(default_factory=dict)  # its `git` part: root, commit, dirty, patches
+    dist: Optional[Dict[str, Any]] = None  # the installed distribution
+    version: Optional[str] = None
+    commit: Optional[str] = None
+
+
+def source_package(stack: Dict[str, Any], key: str, pip_name: str) -> SourcePackage:
+    """`key` is the probe's name ("sglang", "megatron"); `pip_name` its distribution's."""
+    pkg = stack.get(key) or {}
+    git = pkg.get("git") or {}
+    d = dist(stack, pip_name)
+    return SourcePackage(pkg=pkg, git=git, dist=d, version=pkg.get("version") or (d or {}).get("version"),
+                         commit=git.get("commit") or (d or {}).get("commit"))
 
 
 def _release(v: str) -> List[str]:
@@ -104,8 +141,6 @@ def distinct_files(entries: Iterable[Dict[str, Any]]) -> Dict[str, Dict[str, Any
 
 def main_library(entries: Iterable[Dict[str, Any]], soname_prefix: str) -> List[Dict[str, Any]]:
     """Only the main library of a family (libcudnn.so.9, not libcudnn_ops.so.9)."""
-    import os
-
     return [e for e in entries if os.path.basename(e.get("path", "")).startswith(soname_prefix)]
 
 
@@ -163,8 +198,6 @@ def cuda_majors(stack: Dict[str, Any]) -> Dict[int, List[str]]:
 
 def gpu_names(facts: Any) -> List[str]:
     """GPU names from NVML through the fact source, [] when NVML is not available."""
-    from envbuild.facts.source import FactUnavailable
-
     try:
         return [d.get("name") or "" for d in facts.nvml().get("devices", [])]
     except FactUnavailable:
@@ -185,8 +218,6 @@ def forward_compat_supported(name: str) -> Optional[bool]:
 
 def require_torch(stack: Dict[str, Any]) -> Dict[str, Any]:
     """torch's facts, or FactUnavailable (-> skip) naming the interpreter when torch is not importable."""
-    from envbuild.facts.source import FactUnavailable
-
     t = torch_info(stack)
     if not t.get("present"):
         exe = (stack.get("python") or {}).get("executable", "the env's python")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from envbuild.doctor.registry import check
 from envbuild.facts import stack_view as sv
@@ -10,7 +10,7 @@ from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
 
-def _stack_with_patches(ctx) -> (Dict[str, Any], str):
+def _stack_with_patches(ctx) -> Tuple[Dict[str, Any], str]:
     """The probe's facts; with `--set stack.patch_dir=DIR` (a slime checkout) on a live node, re-run the
     probe with the profile's patches so `git apply --reverse --check` tells which are applied."""
     patch_dir = ctx.options.get("stack.patch_dir")
@@ -40,16 +40,13 @@ def checkouts(ctx) -> Result:
         comp = prof.components.get(key)
         if comp is None:
             continue
-        pkg = stack.get(key) or {}
-        git = pkg.get("git") or {}
-        d = sv.dist(stack, comp.pip_name or key)
-        commit = git.get("commit") or (d or {}).get("commit")
-        version = pkg.get("version") or (d or {}).get("version")
+        src = sv.source_package(stack, key, comp.pip_name or key)
+        git, commit, version = src.git, src.commit, src.version
         row = {"component": key, "image_commit": comp.commit, "image_version": comp.version, "commit": commit,
                "version": version, "checkout": git.get("root"), "dirty_files": git.get("changed_files"),
                "patches": git.get("patches")}
         rows.append(row)
-        if not pkg and not d:
+        if not src.pkg and not src.dist:
             notes.append(f"{key} is not installed")
             continue
         if comp.commit and commit and not sv.commit_matches(comp.commit, commit):

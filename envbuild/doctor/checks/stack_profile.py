@@ -30,37 +30,23 @@ def env_value(stack: Dict[str, Any], comp) -> Tuple[Optional[str], Optional[str]
         if v:
             return v, None, where
     if name == "cudnn":
-        d = _dist_any_flavour(stack, comp.pip_name or "nvidia-cudnn-cu12")
+        d = sv.dist_any_flavour(stack, comp.pip_name or "nvidia-cudnn-cu12")
         if d:
             return d["version"], None, f"pip {d['name']}"
         if t.get("cudnn_version"):
             return t["cudnn_version"], None, "torch.backends.cudnn.version()"
     if name in ("sglang", "megatron"):
-        pkg = stack.get(name) or {}
-        git = pkg.get("git") or {}
-        d = sv.dist(stack, comp.pip_name or name)
-        commit = git.get("commit") or (d or {}).get("commit")
-        version = pkg.get("version") or (d or {}).get("version")
-        if commit or version:
-            return version, commit, (f"git checkout {git['root']}" if git.get("commit") else
-                                     f"pip {pkg.get('distribution') or (d or {}).get('name')}")
+        src = sv.source_package(stack, name, comp.pip_name or name)
+        if src.commit or src.version:
+            return src.version, src.commit, (f"git checkout {src.git['root']}" if src.git.get("commit") else
+                                             f"pip {src.pkg.get('distribution') or (src.dist or {}).get('name')}")
         return None, None, "not installed"
     if comp.pip_name:
-        d = _dist_any_flavour(stack, comp.pip_name)
+        d = sv.dist_any_flavour(stack, comp.pip_name)
         if d:
             return d.get("version"), d.get("commit"), f"pip {d['name']}"
         return None, None, "not installed"
     return None, None, "not checked (no distribution name in the profile)"
-
-
-def _dist_any_flavour(stack: Dict[str, Any], pip_name: str) -> Optional[Dict[str, Any]]:
-    """The distribution, or its other CUDA flavour (nvidia-nvshmem-cu13 for a profile's -cu12)."""
-    d = sv.dist(stack, pip_name)
-    if d is None:
-        for a, b in (("-cu12", "-cu13"), ("-cu13", "-cu12")):
-            if pip_name.endswith(a):
-                d = sv.dist(stack, pip_name[: -len(a)] + b)
-    return d
 
 
 def _other_flavour(comp, where: str) -> Optional[str]:
