@@ -17,6 +17,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CATEGORIES = ("node", "stack", "gpu", "comm", "train")
 
+
+def category_rank(category: str) -> int:
+    """Position of a category in every listing and report (node facts first, the train step last); an unknown
+    category sorts after the known ones."""
+    return CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
+
+
 # What a check can need. The runner skips (with the reason) a check whose needs the run cannot meet.
 NEEDS = frozenset({"gpu", "multi_gpu", "profile", "live"})
 
@@ -90,7 +97,7 @@ def discover() -> Dict[str, Check]:
 def all_checks() -> List[Check]:
     """Every registered check, in category order then id order."""
     checks = discover().values()
-    return sorted(checks, key=lambda c: (CATEGORIES.index(c.category), c.id))
+    return sorted(checks, key=lambda c: (category_rank(c.category), c.id))
 
 
 def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: Optional[str] = "static") -> List[Check]:
@@ -101,14 +108,14 @@ def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: Optiona
     """
     from envbuild.errors import EnvbuildError
 
-    checks = all_checks()
-    for pat in list(patterns) + list(skip):
-        if not any(fnmatch.fnmatchcase(c.id, pat) or c.category == pat for c in checks):
-            known = ", ".join(c.id for c in checks)
-            raise EnvbuildError(f"no check matches {pat!r}; known checks: {known}")
-
     def matches(c: Check, pats: Sequence[str]) -> bool:
         return any(fnmatch.fnmatchcase(c.id, p) or c.category == p for p in pats)
+
+    checks = all_checks()
+    for pat in list(patterns) + list(skip):
+        if not any(matches(c, (pat,)) for c in checks):
+            known = ", ".join(c.id for c in checks)
+            raise EnvbuildError(f"no check matches {pat!r}; known checks: {known}")
 
     chosen = [c for c in checks if (not patterns or matches(c, patterns)) and not matches(c, skip)]
     if not patterns and mode is not None:  # an explicit --check runs a check whatever the mode

@@ -13,10 +13,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Union
 
+from envbuild.doctor.registry import category_rank
 from envbuild.report.json_report import atomic_write_text
 from envbuild.report.model import Report, Result, Status
-
-_CATEGORY_ORDER = ("node", "stack", "gpu", "comm", "train")
 
 
 def _details(r: Result) -> str:
@@ -42,7 +41,7 @@ def report_to_junit(report: Report) -> ET.Element:
     by_cat: Dict[str, List[Result]] = {}
     for r in report.results:
         by_cat.setdefault(r.category, []).append(r)
-    cats = sorted(by_cat, key=lambda c: (_CATEGORY_ORDER.index(c) if c in _CATEGORY_ORDER else 99, c))
+    cats = sorted(by_cat, key=lambda c: (category_rank(c), c))
     root = ET.Element("testsuites", name="envbuild doctor")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0

@@ -23,9 +23,6 @@ from typing import Dict, Iterable, List, Tuple, Union
 from envbuild.report.json_report import atomic_write_text
 from envbuild.report.model import Report, Status
 
-_CODES = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
-
-
 def _escape(value: str) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -70,7 +67,7 @@ def report_to_text(report: Report) -> str:
             add("envbuild_check_status", "Status of each envbuild doctor check: 1 for its status, 0 for the others.",
                 base + (("status", status.value),), 1 if r.status == status else 0)
         add("envbuild_check_result", "Status of each check as a code: 0 pass, 1 skip, 2 warn, 3 error, 4 fail.",
-            base, _CODES[r.status])
+            base, r.status.rank)
         add("envbuild_check_duration_seconds", "Time each check took.", base, r.duration_s)
         for m in r.metrics:
             add("envbuild_metric", "Numbers measured by the checks (see the unit label).",

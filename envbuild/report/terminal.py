@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import List
 
+from envbuild.doctor.registry import category_rank
 from envbuild.report.model import Report, Result, Status
 
 _STYLE = {
@@ -81,8 +82,7 @@ def print_report(report: Report, quiet: bool = False, strict: bool = False) -> N
         table.add_column("status", no_wrap=True)
         table.add_column("check", no_wrap=True)
         table.add_column("finding")
-        order = {"node": 0, "stack": 1, "gpu": 2, "comm": 3, "train": 4}
-        results: List[Result] = sorted(report.results, key=lambda r: order.get(r.category, 9))
+        results: List[Result] = sorted(report.results, key=lambda r: category_rank(r.category))
         last = None
         for r in results:
             if r.category != last:
