@@ -5,8 +5,9 @@ without reading a traceback.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Dict, Optional, Union
 
 
 class EnvbuildError(Exception):
@@ -32,3 +33,20 @@ def read_input_text(path: Union[str, Path], what: str) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from exc
+
+
+def parse_input_toml(path: Union[str, Path], text: str) -> Dict[str, Any]:
+    """`text` (read from `path`) parsed as TOML; a syntax error is an InputFileError naming the file and line.
+
+    tomllib reports the line only inside its message before Python 3.14, so it is read from there."""
+    from envbuild.tomlcompat import toml
+
+    try:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        if line is None:
+            m = re.search(r"line (\d+)", str(exc))
+            line = int(m.group(1)) if m else None
+        msg = getattr(exc, "msg", str(exc))
+        raise InputFileError(path, f"malformed TOML: {msg}", line) from exc

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from envbuild.errors import EnvbuildError, InputFileError, read_input_text
+from envbuild.errors import EnvbuildError, InputFileError, parse_input_toml, read_input_text
 from envbuild.paths import lockfiles_dir
-from envbuild.tomlcompat import toml
 
 SCHEMA_VERSION = 1
 _SEVERITIES = ("fail", "warn", "info")
@@ -169,15 +168,7 @@ def load_profile_file(path: Path) -> Profile:
     """Parse and validate one profile.toml. Raises InputFileError naming file, line and field."""
     path = Path(path)
     text = read_input_text(path, "profile")
-    try:
-        data = toml.loads(text)
-    except toml.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        if line is None:
-            m = re.search(r"line (\d+)", str(exc))
-            line = int(m.group(1)) if m else None
-        msg = getattr(exc, "msg", str(exc))
-        raise InputFileError(path, f"malformed TOML: {msg}", line) from exc
+    data = parse_input_toml(path, text)
     r = _Reader(path, text)
 
     r.only(data, None, _TOP_KEYS)

@@ -10,8 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from envbuild.errors import InputFileError
-from envbuild.tomlcompat import toml
+from envbuild.errors import InputFileError, parse_input_toml, read_input_text
 
 CAUSES_FILE = Path(__file__).with_name("causes.toml")
 _REQUIRED = ("id", "title", "mechanism", "signatures", "detect", "fix", "sources", "confidence")
@@ -31,11 +30,9 @@ class Cause:
 
 @lru_cache(maxsize=None)
 def load_causes(path: Path = CAUSES_FILE) -> Dict[str, Cause]:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = toml.loads(text)
-    except toml.TOMLDecodeError as exc:
-        raise InputFileError(path, f"malformed TOML: {exc}", getattr(exc, "lineno", None)) from exc
+    """The causes file, parsed and validated once per process: causes_in_text consults it for every failing
+    stack check, and a malformed entry must stop the run with its file and line, not surface mid-report."""
+    data = parse_input_toml(path, read_input_text(path, "the causes file"))
     causes: Dict[str, Cause] = {}
     for i, entry in enumerate(data.get("cause", [])):
         missing = [k for k in _REQUIRED if k not in entry]
