@@ -9,9 +9,12 @@ bundle holds exactly the files, command outputs, NVML readings and stack facts t
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import click
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.facts.source import RecordingSource
 
 
 @click.command("capture")
@@ -40,7 +43,7 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
     return capture_node(node_dir, interpreter, quiet=quiet)
 
 
-def capture_node(directory: str, python: str, quiet: bool = False, argv: Optional[list] = None) -> int:
+def capture_node(directory: str, python: str, quiet: bool = False, argv: Optional[List[str]] = None) -> int:
     """Run the static checks through a recorder, save the bundle and its report; exit code 0 (a capture that
     finds failures still succeeded: the failures are in the report)."""
     import datetime as _dt
@@ -90,9 +93,9 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
                     options={"mode": "static", "python": python, "root": None, "capture": str(out)},
                     started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
     write_json(report, out / ".envbuild" / "report.json")
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    files = sum(1 for p in out.rglob("*") if p.is_file())
-    click.echo(f"captured {out}: {files} files, {size / 1024:.0f} KiB; {verdict_line(report)}")
+    files = [p for p in out.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    click.echo(f"captured {out}: {len(files)} files, {size / 1024:.0f} KiB; {verdict_line(report)}")
     if not quiet:
         click.echo(f"replay anywhere with: envbuild doctor --root {out}")
     return 0
@@ -103,7 +106,7 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
 KERNEL_LOG_KEEP_BYTES = 256 * 1024
 
 
-def trim_kernel_logs(rec, limit: int = KERNEL_LOG_KEEP_BYTES) -> Dict[str, Any]:
+def trim_kernel_logs(rec: "RecordingSource", limit: int = KERNEL_LOG_KEEP_BYTES) -> Dict[str, Any]:
     """Cut recorded kernel logs over `limit` bytes down to their GPU lines; returns what was cut, per command."""
     from envbuild.facts.node_parse import is_gpu_kernel_line
 

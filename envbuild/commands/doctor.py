@@ -1,12 +1,12 @@
 """`envbuild doctor`: static node and stack checks, GPU probes with --quick/--full, reports."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import click
 
 
-def _parse_gpus(value: Optional[str]) -> Optional[list]:
+def _parse_gpus(value: Optional[str]) -> Optional[List[int]]:
     if value is None:
         return None
     try:
@@ -15,8 +15,8 @@ def _parse_gpus(value: Optional[str]) -> Optional[list]:
         raise click.BadParameter(f"{value!r}: expected GPU indices like 0,1", param_hint="--gpus")
 
 
-def _parse_sets(values: Tuple[str, ...]) -> dict:
-    out = {}
+def _parse_sets(values: Tuple[str, ...]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
     for item in values:
         if "=" not in item:
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--set")
@@ -43,8 +43,10 @@ def _parse_sets(values: Tuple[str, ...]) -> dict:
 @click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile here.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Option for a check, e.g. train.layers=4.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
-def doctor(profile_name, python, prefix, root, mode, gpus, checks, skips, list_only, strict, require_gpu,
-           json_path, junit_path, prom_path, sets, quiet) -> int:
+def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
+           mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
+           strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
+           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.

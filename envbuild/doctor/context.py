@@ -33,6 +33,7 @@ class DoctorContext:
         return [g for g in self.gpus if g in every]
 
     def nvml_unavailable_reason(self) -> Optional[str]:
+        """Why NVML cannot be read here (no driver, a bundle without it), or None: the skip reason of GPU checks."""
         try:
             self.facts.nvml()
             return None

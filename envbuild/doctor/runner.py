@@ -32,6 +32,7 @@ def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
 
 
 def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
+    """One check's results, never an exception: a broken check must not hide the verdicts of the others."""
     start = time.monotonic()
     reason = unmet_need(check, ctx)
     if reason is not None:
@@ -74,6 +75,7 @@ def mode_skip(check: Check, ctx: DoctorContext) -> Result:
 
 def run_checks(checks: List[Check], ctx: DoctorContext,
                on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
+    """Run `checks` in order; `on_result` sees each result as it comes (the live progress of long GPU probes)."""
     results: List[Result] = []
     for check in checks:
         for r in run_check(check, ctx):

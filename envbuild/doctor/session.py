@@ -7,10 +7,14 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.facts.source import FactSource
+    from envbuild.report.model import Report
 
 
 @dataclass
@@ -49,7 +53,7 @@ def resolve_python(python: Optional[str], prefix: Optional[str]) -> str:
     return sys.executable
 
 
-def host_facts(facts) -> Dict[str, Any]:
+def host_facts(facts: "FactSource") -> Dict[str, Any]:
     """Host identity for the report header, read through the fact source (works on bundles)."""
     from envbuild.facts.source import FactUnavailable
 
@@ -71,7 +75,9 @@ def host_facts(facts) -> Dict[str, Any]:
     }
 
 
-def gpu_inventory(facts) -> List[Dict[str, Any]]:
+def gpu_inventory(facts: "FactSource") -> List[Dict[str, Any]]:
+    """The report header's GPU list (identity only, no readings); [] without NVML, so a driverless run still
+    writes a report."""
     from envbuild.facts.source import FactUnavailable
 
     try:
@@ -83,6 +89,7 @@ def gpu_inventory(facts) -> List[Dict[str, Any]]:
 
 
 def run_doctor(opts: DoctorOptions) -> int:
+    """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import select
     from envbuild.doctor.runner import run_selected
@@ -119,7 +126,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     return report.exit_code(strict=opts.strict)
 
 
-def _write_reports(report, opts: DoctorOptions) -> None:
+def _write_reports(report: "Report", opts: DoctorOptions) -> None:
     if opts.json_path:
         from envbuild.report.json_report import write_json
 
