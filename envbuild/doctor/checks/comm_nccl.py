@@ -112,8 +112,8 @@ def nccl_collectives(ctx) -> List[Result]:
 def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Result:
     """The verdict of one collectives run: hang/crash, wrong results, transport fallback, bandwidth."""
     from envbuild.doctor.nccl_log import fallback_kinds
-    from envbuild.doctor.probes import failure_result, merged_result
-    from envbuild.doctor.thresholds import COLLECTIVE_SOURCE, collective_band
+    from envbuild.doctor.probes import failure_result, merged_result, worst
+    from envbuild.doctor.thresholds import COLLECTIVE_SOURCE, band_verdict, collective_band
 
     cid, cat = "comm.nccl_collectives", "comm"
     subject = f"NCCL_CUMEM_ENABLE={cumem}"
@@ -132,16 +132,10 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
     if res.status in (Status.FAIL, Status.ERROR):
         return res  # wrong results: the ranks' own verdict stands
     problems: List[str] = []
-    status = Status.PASS
+    found: List[Status] = []  # one entry per problem; the worst is the verdict
     causes: List[str] = []
-
-    def worse(s: Status) -> None:
-        nonlocal status
-        if s.rank > status.rank:
-            status = s
-
     if len(log.versions) > 1:
-        worse(Status.FAIL)
+        found.append(Status.FAIL)
         problems.append(f"ranks loaded different NCCL versions {log.versions}")
         causes.append("C3")
     fallback = fallback_kinds(log)
@@ -149,7 +143,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
         steering = {k: v for k, v in log.env_overrides.items() if k in P2P_STEERING_VARS and k != "NCCL_CUMEM_ENABLE"}
         total = sum(log.transports.values())
         n_fb = sum(log.transports[k] for k in fallback)
-        worse(Status.FAIL)
+        found.append(Status.FAIL)
         msg = (f"NVLink node ({lr.links} active links between GPUs {gpus}) but NCCL routed {n_fb} of {total} "
                f"channel connections via {'/'.join(fallback)}")
         if steering:
@@ -160,7 +154,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
         problems.append(msg)
     kinds = set(log.transports)
     if cumem == "1" and "P2P/IPC" in kinds and "P2P/CUMEM" not in kinds:
-        worse(Status.WARN)
+        found.append(Status.WARN)
         problems.append("NCCL_CUMEM_ENABLE=1 but the channels use P2P/IPC: NCCL turned cuMem off on this node")
         causes.append("M1")
     if lr is not None:
@@ -176,13 +170,12 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
                 if m.name == name:
                     m.expect = f">= {band.warn_below:.2f} x {lr.gbps:.0f} GB/s (fail < {band.fail_below:.2f})"
                     m.source = COLLECTIVE_SOURCE
-            if frac < band.fail_below:
-                below.append((Status.FAIL, frac, band.fail_below, row))
-            elif frac < band.warn_below:
-                below.append((Status.WARN, frac, band.warn_below, row))
+            judged = Status(band_verdict(frac, band))
+            if judged is not Status.PASS:
+                below.append((judged, frac, band.fail_below if judged is Status.FAIL else band.warn_below, row))
         if below:
-            verdict = max((b[0] for b in below), key=lambda st: st.rank)
-            worse(verdict)
+            verdict = worst(b[0] for b in below)
+            found.append(verdict)
             _, frac, limit, row = min(below, key=lambda b: b[1])
             word = "fail" if verdict is Status.FAIL else "warn"
             problems.append(f"busbw below the {word} band at {len(below)} of the judged sizes; worst "
@@ -197,7 +190,7 @@ def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Resul
                 + (f" ({ar['busbw'] / lr.gbps:.2f} of {lr.gbps:.0f} GB/s)" if lr else "")) if ar else ""
     via = ", ".join(f"{k} x{v}" for k, v in sorted(log.transports.items())) or "transports not logged"
     nccl_v = log.version or rank0.get("nccl_version_torch") or "?"
-    res.status = status
+    res.status = worst(found)
     res.causes = list(dict.fromkeys(causes))
     if problems:
         res.summary = "; ".join(problems[:3])

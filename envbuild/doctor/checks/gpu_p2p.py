@@ -44,6 +44,7 @@ def _nvml_index(dev: Dict[str, Any], snapshot: Dict[str, Any], gpus: Sequence[in
 def evaluate(ev: Dict[str, Any], snapshot: Dict[str, Any], gpus: Sequence[int]) -> List[Result]:
     """One Result per GPU pair from the probe's evidence and the NVML snapshot (pure; tested in CI)."""
     from envbuild.doctor.linerate import pair_line_rate
+    from envbuild.doctor.probes import worst
     from envbuild.doctor.thresholds import P2P_BIDIR_BAND, P2P_SOURCE, P2P_UNI_BAND, band_verdict
 
     nv = {d["cuda_index"]: _nvml_index(d, snapshot, gpus) for d in ev.get("devices") or []}
@@ -111,21 +112,17 @@ def evaluate(ev: Dict[str, Any], snapshot: Dict[str, Any], gpus: Sequence[int]) 
         evidence["bidirectional"] = bd
         if rate.gbps is None:
             notes.append(f"bandwidth not judged: {rate.detail}")
-        status = _worst(statuses)
-        summary = "; ".join(notes) if notes and status != "pass" else _pass_summary(ga, gb, rate, by_pair, a, b, bd)
-        results.append(Result("gpu.p2p", "gpu", Status(status), summary, evidence=evidence, metrics=metrics,
+        status = worst(Status(s) for s in statuses)
+        passed = status is Status.PASS
+        summary = "; ".join(notes) if notes and not passed else _pass_summary(ga, gb, rate, by_pair, a, b, bd)
+        results.append(Result("gpu.p2p", "gpu", status, summary, evidence=evidence, metrics=metrics,
                               causes=sorted(set(causes)), subject=f"gpu{ga}<->gpu{gb}",
-                              remediation=None if status == "pass" else _REMEDY))
+                              remediation=None if passed else _REMEDY))
     return results
 
 
 _REMEDY = ("check `nvidia-smi topo -m` and `nvidia-smi nvlink -s` for inactive links, Xid errors in the kernel "
            "log, and on PCIe boxes ACS/IOMMU (`lspci -vvv | grep ACSCtl`); NCCL_P2P_DISABLE=1 only hides it")
-
-
-def _worst(statuses: List[str]) -> str:
-    order = {"pass": 0, "warn": 1, "fail": 2}
-    return max(statuses, key=order.__getitem__, default="pass")
 
 
 def _pass_summary(ga: int, gb: int, rate, by_pair, a: int, b: int, bd: Optional[Dict[str, Any]]) -> str:
