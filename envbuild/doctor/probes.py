@@ -20,6 +20,12 @@ TAIL_LINES = 25
 DEFAULT_HANG_CAUSES = ("M4", "D7")
 
 
+def probe_mode(ctx: Any) -> str:
+    """How big a GPU probe's run is: "full" under --full, else "quick" (a static run that names a probe with
+    --check gets the quick size: the probes have no static variant)."""
+    return "full" if ctx.mode == "full" else "quick"
+
+
 def _tail_lines(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 

@@ -41,10 +41,6 @@ P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "
                      "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY")
 
 
-def _mode(ctx) -> str:
-    return "full" if ctx.mode == "full" else "quick"
-
-
 def _int_option(ctx, key: str, default: int) -> int:
     raw = ctx.options.get(key)
     if raw is None:
@@ -87,9 +83,10 @@ def nccl_collectives(ctx) -> List[Result]:
     from envbuild.doctor import nccl_log
     from envbuild.doctor.launcher import launch
     from envbuild.doctor.linerate import line_rate
+    from envbuild.doctor.probes import probe_mode
 
     gpus = ctx.gpu_indices()
-    mode = _mode(ctx)
+    mode = probe_mode(ctx)
     lr = line_rate(ctx.facts.nvml(), gpus, _smi_nvlink(ctx))
     sizes = [int(s) for s in str(ctx.options.get("comm.sizes", "")).split(",") if s] or SIZES[mode]
     cumem_opt = str(ctx.options.get("comm.cumem", "both"))
@@ -217,13 +214,15 @@ def nccl_churn(ctx) -> Result:
     """slime's ReloadableProcessGroup pattern (research/error999.md M4) under NCCL_CUMEM_ENABLE=0 (slime's
     default)."""
     from envbuild.doctor.launcher import launch
+    from envbuild.doctor.probes import probe_mode
 
     gpus = ctx.gpu_indices()
-    cfg = CHURN[_mode(ctx)]
+    mode = probe_mode(ctx)
+    cfg = CHURN[mode]
     cycles = _int_option(ctx, "comm.churn_cycles", cfg["cycles"])
     outcome = launch("nccl_churn.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                      args=["--cycles", str(cycles), "--groups", str(cfg["groups"])],
-                     deadline_s=DEADLINE_S[_mode(ctx)], backend="nccl",
+                     deadline_s=DEADLINE_S[mode], backend="nccl",
                      env={"NCCL_CUMEM_ENABLE": os.environ.get("NCCL_CUMEM_ENABLE", "0")},
                      phase_deadlines=_phase_deadlines(ctx))
     return judge_churn(outcome)

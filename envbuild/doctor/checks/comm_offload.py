@@ -22,7 +22,7 @@ def offload_cycle(ctx) -> List[Result]:
     --set offload.hook=preload|torch (torch_memory_saver's hook mode).
     """
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result, merged_result
+    from envbuild.doctor.probes import failure_result, merged_result, probe_mode
     from envbuild.errors import EnvbuildError
 
     backend = str(ctx.options.get("offload.backend", "auto"))
@@ -31,7 +31,7 @@ def offload_cycle(ctx) -> List[Result]:
         raise EnvbuildError(f"--set offload.backend must be one of {BACKENDS} and offload.hook one of {HOOKS}; "
                             f"got {backend!r}, {hook!r}")
     gpus = ctx.gpu_indices()
-    mode = "full" if ctx.mode == "full" else "quick"
+    mode = probe_mode(ctx)
     outcome = launch("offload_cycle.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                      args=["--mode", mode, "--backend", backend, "--hook", hook], deadline_s=DEADLINE_S[mode],
                      phase_deadlines={"init": 90, "*": 90})

@@ -29,14 +29,14 @@ def weight_sync(ctx) -> List[Result]:
     NCCL_CUMEM_ENABLE=1 on the rollout side, or LD_PRELOAD=<another libnccl.so.2>.
     """
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result, merged_result
+    from envbuild.doctor.probes import failure_result, merged_result, probe_mode
 
     gpus = ctx.gpu_indices()
     roles = ["train"] + ["rollout"] * (len(gpus) - 1)
     sides = {"train": parse_env_list(str(ctx.options.get("weight.sync.train_env", ""))),
              "rollout": parse_env_list(str(ctx.options.get("weight.sync.rollout_env", "")))}
     per_rank = [dict(sides[r], ENVBUILD_WS_ROLES=",".join(roles)) for r in roles]
-    mode = "full" if ctx.mode == "full" else "quick"
+    mode = probe_mode(ctx)
     outcome = launch("weight_sync.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                      args=["--mode", mode], deadline_s=DEADLINE_S[mode], per_rank_env=per_rank,
                      phase_deadlines={"init": 90, "*": 90})

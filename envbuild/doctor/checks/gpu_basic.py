@@ -15,10 +15,10 @@ MEM_MIB = {"quick": 1024, "full": 4096}
 def gpu_basic(ctx) -> List[Result]:
     """One process per GPU runs checks/gpu_basic.py with the env's python; one Result per GPU."""
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result, rank_results
+    from envbuild.doctor.probes import failure_result, probe_mode, rank_results
 
     gpus = ctx.gpu_indices()
-    mode = "full" if ctx.mode == "full" else "quick"
+    mode = probe_mode(ctx)
     outcome = launch("gpu_basic.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                      args=["--mem-mib", str(MEM_MIB[mode])], deadline_s=90, backend="none",
                      phase_deadlines={"cuinit": 30, "context": 60, "*": 45})

@@ -23,10 +23,10 @@ _REMEDY = {
 def cumem_ipc(ctx) -> List[Result]:
     """checks/cumem_ipc.py in one process that sees up to two GPUs (a second for the peer-GPU cases)."""
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result
+    from envbuild.doctor.probes import failure_result, probe_mode
 
     gpus = ctx.gpu_indices()[:2]
-    mode = "full" if ctx.mode == "full" else "quick"
+    mode = probe_mode(ctx)
     outcome = launch("cumem_ipc.py", 1, python=ctx.python or sys.executable, gpus=gpus, args=["--mode", mode],
                      deadline_s=DEADLINE_S[mode], phase_deadlines={"*": 90})
     broken = failure_result("cumem.ipc", "gpu", outcome, what="the cuMem/IPC probe", hang_causes=("M1", "M3", "D8"),

@@ -16,10 +16,10 @@ def gpu_p2p(ctx) -> List[Result]:
     """One process sees every selected GPU and measures each pair (checks/p2p.py); judged here against
     the line rate computed from the NVML snapshot (envbuild/doctor/linerate.py)."""
     from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result
+    from envbuild.doctor.probes import failure_result, probe_mode
 
     gpus = ctx.gpu_indices()
-    mode = "full" if ctx.mode == "full" else "quick"
+    mode = probe_mode(ctx)
     outcome = launch("p2p.py", 1, python=ctx.python or sys.executable, gpus=gpus, args=["--mode", mode],
                      deadline_s=DEADLINE_S[mode], phase_deadlines={"init": 60, "*": 60})
     broken = failure_result("gpu.p2p", "gpu", outcome, what="the P2P probe", hang_causes=("N3", "D3"),
