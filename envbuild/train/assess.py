@@ -16,6 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from envbuild.train.flops import mfu as model_flops_utilisation
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 MEMORY_GROWTH_LIMIT = 256 * MIB  # device memory may wobble (allocator caches); a leak grows past this
@@ -107,7 +109,7 @@ def assess(steps: List[Dict[str, Any]], *, global_tokens: int, flops_per_token: 
     add("tokens_per_s", tokens_per_s, "tokens/s")
     mfu = None
     if tokens_per_s and peak_tflops:
-        mfu = tokens_per_s * flops_per_token / (gpus * peak_tflops * 1e12)
+        mfu = model_flops_utilisation(tokens_per_s, flops_per_token, gpus, peak_tflops * 1e12)
         add("mfu", mfu, "fraction", source=f"{peak_tflops:.0f} TFLOP/s dense bf16 per GPU (envbuild/train/peaks.py)")
     ratio = cycle_s / plain_s if cycle_s and plain_s else None
     add("cycle_over_plain", ratio, "x", expect="reported: the cost of train+sync+offload+resume+rebuild "

@@ -9,7 +9,7 @@ slime's scripts/models/qwen3-30B-A3B.sh.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Dict
 
 
@@ -38,9 +38,6 @@ class ModelShape:
     @property
     def kv_width(self) -> int:
         return self.query_groups * self.head_dim
-
-    def with_layers(self, layers: int) -> "ModelShape":
-        return replace(self, full_layers=layers)
 
 
 PRESETS: Dict[str, ModelShape] = {

@@ -56,8 +56,7 @@ def _structural_world(opts) -> int:
     """Without a GPU count, the smallest world the explicit flags imply (checks everything but divisibility
     by the GPU count)."""
     tp, pp, cp, ep = (opts.tp or 1), (opts.pp or 1), (opts.cp or 1), (opts.ep or 1)
-    a, b = tp * pp * cp, ep * pp
-    return a * b // math.gcd(a, b)
+    return math.lcm(tp * pp * cp, ep * pp)
 
 
 def _gpu_facts(ctx) -> Dict[str, Any]:
