@@ -25,7 +25,6 @@ _CHANNEL = re.compile(r"NCCL INFO Channel (\d+)(?:/\d+)? : (\d+)\[[^\]]*\] -> (\
                       r"(?: \[(send|receive)\])? via (\S+)")
 _ENV = re.compile(r"NCCL INFO (NCCL_\w+) set by environment to (.*?)\.?\s*$")
 _WARN = re.compile(r"NCCL WARN (.*)$")
-_NVLS = re.compile(r"NCCL INFO .*\bNVLS\b.*")
 
 
 def transport_kind(via: str) -> str:
@@ -45,10 +44,8 @@ class NcclLog:
     versions: List[str] = field(default_factory=list)
     cuda_driver_versions: List[int] = field(default_factory=list)
     transports: Counter = field(default_factory=Counter)  # kind -> number of channel connections
-    channels: List[Dict[str, object]] = field(default_factory=list)
     env_overrides: Dict[str, str] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
-    nvls_lines: List[str] = field(default_factory=list)
 
     @property
     def version(self) -> Optional[str]:
@@ -66,10 +63,8 @@ class NcclLog:
             if v not in self.cuda_driver_versions:
                 self.cuda_driver_versions.append(v)
         self.transports.update(other.transports)
-        self.channels.extend(other.channels)
         self.env_overrides.update(other.env_overrides)
         self.warnings.extend(other.warnings)
-        self.nvls_lines.extend(other.nvls_lines)
         return self
 
     def summary(self) -> Dict[str, object]:
@@ -108,9 +103,7 @@ def parse(lines: Iterable[str]) -> NcclLog:
             if key in seen_channels:  # the same connection printed again (e.g. a reconnect)
                 continue
             seen_channels.add(key)
-            kind = transport_kind(via)
-            log.transports[kind] += 1
-            log.channels.append({"channel": int(chan), "src": int(src), "dst": int(dst), "via": via, "kind": kind})
+            log.transports[transport_kind(via)] += 1
             continue
         m = _ENV.search(line)
         if m:
@@ -119,9 +112,6 @@ def parse(lines: Iterable[str]) -> NcclLog:
         m = _WARN.search(line)
         if m:
             log.warnings.append(m.group(1).strip())
-            continue
-        if _NVLS.search(line):
-            log.nvls_lines.append(line.split("NCCL INFO", 1)[-1].strip())
     return log
 
 
