@@ -41,6 +41,9 @@ def transport_kind(via: str) -> str:
 
 @dataclass
 class NcclLog:
+    """What the NCCL_DEBUG=INFO logs of a run said; lists keep every distinct value so a mismatch between
+    ranks (two NCCL versions) stays visible."""
+
     versions: List[str] = field(default_factory=list)
     cuda_driver_versions: List[int] = field(default_factory=list)
     transports: Counter = field(default_factory=Counter)  # kind -> number of channel connections
@@ -80,6 +83,7 @@ class NcclLog:
 
 
 def parse(lines: Iterable[str]) -> NcclLog:
+    """One rank's log, line by line (a file object works), so a large NCCL_DEBUG=INFO log is never held whole."""
     log = NcclLog()
     seen_channels = set()
     for line in lines:
@@ -116,6 +120,7 @@ def parse(lines: Iterable[str]) -> NcclLog:
 
 
 def parse_text(text: str) -> NcclLog:
+    """parse() of a log already in memory (a pasted log, a test's sample)."""
     return parse(text.splitlines())
 
 
@@ -136,4 +141,6 @@ FALLBACK_KINDS = ("SHM", "NET", "COLLNET")
 
 
 def fallback_kinds(log: NcclLog) -> List[str]:
+    """The host-memory or network transports NCCL used, sorted: on an NVLink pair each one is a lost link
+    or an environment that steered NCCL away from P2P."""
     return sorted(k for k in log.transports if k in FALLBACK_KINDS)

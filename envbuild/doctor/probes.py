@@ -31,6 +31,7 @@ def _tail_lines(text: str, n: int = TAIL_LINES) -> str:
 
 
 def phases_by_rank(outcome: LaunchOutcome) -> Dict[str, Optional[str]]:
+    """rank<k> -> the phase it was in last: where a hang or crash happened, for the evidence."""
     return {f"rank{r.rank}": r.phase for r in outcome.ranks}
 
 
@@ -108,6 +109,7 @@ def _last_error_line(r: RankOutcome) -> str:
 
 
 def metrics_of(data: Dict[str, Any], prefix: str = "") -> List[Metric]:
+    """The Metrics a payload emitted (JSON dicts) as report Metrics, names prefixed to keep ranks apart."""
     out = []
     for m in data.get("metrics", []) or []:
         out.append(Metric(name=prefix + str(m["name"]), value=float(m["value"]), unit=str(m.get("unit", "")),
@@ -138,6 +140,7 @@ def status_of(value: Any) -> Status:
 
 
 def worst(statuses: Iterable[Status]) -> Status:
+    """The most severe status (Status.rank order); PASS for none, so "no problem found" needs no special case."""
     return max(statuses, key=lambda s: s.rank, default=Status.PASS)
 
 

@@ -15,11 +15,16 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild.doctor.registry import check
 from envbuild.errors import EnvbuildError
 from envbuild.report.model import Result, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.doctor.launcher import LaunchOutcome
+    from envbuild.doctor.linerate import LineRate
+    from envbuild.doctor.nccl_log import NcclLog
 
 MIB = 1 << 20
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
@@ -68,6 +73,7 @@ def _smi_nvlink(ctx) -> Optional[str]:
 
 
 def warn_causes(warnings: List[str]) -> List[str]:
+    """The causes of the first NCCL WARN that names a known source file (WARN_FILE_CAUSES); [] when none does."""
     for w in warnings:
         for fname, causes in WARN_FILE_CAUSES.items():
             if fname in w:
@@ -106,7 +112,8 @@ def nccl_collectives(ctx) -> List[Result]:
     return results
 
 
-def judge_collectives(outcome, log, lr, *, cumem: str, gpus: List[int]) -> Result:
+def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[LineRate]", *, cumem: str,
+                      gpus: List[int]) -> Result:
     """The verdict of one collectives run: hang/crash, wrong results, transport fallback, bandwidth."""
     from envbuild.doctor.nccl_log import fallback_kinds
     from envbuild.doctor.probes import failure_result, merged_result, worst
@@ -228,7 +235,9 @@ def nccl_churn(ctx) -> Result:
     return judge_churn(outcome)
 
 
-def judge_churn(outcome) -> Result:
+def judge_churn(outcome: "LaunchOutcome") -> Result:
+    """The verdict of one churn run: hang/crash, wrong results, then memory and FD growth per cycle against the
+    thresholds (a plain function so the gloo tests and recorded runs replay it)."""
     from envbuild.doctor.probes import failure_result, merged_result
     from envbuild.doctor.thresholds import (CHURN_FD_SLOPE_FAIL, CHURN_FD_SLOPE_WARN, CHURN_MEM_SLOPE_FAIL_MIB,
                                             CHURN_MEM_SLOPE_WARN_MIB, CHURN_SOURCE)
