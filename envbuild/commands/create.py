@@ -58,15 +58,14 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     from envbuild.errors import EnvbuildError
     from envbuild.install import conda_layer, pipeline
     from envbuild.lock import condalock, lockset
-    from envbuild.lock.spec import content_hash, render_spec
 
     bundle_obj, mirrors = None, []
     if bundle:
-        from envbuild.install.bundle_source import open_bundle
+        from envbuild.pack.bundle import open_bundle
 
         bundle_obj = open_bundle(Path(bundle))
         mirrors = [bundle_obj.channel_dir]
-        lockfiles = lockfiles or str(bundle_obj.lockfiles_dir)
+        lockfiles = lockfiles or str(bundle_obj.lock_dir)
     base = lockset.lockfiles_base(lockfiles)
     profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
     folder = profile.directory
@@ -81,13 +80,13 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     if platform not in lock.metadata.platforms:
         raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
                             f"{', '.join(lock.metadata.platforms)}")
-    spec = render_spec(recipe, profile.name, profile_file=profile.path.name)
-    if lock.metadata.content_hash.get(platform) != content_hash(spec, platform):
+    # the same content hash `envbuild lock` wrote; "" (never a stored hash) for a platform the recipe dropped
+    if lock.metadata.content_hash.get(platform) != lockset.spec_outputs(profile, recipe).hashes.get(platform, ""):
         raise EnvbuildError(f"{lock_path} is stale against {profile.path} (the recipe changed since it was "
                             f"locked); run `envbuild lock --profile {profile.name}`")
     categories = ["main"] + sorted(recipe.conda.optional)
     conda = condalock.locked_conda(lock, platform, categories)
-    lock_files = {"conda-lock.yml": lock_path}
+    lock_files = {condalock.LOCK_FILE: lock_path}
     pip_lock = folder / lockset.PIP_LOCK_FILE
     if pip_lock.is_file():
         lock_files[lockset.PIP_LOCK_FILE] = pip_lock
@@ -100,9 +99,9 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "conda-meta").is_dir())):
         raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
                             f"(choose another --prefix/--name or remove it yourself)")
-    job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target.absolute(), platform=platform,
+    job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target, platform=platform,
                              backend=backend, lock_files=lock_files, conda=conda,
                              planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
-                             pip_lock=pip_lock if pip_lock.is_file() else None, bundle=bundle_obj)
+                             pip_lock=lock_files.get(lockset.PIP_LOCK_FILE), bundle=bundle_obj)
     job.key = pipeline.lock_key(lock_files, recipe)
     return job

@@ -172,7 +172,7 @@ def _pip_layer(job: CreateJob, prefix: Path, ui) -> Any:
         raise EnvbuildError(f"{job.profile.name}: the recipe has pip requirements but there is no pip lock; "
                             f"run `envbuild lock --profile {job.profile.name}`")
     mod = _layer_module("pip_layer")
-    wheelhouse = getattr(job.bundle, "wheelhouse_dir", None)
+    wheelhouse = getattr(job.bundle, "wheel_dir", None)
     with ui.spinner("pip layer (--require-hashes --no-deps)"):
         installed = mod.install_locked(prefix / "bin" / "python", job.pip_lock,
                                        find_links=[wheelhouse] if wheelhouse else [],

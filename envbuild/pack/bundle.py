@@ -52,15 +52,6 @@ class BundleLayout:
     builds_dir: Path
     members: Dict[str, Dict[str, object]] = field(default_factory=dict, compare=False)
 
-    # names used by envbuild.install.pipeline / commands/create.py
-    @property
-    def wheelhouse_dir(self) -> Path:
-        return self.wheel_dir
-
-    @property
-    def lockfiles_dir(self) -> Path:
-        return self.lock_dir
-
 
 def walk_members(root: Path) -> Iterator[Tuple[str, Path]]:
     """(posix relative name, path) of every regular file under root's PARTS, sorted."""
