@@ -67,3 +67,15 @@ def test_bad_knowledge_file_is_refused_with_file_and_line(tmp_path):
         load_causes(bad)
     assert "cause #1 (C1) lacks mechanism" in str(exc.value)
     load_causes.cache_clear()
+
+
+def test_malformed_causes_file_names_its_line(tmp_path):
+    """The causes file is read like a profile: a TOML syntax error names file:line, on every Python."""
+    load_causes.cache_clear()
+    bad = tmp_path / "causes.toml"
+    bad.write_text('[[cause]]\nid = "C1"\ntitle = "x\n')
+    with pytest.raises(InputFileError) as exc:
+        load_causes(bad)
+    assert exc.value.line == 3
+    assert str(exc.value).startswith(f"{bad}:3: malformed TOML")
+    load_causes.cache_clear()
