@@ -65,8 +65,11 @@ def nvlink_rates_from_smi(text: str) -> Dict[int, List[float]]:
     return rates
 
 
-def _norm_bus(bus: Optional[str]) -> str:
-    """NVML prints 00000000:3B:00.0; lspci-style 0000:3b:00.0 also occurs. Compare on the last 3 fields."""
+def norm_bus(bus: Optional[str]) -> str:
+    """A PCI address as bus:device.function in lower case ("3b:00.0"), "" for none.
+
+    NVML prints 00000000:3B:00.0, lspci and torch 0000:3b:00.0: the domain's width and the case differ, so
+    addresses from different sources are compared on this form."""
     if not bus:
         return ""
     parts = bus.strip().lower().split(":")
@@ -116,18 +119,18 @@ def pair_line_rate(snapshot: Dict[str, Any], i: int, j: int,
     """
     a, b = _device(snapshot, i), _device(snapshot, j)
     smi = [r for g in (i, j) for r in (smi_rates or {}).get(g, []) if r > 0]
-    gpu_buses = {_norm_bus(d.get("pci_bus_id")) for d in snapshot.get("devices") or []}
-    bus_b = _norm_bus(b.get("pci_bus_id"))
-    direct = [ln for ln in _active_links(a) if _norm_bus(ln.get("remote_pci")) == bus_b and bus_b]
+    gpu_buses = {norm_bus(d.get("pci_bus_id")) for d in snapshot.get("devices") or []}
+    bus_b = norm_bus(b.get("pci_bus_id"))
+    direct = [ln for ln in _active_links(a) if norm_bus(ln.get("remote_pci")) == bus_b and bus_b]
     if direct:
         return _nvlink_rate(direct, f"{len(direct)} active NVLinks GPU {i} -> GPU {j}", smi)
     p2p = (snapshot.get("p2p") or {}).get(f"{i}-{j}") or {}
     if p2p.get("nvlink") == "ok":
-        sw_a = [ln for ln in _active_links(a) if _norm_bus(ln.get("remote_pci")) not in gpu_buses]
-        sw_b = [ln for ln in _active_links(b) if _norm_bus(ln.get("remote_pci")) not in gpu_buses]
+        sw_a = [ln for ln in _active_links(a) if norm_bus(ln.get("remote_pci")) not in gpu_buses]
+        sw_b = [ln for ln in _active_links(b) if norm_bus(ln.get("remote_pci")) not in gpu_buses]
         if sw_a and sw_b:
             fewer = sw_a if len(sw_a) <= len(sw_b) else sw_b
-            hidden = all(_norm_bus(ln.get("remote_pci")) in ("", "ff:ff.0") for ln in sw_a + sw_b)
+            hidden = all(norm_bus(ln.get("remote_pci")) in ("", "ff:ff.0") for ln in sw_a + sw_b)
             where = ("NVML does not name the remote end (FFFFFFFF:FF:FF.0: a VM or NVSwitch hides it) and "
                      "reports NVLink P2P ok for the pair" if hidden else "links end on NVSwitches")
             return _nvlink_rate(fewer, f"GPU {i} {len(sw_a)} and GPU {j} {len(sw_b)} active NVLinks, {where}; "

@@ -34,9 +34,11 @@ def gpu_p2p(ctx) -> List[Result]:
 
 def _nvml_index(dev: Dict[str, Any], snapshot: Dict[str, Any], gpus: Sequence[int]) -> int:
     """NVML index of a CUDA device: by PCI bus id when the probe reported one, else the launcher's order."""
-    bus = (dev.get("pci_bus_id") or "").lower()
+    from envbuild.doctor.linerate import norm_bus
+
+    bus = norm_bus(dev.get("pci_bus_id"))
     for d in snapshot.get("devices") or []:
-        if bus and (d.get("pci_bus_id") or "").lower().endswith(bus[-7:]):
+        if bus and norm_bus(d.get("pci_bus_id")) == bus:
             return int(d["index"])
     return gpus[dev["cuda_index"]]
 
