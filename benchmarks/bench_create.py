@@ -15,38 +15,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _envbuild_cli import create_phases, run_envbuild
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-OFFLINE = {k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
 BAR = 0.20
 
 
 def envbuild(args, env, offline=False):
-    full = dict(os.environ, **env, **(OFFLINE if offline else {}), COLUMNS="400")
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, env=full)
-    seconds = time.monotonic() - t0
+    """run_envbuild, stopping the benchmark when the command fails."""
+    proc, seconds = run_envbuild(args, env, offline=offline)
     if proc.returncode != 0:
         sys.exit(f"envbuild {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return proc, seconds
 
 
 def phases(proc) -> dict:
-    """create's own per-phase timings, from its closing line `created DIR (fetch 0.02s, conda ...)`."""
-    text = " ".join((proc.stderr + proc.stdout).split())
-    m = re.search(r"created \S+ \(([^)]*)\)", text)
-    if not m:
-        sys.exit("could not find create's phase timings in its output:\n" + text[-1500:])
-    return {k: float(v) for k, v in re.findall(r"(\w+) ([0-9.]+)s", m.group(1))}
+    """create's own per-phase timings; stops the benchmark when its output has none."""
+    text = proc.stderr + proc.stdout
+    found = create_phases(text)
+    if not found:
+        sys.exit("could not find create's phase timings in its output:\n" + " ".join(text.split())[-1500:])
+    return found
 
 
 def main() -> int:

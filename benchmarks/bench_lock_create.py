@@ -13,32 +13,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _envbuild_cli import create_phases, run_envbuild
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from fixturegen.conda_channel import Pkg, build_channel, default_packages, write_fixture_profile  # noqa: E402
 
-OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "COLUMNS": "400"}
-
-
 def envbuild(args, env):
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
-                          env=dict(os.environ, **OFFLINE, **env))
-    return proc, time.monotonic() - t0
-
-
-def phases(stderr: str):
-    m = re.search(r"^created \S+ \((.*)\)$", stderr, re.M)
-    return {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", m.group(1))} if m else {}
+    """Every command of this benchmark runs offline: the fixture channel is local."""
+    return run_envbuild(args, env, offline=True)
 
 
 def main() -> int:
@@ -89,7 +79,7 @@ def main() -> int:
         print(f"lock: {t_lock:.2f}s   lock --check: {t_check:.2f}s   (whole CLI process)")
         for label, proc, wall in (("cold create", cold, t_cold), ("warm create", warm, t_warm),
                                   ("resume after kill@doctor", resumed, t_resume)):
-            ph = phases(proc.stderr)
+            ph = create_phases(proc.stderr)
             detail = "  ".join(f"{k} {v:.3f}s" for k, v in ph.items())
             print(f"{label}: wall {wall:.2f}s | {detail}")
             if "fetch" in ph:
