@@ -190,3 +190,26 @@ def test_create_refuses_a_damaged_bundle_by_member(packed, tmp_path):
     assert r.returncode == 2
     assert f"{bundle}: member wheels/beta-2.0-py3-none-any.whl: sha256" in " ".join(r.stderr.split())
     assert not (tmp_path / "env").exists()
+
+
+def test_pack_finds_cached_builds_of_a_short_recipe_commit(tmp_path):
+    """A recipe may pin a 7-hex commit; cache entries are named by the full commit's first 12 hex."""
+    from types import SimpleNamespace
+
+    from envbuild.hashing import sha256_file
+    from envbuild.pack.builder import PackSummary, _git_and_build_parts
+
+    full = "0123456789abcdef0123456789abcdef01234567"
+    entry = tmp_path / "cache" / "fastext" / f"{full[:12]}-{'a' * 16}"
+    entry.mkdir(parents=True)
+    wheel = entry / "fastext-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"wheel bytes")
+    (entry / "entry.json").write_text(json.dumps({"key": {"name": "fastext", "commit": full}, "wheel": wheel.name,
+                                                  "sha256": sha256_file(wheel), "build_seconds": 1.0}))
+    src = SimpleNamespace(name="fast", commit=full[:7])
+    recipe = SimpleNamespace(git=[], builds=[SimpleNamespace(name="fastext", git="fast")],
+                             git_source=lambda name: src)
+    summary = PackSummary(output=tmp_path / "out.tar")
+    _git_and_build_parts(recipe, tmp_path / "stage", tmp_path / "cache", lambda _m: None, summary)
+    assert summary.builds == ["fastext"] and summary.skipped_builds == []
+    assert (tmp_path / "stage" / "builds" / "fastext" / entry.name / wheel.name).read_bytes() == b"wheel bytes"

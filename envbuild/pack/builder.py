@@ -87,7 +87,8 @@ def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, note: Callable[
     for build in recipe.builds:
         commit = recipe.git_source(build.git).commit
         found = 0
-        for folder in sorted((wheel_cache / build.name).glob(f"{commit[:12]}-*")):
+        # entries are named <full commit[:12]>-<key>; the recipe's commit may be shorter (7+ hex)
+        for folder in sorted((wheel_cache / build.name).glob(f"{commit[:12]}*-*")):
             entry = read_entry(folder)
             if entry is None or not str(entry.key.get("commit", "")).startswith(commit):
                 continue
