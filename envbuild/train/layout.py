@@ -12,7 +12,7 @@ traceback, is checked here first and reported as one sentence naming the flag.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from envbuild.train.presets import ModelShape
 
@@ -42,21 +42,24 @@ class Layout:
         return self.world // (self.etp * self.ep * self.pp)
 
     def describe(self) -> str:
+        """One phrase for summaries, every size spelled out so a reader can rerun the same layout."""
         sp = " + SP" if self.sp else ""
         return (f"TP {self.tp}{sp}, EP {self.ep}, PP {self.pp}, CP {self.cp}, DP {self.dp} "
                 f"on {self.world} GPU{'s' if self.world != 1 else ''}")
 
     def to_dict(self) -> Dict[str, Any]:
+        """The fields plus the derived DP and EDP, for the evidence (JSON)."""
         data = asdict(self)
         data.update(dp=self.dp, edp=self.edp)
         return data
 
 
-def _divisors_desc(n: int):
+def _divisors_desc(n: int) -> List[int]:
     return [d for d in range(n, 0, -1) if n % d == 0]
 
 
 def default_tp(world: int, shape: ModelShape) -> int:
+    """slime's TP 4 where the GPUs, heads and query groups allow it, else 2, else 1."""
     for t in (4, 2, 1):
         if world % t == 0 and shape.query_groups % t == 0 and shape.heads % t == 0:
             return t
@@ -64,6 +67,7 @@ def default_tp(world: int, shape: ModelShape) -> int:
 
 
 def default_ep(world: int, pp: int, shape: ModelShape) -> int:
+    """The largest EP that divides both the GPUs of one pipeline stage and the experts (slime runs EP = GPUs)."""
     room = world // pp if world % pp == 0 else 1
     return next(d for d in _divisors_desc(room) if shape.experts % d == 0)
 

@@ -48,6 +48,7 @@ def params_per_rank(shape: ModelShape, layout: Layout, layers: int) -> ParamCoun
 
 
 def activation_bytes(shape: ModelShape, layout: Layout, layers: int, seq: int, mbs: int) -> int:
+    """Bytes saved for backward on the busiest rank for one micro-batch (see the module docstring)."""
     h, q, k, tp, cp = shape.hidden, shape.q_width, shape.kv_width, layout.tp, layout.cp
     tokens = mbs * seq // cp  # tokens a rank's layers see
     seq_tokens = tokens // tp if layout.sp else tokens  # tokens in sequence-parallel regions

@@ -56,6 +56,7 @@ class TrainOptions:
 
 
 def known_keys() -> str:
+    """Every option with its prefix, for the error that names an unknown key."""
     return ", ".join(PREFIX + k for k in HELP)
 
 

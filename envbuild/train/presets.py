@@ -37,6 +37,7 @@ class ModelShape:
 
     @property
     def kv_width(self) -> int:
+        """Width of each of the key and value projections (query_groups x head_dim; GQA shares them)."""
         return self.query_groups * self.head_dim
 
 
@@ -49,6 +50,7 @@ PRESETS: Dict[str, ModelShape] = {
 
 
 def get_preset(name: str) -> ModelShape:
+    """The shape named `name`; ValueError naming the known ones otherwise."""
     try:
         return PRESETS[name]
     except KeyError:

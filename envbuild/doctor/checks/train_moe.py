@@ -16,10 +16,15 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild.doctor.registry import check
 from envbuild.report.model import Metric, Result, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.train.layout import Layout
+    from envbuild.train.options import TrainOptions
+    from envbuild.train.presets import ModelShape
 
 CHECK_ID = "train.moe_step"
 CATEGORY = "train"
@@ -73,7 +78,7 @@ def _gpu_facts(ctx) -> Dict[str, Any]:
             "memory_bytes": min(mem) * 1024 ** 2 if mem else None}
 
 
-def payload_args(opts, layout, shape, vocab: int) -> List[str]:
+def payload_args(opts: "TrainOptions", layout: "Layout", shape: "ModelShape", vocab: int) -> List[str]:
     """The payload's command line for these options (also what docs/gpu-runs records)."""
     return ["--shape", json.dumps(asdict(shape)), "--layers", str(opts.layers), "--steps", str(opts.steps),
             "--plain-steps", str(opts.plain_steps), "--seq", str(opts.seq), "--mbs", str(opts.mbs),
@@ -82,7 +87,7 @@ def payload_args(opts, layout, shape, vocab: int) -> List[str]:
             "--lr", repr(opts.lr)]
 
 
-def deadline_for(opts) -> float:
+def deadline_for(opts: "TrainOptions") -> float:
     """Whole-run deadline: train.deadline, else imports and model build plus a generous per-step allowance."""
     if opts.deadline:
         return float(opts.deadline)
@@ -141,7 +146,8 @@ def _only_teardown_hung(outcome) -> bool:
     return finals and all(r.phase == "teardown" for r in outcome.ranks if r.rank in outcome.hung_ranks)
 
 
-def run_payload(ctx, opts, shape, layout, gpu: Dict[str, Any], estimate: Dict[str, int]) -> Result:
+def run_payload(ctx, opts: "TrainOptions", shape: "ModelShape", layout: "Layout", gpu: Dict[str, Any],
+                estimate: Dict[str, int]) -> Result:
     """Launch the payload on the layout's GPUs and turn what the ranks did into one Result."""
     from envbuild.doctor.launcher import launch
     from envbuild.train.layout import padded_vocab
@@ -225,11 +231,7 @@ def _broken_result(run: _Run) -> Result:
     rank0 = run.rank0()
     steps = (rank0.get("evidence") or {}).get("steps", [])
     done = [s for s in steps if s.get("cycle")]
-    # A rank that raised names its phase in its verdict (the phase file then says "teardown");
-    # a killed rank's phase file is where it was.
-    phase = next((((r.result or {}).get("phase") if not (r.result or {}).get("partial") else None) or r.phase
-                  for r in outcome.ranks if r.rank in outcome.crashed_ranks + outcome.hung_ranks
-                  and (r.phase or (r.result or {}).get("phase"))), None)
+    phase = _failed_phase(outcome)
     kind = phase_kind(phase)
     broken.causes = list(PHASE_CAUSES.get(kind, ())) or ["M4", "M5"]
     if kind in ("import", "build") and not outcome.hung_ranks:
@@ -249,6 +251,20 @@ def _broken_result(run: _Run) -> Result:
     broken.metrics = [Metric(**m) for m in earlier.metrics]
     _out_of_time_not_hung(broken, outcome, done, opts.steps, earlier.problems)
     return broken
+
+
+def _failed_phase(outcome) -> Optional[str]:
+    """The phase the first crashed or hung rank (that knows one) failed in.
+
+    A rank that raised names its phase in its verdict (the phase file then says "teardown"); a killed rank's
+    phase file is where it was. A partial verdict (written before the end) names no failure phase."""
+    for r in outcome.ranks:
+        if r.rank not in outcome.crashed_ranks + outcome.hung_ranks:
+            continue
+        verdict = r.result or {}
+        if r.phase or verdict.get("phase"):
+            return (None if verdict.get("partial") else verdict.get("phase")) or r.phase
+    return None
 
 
 def _out_of_time_not_hung(broken: Result, outcome, done: List[Dict[str, Any]], planned: int,
