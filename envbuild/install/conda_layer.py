@@ -14,7 +14,6 @@ the staging path is always longer than the target path, so binary rewrites fit).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -210,8 +209,9 @@ def relocate(prefix: Path, old: Path, new: Path) -> int:
     if len(new_b) > len(old_b):
         raise EnvbuildError(f"cannot relocate binaries from {old} to the longer path {new}")
     count = 0
-    for meta in sorted((prefix / "conda-meta").glob("*.json")):
-        data = json.loads(meta.read_text(encoding="utf-8"))
+    from envbuild.install.manifest import conda_records
+
+    for data in conda_records(prefix):
         for entry in (data.get("paths_data") or {}).get("paths", []):
             if not entry.get("prefix_placeholder"):
                 continue

@@ -22,6 +22,8 @@ _SKIP = ("envbuild/manifest.json", "envbuild/.create-state.json")
 
 
 def conda_records(prefix: Path) -> List[Dict[str, Any]]:
+    """The conda-meta/*.json records of `prefix`, by file name: the one reader of what conda installed
+    (the manifest, relocation and the foreign-backend prefix rewrite all walk it)."""
     out = []
     for meta in sorted((prefix / "conda-meta").glob("*.json")):
         out.append(json.loads(meta.read_text(encoding="utf-8")))

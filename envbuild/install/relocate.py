@@ -10,7 +10,6 @@ source path only shows in tracebacks and is refreshed on the next compile.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Set
@@ -46,11 +45,10 @@ def rewrite_unlinked(path: Path, blob: bytes) -> None:
 
 
 def conda_owned(prefix: Path) -> Set[str]:
-    owned: Set[str] = set()
-    for meta in (prefix / "conda-meta").glob("*.json"):
-        data = json.loads(meta.read_text(encoding="utf-8"))
-        owned.update(e["_path"] for e in (data.get("paths_data") or {}).get("paths", []))
-    return owned
+    """Paths the conda packages installed: relocated (if at all) by the conda layer, never here."""
+    from envbuild.install.manifest import conda_records
+
+    return {e["_path"] for rec in conda_records(prefix) for e in (rec.get("paths_data") or {}).get("paths", [])}
 
 
 def relocate_tree(prefix: Path, old: Path, new: Path) -> int:
