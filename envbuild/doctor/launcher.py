@@ -44,6 +44,7 @@ TERM_GRACE_S = 2.0
 POLL_S = 0.05
 SCAN_S = 0.2  # how often /proc is scanned for the ranks' descendants
 TAIL_CHARS = 4000
+RUN_DEADLINE = "run deadline"  # how LaunchOutcome.reason starts when the whole-run deadline stopped the run
 
 # Variables that could turn on NVLink multicast (NVLS). On lent machines NVLS must never run
 # (research/gpu-machine.md; DESIGN.md "Rules of the house"), so the launcher always pins them off; only
@@ -80,6 +81,12 @@ class LaunchOutcome:
     run_dir: str = ""
     reason: str = ""  # why the run was stopped early, "" when every rank exited on its own
     leftover_pids: List[int] = field(default_factory=list)  # must stay empty; kept for the report
+
+    @property
+    def run_deadline_passed(self) -> bool:
+        """The whole-run deadline stopped the run (not a phase deadline, not a crash): the ranks may still have
+        been moving, which a check must weigh before it calls them hung (train.moe_step does)."""
+        return self.timed_out and self.reason.startswith(RUN_DEADLINE)
 
     @property
     def ok(self) -> bool:
@@ -441,7 +448,7 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             break
         if now - start > deadline_s:
             timed_out = True
-            reason = f"run deadline of {deadline_s:.0f} s passed"
+            reason = f"{RUN_DEADLINE} of {deadline_s:.0f} s passed"
             break
         over = _phase_overrun(ranks, phase_deadlines)
         if over:

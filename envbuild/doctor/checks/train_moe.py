@@ -278,7 +278,7 @@ def _out_of_time_not_hung(broken: Result, outcome, done: List[Dict[str, Any]], p
     """
     if not outcome.hung_ranks or outcome.crashed_ranks or problems or not done:
         return
-    if "run deadline" not in (outcome.reason or ""):
+    if not outcome.run_deadline_passed:
         return
     cycle_s = max(float(s.get("cycle_s") or 0.0) for s in done)
     stuck = [r for r in outcome.ranks if r.rank in outcome.hung_ranks]
