@@ -75,15 +75,12 @@ def _shell_value(value: str) -> str:
 
 def write_scripts(staging: Path, target: Path, profile_name: str, cuda: str, env: Dict[str, str]) -> Dict[str, Path]:
     """Render the scripts into `staging`, naming `target` as the prefix; returns role -> path."""
-    import jinja2
-
-    from envbuild.paths import templates_dir
+    from envbuild.lock.spec import template_env
 
     for name in env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"activation variable {name!r} is not a shell name")
-    jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+    jenv = template_env()
     ctx = dict(profile=profile_name, prefix=str(target), cuda=cuda, min_driver=min_driver(cuda),
                compat_dir=COMPAT_DIR, env={k: _shell_value(v) for k, v in env.items()})
     out = {

@@ -8,9 +8,12 @@ and a conda binary can re-solve the same request without envbuild.
 from __future__ import annotations
 
 import hashlib
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
 from envbuild.lock.recipe import Recipe
+
+if TYPE_CHECKING:
+    import jinja2
 
 ENV_SPEC = "environment.yml"
 VPKG_SPEC = "virtual-packages.yml"
@@ -31,7 +34,9 @@ def virtual_packages(recipe: Recipe, platform: str) -> Dict[str, str]:
     return out
 
 
-def _env():
+def template_env() -> jinja2.Environment:
+    """The one jinja2 setup for templates/ (spec files and activation scripts): StrictUndefined, so a
+    variable a template names but the caller forgot fails at render time, not in a user's shell."""
     import jinja2
 
     from envbuild.paths import templates_dir
@@ -42,7 +47,7 @@ def _env():
 
 def render_spec(recipe: Recipe, name: str, profile_file: str = "profile.toml") -> Dict[str, str]:
     """filename -> text of the rendered environment spec files."""
-    env = _env()
+    env = template_env()
     common = dict(name=name, profile_file=profile_file, platforms=recipe.platforms)
     env_yml = env.get_template("environment.yml.j2").render(
         channels=recipe.conda.channels, specs=recipe.conda.specs, optional=recipe.conda.optional,
