@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from envbuild.errors import EnvbuildError
+
+if TYPE_CHECKING:
+    from envbuild.profile import Profile
 
 
 class DoctorGateFailed(EnvbuildError):
@@ -30,7 +33,9 @@ class GateResult:
         return not self.failed
 
 
-def run_stack_checks(prefix: Path, profile) -> GateResult:
+def run_stack_checks(prefix: Path, profile: Profile) -> GateResult:
+    """The static stack checks against `prefix`'s python; the runner's skip/error handling applies, so only a
+    real FAIL lands in `failed`."""
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import all_checks
     from envbuild.doctor.runner import run_checks

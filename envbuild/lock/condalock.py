@@ -10,9 +10,12 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from envbuild.errors import InputFileError, read_input_text
+
+if TYPE_CHECKING:
+    from conda_lock.lockfile.v1.models import Lockfile as LockfileV1
 
 LOCK_FILE = "conda-lock.yml"
 
@@ -99,7 +102,7 @@ def _line_for(text: str, loc: Sequence) -> Optional[int]:
     return line
 
 
-def read_lock(path: Path):
+def read_lock(path: Path) -> LockfileV1:
     """Parse and validate a conda-lock v1 file; returns conda-lock's v1 Lockfile model."""
     import yaml
     from conda_lock.lockfile.v1.models import Lockfile as LockfileV1
@@ -127,7 +130,7 @@ def read_lock(path: Path):
         raise InputFileError(path, f"{field}: {err['msg']}", _line_for(text, loc)) from exc
 
 
-def locked_conda(lock, platform: str, categories: Sequence[str]) -> List[LockedConda]:
+def locked_conda(lock: LockfileV1, platform: str, categories: Sequence[str]) -> List[LockedConda]:
     """The conda packages of `platform` in any of `categories`, in the lock's order."""
     out: List[LockedConda] = []
     seen = set()

@@ -13,12 +13,15 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from envbuild.errors import EnvbuildError
 from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
 from envbuild.lock.recipe import Recipe, parse_recipe
 from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
+
+if TYPE_CHECKING:
+    from envbuild.profile import Profile
 
 PIP_LOCK_FILE = "requirements.lock.txt"
 
@@ -66,7 +69,7 @@ class LockOutputs:
     hashes: Dict[str, str] = field(default_factory=dict)  # platform -> content hash
 
 
-def load(base: Path, name: str):
+def load(base: Path, name: str) -> Tuple[Profile, Recipe]:
     """(Profile, Recipe) of a profile folder."""
     from envbuild.profile import load_profile
 
@@ -74,7 +77,7 @@ def load(base: Path, name: str):
     return profile, parse_recipe(profile)
 
 
-def spec_outputs(profile, recipe: Recipe) -> LockOutputs:
+def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
     """The rendered spec files and the content hash per platform (no solve, no network)."""
     out = LockOutputs(profile=profile.name, folder=profile.directory)
     out.files.update(render_spec(recipe, profile.name, profile_file=profile.path.name))
@@ -84,7 +87,7 @@ def spec_outputs(profile, recipe: Recipe) -> LockOutputs:
     return out
 
 
-def spec_locations(profile, recipe: Recipe) -> Dict[str, str]:
+def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
     """spec -> 'profile.toml:LINE' so a solve error can point at the line that asked for a package."""
     lines = profile.path.read_text(encoding="utf-8").splitlines()
     where: Dict[str, str] = {}
@@ -99,7 +102,8 @@ def spec_locations(profile, recipe: Recipe) -> Dict[str, str]:
 LAYERS = ("conda", "pip")
 
 
-def compute(profile, recipe: Recipe, progress=None, layers=LAYERS) -> LockOutputs:
+def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str], None]] = None,
+            layers: Sequence[str] = LAYERS) -> LockOutputs:
     """Solve every platform and render the outputs of `layers` (plus the rendered spec)."""
     from envbuild.lock.conda_solve import solve_platform
 
@@ -123,7 +127,7 @@ def compute(profile, recipe: Recipe, progress=None, layers=LAYERS) -> LockOutput
     return out
 
 
-def _pip_lock(profile, recipe: Recipe) -> str:
+def _pip_lock(profile: Profile, recipe: Recipe) -> str:
     """The pip layer lock text from the pip resolver (envbuild.lock.pip_lock), for the first platform.
 
     The Python version is the profile's `python`; the platform tags follow the recipe's __glibc.
@@ -139,7 +143,7 @@ def _pip_lock(profile, recipe: Recipe) -> str:
                             platform_tags=platform_tags_for(platform, glibc))
 
 
-def write(outputs: LockOutputs, layers=LAYERS) -> List[str]:
+def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
     """Write changed files atomically, drop a pip lock the recipe no longer asks for; returns what changed."""
     written = []
     orphan = outputs.folder / PIP_LOCK_FILE
@@ -157,7 +161,7 @@ def write(outputs: LockOutputs, layers=LAYERS) -> List[str]:
     return written
 
 
-def stale_reasons(profile, recipe: Recipe, spec: LockOutputs) -> List[str]:
+def stale_reasons(profile: Profile, recipe: Recipe, spec: LockOutputs) -> List[str]:
     """Why the lock on disk does not match the profile; empty when fresh. Never solves."""
     folder = profile.directory
     lock_path = folder / LOCK_FILE
