@@ -110,13 +110,16 @@ def build_or_reuse(build: object, python: Union[str, Path], src_dir: Union[str, 
     can be referenced as ${VAR} in the build's env values.
     """
     src_dir, cache_dir = Path(src_dir).absolute(), Path(cache_dir).absolute()
-    name = getattr(build, "name")
     key = build_key(build, src_dir, key_facts)
     folder = _entry_folder(cache_dir, key)
-    entry = read_entry(folder)
-    if entry is not None:
-        return entry.wheel
+    entry = read_entry(folder) or _build(build, python, src_dir, folder, key, extra_env)
+    return entry.wheel
 
+
+def _build(build: object, python: Union[str, Path], src_dir: Path, folder: Path, key: Dict[str, object],
+           extra_env: Optional[Mapping[str, str]]) -> CacheEntry:
+    """Compile `build` into the cache entry `folder` (absolute paths; its key already computed by the caller)."""
+    name = getattr(build, "name")
     tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "wheels").mkdir(parents=True)
@@ -150,8 +153,8 @@ def build_or_reuse(build: object, python: Union[str, Path], src_dir: Union[str, 
         entry = read_entry(folder)
         if entry is None:
             raise
-        return entry.wheel
-    return folder / wheel.name
+        return entry
+    return CacheEntry(folder=folder, wheel=folder / wheel.name, sha256=meta["sha256"], key=key, build_seconds=seconds)
 
 
 _ENV_FACTS_PROBE = (
@@ -224,7 +227,7 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
     """
     prefix = Path(prefix)
     python = prefix / "bin" / "python"
-    cache = Path(cache_dir) if cache_dir else wheel_cache_dir()
+    cache = (Path(cache_dir) if cache_dir else wheel_cache_dir()).absolute()
     activation_env = getattr(getattr(recipe, "activation", None), "env", {}) or {}
     extra_env = {"CONDA_PREFIX": str(prefix), "PREFIX": str(prefix)}
     records: List[Dict[str, object]] = []
@@ -241,11 +244,8 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
         if entry is None:
             entry = read_entry(_entry_folder(cache, key))
         if entry is None:
-            origin = "built"
-            build_or_reuse(build, python, src_dir, cache, facts, extra_env=extra_env)
-            entry = read_entry(_entry_folder(cache, key))
-            if entry is None:
-                raise EnvbuildError(f"source build {build.name!r}: the cache entry vanished right after the build")
+            origin = "built"  # the key is already known: no second git diff, no re-hash (pip checks the hash)
+            entry = _build(build, python, src_dir.absolute(), _entry_folder(cache, key), key, extra_env)
         _install_wheel(python, entry.wheel, entry.sha256)
         records.append({"name": build.name, "wheel": entry.wheel.name, "sha256": entry.sha256, "key": key,
                         "from": origin, "build_seconds": entry.build_seconds})
