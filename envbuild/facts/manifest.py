@@ -156,7 +156,7 @@ def write_env_manifest(python: str, out_path: Union[str, Path], image: Optional[
     from envbuild.errors import EnvbuildError
     from envbuild.facts.source import FactUnavailable
     from envbuild.facts.stack import collect
-    from envbuild.report.json_report import atomic_write_text
+    from envbuild.fsutil import atomic_write_text
 
     out = Path(out_path)
     try:

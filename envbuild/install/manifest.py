@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from envbuild.fsutil import atomic_write_text
 from envbuild.hashing import sha256_file
 
 MANIFEST = "envbuild/manifest.json"
@@ -86,10 +87,7 @@ def _owner_of(rel: str) -> str:
 
 def write(prefix: Path, manifest: Dict[str, Any]) -> Path:
     path = prefix / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
     return path
 
 

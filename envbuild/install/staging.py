@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from envbuild.errors import EnvbuildError
+from envbuild.fsutil import atomic_write_text
 
 STATE_FILE = "envbuild/.create-state.json"
 _RENAME_EXCHANGE = 2
@@ -91,14 +92,7 @@ class Staging:
         return self._read_state().get("results", {}).get(phase)
 
     def _write_state(self, state: dict) -> None:
-        path = self._state_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write_text(self._state_path(), json.dumps(state, indent=1), durable=True)
 
     # -- swap ----------------------------------------------------------------------------------------
     def recover(self) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from envbuild.errors import EnvbuildError
+from envbuild.fsutil import atomic_write_text
 from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
 from envbuild.lock.recipe import Recipe, parse_recipe
 from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
@@ -154,9 +155,7 @@ def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
         path = outputs.folder / fname
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
-        tmp = path.with_name(f".{fname}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, text)
         written.append(fname)
     return written
 

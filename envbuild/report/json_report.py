@@ -3,11 +3,10 @@ new fields may be added within a version. docs/report-schema.md documents it."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Union
 
+from envbuild.fsutil import atomic_write_text
 from envbuild.report.model import Report, Result
 
 SCHEMA_ID = "envbuild.report"
@@ -39,21 +38,6 @@ def report_from_dict(data: Dict[str, Any]) -> Report:
         profile=data.get("profile"), options=data.get("options", {}), started_at=data.get("started_at", ""),
         duration_s=data.get("duration_s", 0.0), envbuild_version=data.get("envbuild_version", ""),
     )
-
-
-def atomic_write_text(path: Union[str, Path], text: str) -> None:
-    """Write via a temp file and rename, so a collector never reads half a report."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_json(report: Report, path: Union[str, Path]) -> None:

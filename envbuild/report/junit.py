@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Union
 
 from envbuild.doctor.registry import category_rank
-from envbuild.report.json_report import atomic_write_text
+from envbuild.fsutil import atomic_write_text
 from envbuild.report.model import Report, Result, Status
 
 

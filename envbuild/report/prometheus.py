@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple, Union
 
-from envbuild.report.json_report import atomic_write_text
+from envbuild.fsutil import atomic_write_text
 from envbuild.report.model import Report, Status
 
 def _escape(value: str) -> str:
