@@ -2,7 +2,7 @@
 
 The harness is a payload module (it runs in the environment under test), so it is imported from the
 payload directory. Its rank/phase/emit parts must work without torch; the fill helpers need torch and
-are skipped with the reason when the test interpreter has none.
+run under tests/torch_env.py's python.
 """
 import importlib
 import json
@@ -10,6 +10,7 @@ import json
 import pytest
 
 from envbuild.paths import payload_dir
+from torch_env import torch_env  # noqa: F401  (session fixture)
 
 
 @pytest.fixture
@@ -70,15 +71,32 @@ def test_exception_phase_is_recorded(harness, tmp_path):
     assert p._error_phase == "b"
 
 
-def test_exact_fills_sum_exactly_in_bf16_and_fp32(harness):
-    torch = pytest.importorskip("torch", reason="torch is not installed in the test interpreter")
-    for dtype, n in ((torch.bfloat16, 2), (torch.bfloat16, 8), (torch.float32, 8)):
-        parts = [harness.exact_fill(4099, r, n, dtype, "cpu", salt=5) for r in range(n)]
-        total = parts[0].clone()
-        for t in parts[1:]:
-            total += t  # summed in dtype, in rank order, as a ring would
-        want = harness.exact_sum(4099, n, dtype, "cpu", salt=5)
-        assert harness.mismatches(total, want) == 0
-        assert int(total.max().item()) <= harness.EXACT_LIMIT[str(dtype).split(".")[1]]
-        # distinct per rank: a rank that sent another's data would be caught
-        assert harness.mismatches(parts[0], parts[1]) > 0
+EXACT_FILLS_PROGRAM = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import _harness as harness
+for dtype, n in ((torch.bfloat16, 2), (torch.bfloat16, 8), (torch.float32, 8)):
+    parts = [harness.exact_fill(4099, r, n, dtype, "cpu", salt=5) for r in range(n)]
+    total = parts[0].clone()
+    for t in parts[1:]:
+        total += t  # summed in dtype, in rank order, as a ring would
+    want = harness.exact_sum(4099, n, dtype, "cpu", salt=5)
+    assert harness.mismatches(total, want) == 0, dtype
+    assert int(total.max().item()) <= harness.EXACT_LIMIT[str(dtype).split(".")[1]], dtype
+    # distinct per rank: a rank that sent another's data would be caught
+    assert harness.mismatches(parts[0], parts[1]) > 0, dtype
+print("EXACT OK")
+"""
+
+
+def test_exact_fills_sum_exactly_in_bf16_and_fp32(torch_env, tmp_path):
+    """Runs under tests/torch_env.py's python (the CPU torch wheel), as the payload would."""
+    import os
+    import subprocess
+
+    python, torch_vars = torch_env
+    env = dict(os.environ, ENVBUILD_RUN_DIR=str(tmp_path), RANK="0", WORLD_SIZE="1", **torch_vars)
+    proc = subprocess.run([python, "-c", EXACT_FILLS_PROGRAM, str(payload_dir())], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and "EXACT OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]

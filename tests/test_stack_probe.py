@@ -7,7 +7,9 @@ import subprocess
 import sys
 from importlib import metadata
 
-from stackfix import PROBE, clean_env, dist_info, fake_cudart, fake_libcuda, fake_nccl, run_probe, torch_env
+import stackfix
+from torch_env import torch_env  # noqa: F401  (session fixture: a python that imports the CPU torch)
+from stackfix import PROBE, clean_env, dist_info, fake_cudart, fake_libcuda, fake_nccl, run_probe
 
 
 def test_probe_without_torch_reports_distributions_and_env():
@@ -82,7 +84,7 @@ def test_probe_keeps_stdout_clean_and_survives_a_hanging_import(tmp_path):
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text("print('NCCL INFO noise on stdout')\nimport time\ntime.sleep(600)\n")
-    env = torch_env(PYTHONPATH=str(site))
+    env = stackfix.torch_env(PYTHONPATH=str(site))
     proc = subprocess.run([sys.executable, str(PROBE), "--init-timeout", "2"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert proc.returncode == 3
@@ -119,19 +121,17 @@ def test_probe_reads_git_checkout_commit_and_patch_state(tmp_path):
     assert states == {"sglang-fix.patch": "applied", "other.patch": "conflicts", "gone.patch": "missing-patch-file"}
 
 
-def test_probe_with_the_cpu_torch_wheel_when_installed(tmp_path):
-    """With a real torch (the CPU wheel of the test extra) the probe reports its version and CUDA tag."""
-    import pytest
-
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        pytest.skip("torch is not installed in the test venv")
-    data = run_probe(torch_env())
+def test_probe_with_the_cpu_torch_wheel(torch_env):
+    """With a real torch (the CPU wheel, from tests/torch_env.py) the probe reports its version and CUDA tag."""
+    python, torch_vars = torch_env
+    env = stackfix.torch_env(PYTHONPATH=torch_vars.get("PYTHONPATH", ""))
+    truth = subprocess.run([python, "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+                           capture_output=True, text=True, env=env, check=True).stdout.split()
+    data = run_probe(env, python=python, timeout=180)
     t = data["torch"]
-    assert t["present"] is True and t["version"] == torch.__version__
-    assert t["cuda"] == torch.version.cuda
-    assert t["cuda_tag"] == ("cpu" if torch.__version__.endswith("+cpu") else t["cuda_tag"])
+    assert t["present"] is True and t["version"] == truth[0]
+    assert str(t["cuda"]) == truth[1]
+    assert t["cuda_tag"] == ("cpu" if truth[0].endswith("+cpu") else t["cuda_tag"])
     assert t["cuda_available"] is False and "no GPU" in data["init"]["method"]
 
 
