@@ -291,19 +291,39 @@ def transformer_config(args, shape: Dict[str, Any]):
     return TransformerConfig(**kwargs)
 
 
+class Refusal(Exception):
+    """A run this environment cannot do, said before any GPU work (the check reports `error`, not a crash)."""
+
+    def __init__(self, summary: str, remediation: str) -> None:
+        super().__init__(summary)
+        self.remediation = remediation
+
+
 def layer_spec(args, shape: Dict[str, Any]):
-    """TE spec when Transformer Engine imports (and --spec allows it), else the local spec."""
+    """TE spec when Transformer Engine imports (and --spec allows it), else the local spec.
+
+    Raises Refusal for what the local spec cannot do: megatron-core's local DotProductAttention asserts
+    context_parallel_size == 1 (only TEDotProductAttention implements context parallel).
+    """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
-    want_te = args.spec == "te" or (args.spec == "auto" and importlib.util.find_spec("transformer_engine"))
-    if want_te:
+    te_error = None
+    if args.spec in ("te", "auto") and importlib.util.find_spec("transformer_engine") is not None:
         try:
-            importlib.import_module("transformer_engine")
+            importlib.import_module("transformer_engine.pytorch")
             return "te", specs.get_gpt_layer_with_transformer_engine_spec(
                 num_experts=shape["experts"], moe_grouped_gemm=True, qk_layernorm=shape["qk_layernorm"])
-        except ImportError:
-            if args.spec == "te":
-                raise
+        except ImportError as exc:
+            te_error = f"{type(exc).__name__}: {exc}"
+    if args.spec == "te":
+        raise Refusal(f"train.spec=te but Transformer Engine does not import in {sys.executable}"
+                      + (f" ({te_error[:200]})" if te_error else " (not installed)"),
+                      "install the profile's transformer-engine in this environment, or use train.spec=local")
+    if args.cp > 1:
+        raise Refusal(f"train.cp={args.cp} needs Transformer Engine: megatron-core's local attention refuses "
+                      f"context parallel, and transformer_engine does not import in {sys.executable}"
+                      + (f" ({te_error[:200]})" if te_error else ""),
+                      "install transformer-engine in this environment, or use train.cp=1")
     return "local", local_block_spec(args, shape)
 
 
@@ -356,7 +376,7 @@ def init_parallel(args) -> None:
     model_parallel_cuda_manual_seed(args.seed)
 
 
-def build(args, shape, state: Dict[str, Any]):
+def build(args, shape, spec):
     """Model, DDP buffers and distributed optimizer: the training state that offload releases."""
     import torch
     from megatron.core import parallel_state as ps
@@ -366,8 +386,6 @@ def build(args, shape, state: Dict[str, Any]):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     config = transformer_config(args, shape)
-    spec_name, spec = layer_spec(args, shape)
-    state["spec"] = spec_name
     model = GPTModel(
         config=config, transformer_layer_spec=spec, vocab_size=args.vocab, max_sequence_length=args.seq,
         pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
@@ -450,11 +468,16 @@ def train_step(args, ddp, optimizer, batch, opt_region=None) -> Dict[str, float]
     ddp.zero_grad_buffer()
     optimizer.zero_grad()
     fwd_bwd = get_forward_backward_func()
+    torch.cuda.reset_peak_memory_stats()
     losses = fwd_bwd(forward_step_func=forward_step, data_iterator=iter([batch]), model=[ddp],
                      num_microbatches=1, seq_length=args.seq // args.cp, micro_batch_size=args.mbs,
                      forward_only=False)
+    # Peaks of the two halves apart, to check envbuild/train/memory.py's estimate part by part.
+    peak_fwd_bwd = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     with (opt_region() if opt_region is not None else contextlib.nullcontext()):
         ok, grad_norm, _zeros = optimizer.step()
+    peak_optimizer = torch.cuda.max_memory_allocated()
     # The loss lives on the last pipeline stage; average it over the ranks that hold one.
     local = torch.zeros(2, dtype=torch.float64, device=torch.cuda.current_device())
     if ps.is_pipeline_last_stage() and losses:
@@ -463,7 +486,8 @@ def train_step(args, ddp, optimizer, batch, opt_region=None) -> Dict[str, float]
     torch.distributed.all_reduce(local)
     loss = float(local[0] / local[1]) if float(local[1]) else float("nan")
     return {"loss": loss, "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
-            "update_ok": bool(ok)}
+            "update_ok": bool(ok), "peak_fwd_bwd_bytes": peak_fwd_bwd, "peak_optimizer_bytes": peak_optimizer,
+            "peak_allocated_bytes": max(peak_fwd_bwd, peak_optimizer)}
 
 
 def weight_sync(ddp, group, bucket_bytes: int) -> Dict[str, float]:
@@ -594,6 +618,9 @@ def main(p: Probe) -> None:
     with p.phase("init"):
         dist = p.init_dist()
         ev["gpu_name"] = torch.cuda.get_device_name()
+        # What the GPU had free once this rank's context and NCCL existed: an out-of-memory is judged
+        # against it (another process, e.g. a colocated rollout engine, may hold part of the GPU).
+        ev["free_at_start_bytes"], ev["device_total_bytes"] = (int(x) for x in torch.cuda.mem_get_info())
         reloader = GroupReloader()
         reloader.install()
 
@@ -601,11 +628,13 @@ def main(p: Probe) -> None:
     steps: List[Dict[str, Any]] = []
     try:
         _run(p, args, shape, ev, dist, reloader, tms, mode, steps)
+    except Refusal as exc:
+        p.finish("error", str(exc), refused=True, remediation=exc.remediation, phase="build")
     except oom as exc:
         ev["steps"] = steps
         ev["oom"] = {"phase": p._error_phase or (p._phases[-1] if p._phases else None),
                      "message": str(exc)[:400], "max_allocated_bytes": torch.cuda.max_memory_allocated(),
-                     "device_total_bytes": torch.cuda.mem_get_info()[1]}
+                     "device_total_bytes": ev["device_total_bytes"], "free_at_start_bytes": ev["free_at_start_bytes"]}
         p.finish("fail", f"out of memory in phase {ev['oom']['phase']!r} at depth {args.layers}",
                  oom=True, phase=ev["oom"]["phase"])
         sys.stdout.flush()
@@ -616,15 +645,14 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
     import torch
     from megatron.core import parallel_state as ps
 
-    state: Dict[str, Any] = {}
     with p.phase("build"):
+        ev["spec"], spec = layer_spec(args, shape)  # may raise Refusal: nothing on the GPU yet
         init_parallel(args)
         if tms is not None:
             with tms.region(tag="train", enable_cpu_backup=True):
-                config, ddp, optimizer = build(args, shape, state)
+                config, ddp, optimizer = build(args, shape, spec)
         else:
-            config, ddp, optimizer = build(args, shape, state)
-        ev["spec"] = state["spec"]
+            config, ddp, optimizer = build(args, shape, spec)
         ddp.broadcast_params()  # as megatron's trainer does: data-parallel replicas start identical
         rollout = dist.new_group(ranks=list(range(dist.get_world_size())))  # the weight-sync group
         params = sum(q.numel() for q in ddp.parameters())
@@ -657,8 +685,6 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
             region = opt_region if k == 0 else None
             out, rec["train_s"] = timed(lambda: train_step(args, ddp, optimizer, batch, region))
             rec.update(out)
-            rec["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
         with p.phase(f"sync {k}"):
             sync, rec["sync_s"] = timed(lambda: weight_sync(ddp, rollout, bucket))
             rec["sync_bytes"] = sync["bytes"]
@@ -716,7 +742,6 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         progress(p, steps)
 
     ev["steps"] = steps
-    ev["device_total_bytes"] = torch.cuda.mem_get_info()[1]
     ev["sync_group_size"] = dist.get_world_size(rollout)
     ev["groups_destroyed_total"] = reloader.destroyed
     ev["new_group_calls_total"] = reloader.created

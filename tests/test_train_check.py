@@ -27,6 +27,11 @@ def doctor(*args, tmp_path):
     (["--set", "train.ep=3"], "train.ep=3 does not divide the 128 experts"),
     (["--set", "train.tp=2", "--set", "train.sp=0"], "set train.sp=1"),
     (["--set", "train.layres=2"], "unknown option train.layres"),
+    (["--set", "train.cp=2", "--set", "train.spec=local"],
+     "train.cp=2 with train.spec=local: megatron-core's local attention refuses context parallel"),
+    # this test environment has no Transformer Engine: read from its packages before any launch
+    (["--set", "train.cp=2"], "train.cp=2 needs Transformer Engine"),
+    (["--set", "train.spec=te"], "train.spec=te needs Transformer Engine"),
 ])
 def test_bad_train_options_are_an_error_result_naming_the_option(args, message, tmp_path, no_gpu_env):
     proc, results = doctor(*args, tmp_path=tmp_path)
@@ -252,3 +257,73 @@ def test_a_deadline_while_a_rank_sat_in_one_phase_longer_than_a_cycle_stays_a_ha
                   reason="run deadline of 140 s passed")
     assert res.status == Status.FAIL and "hung" in res.summary
     assert "M4" in res.causes
+
+
+def _replay_one_gpu(monkeypatch, verdict, layers):
+    """run_payload on one H200 (143771 MiB) with the launcher replaced by one rank's recorded verdict."""
+    from envbuild.doctor import launcher
+    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.launcher import LaunchOutcome
+    from envbuild.train.layout import derive_layout
+    from envbuild.train.memory import estimate_bytes
+    from envbuild.train.options import parse_options
+    from envbuild.train.presets import get_preset
+
+    outcome = LaunchOutcome(ranks=[_rank(0, verdict, phase="train 0", returncode=4)], timed_out=False,
+                            hung_ranks=[], crashed_ranks=[0], wall_s=40.0, reason="rank 0 exited with code 4")
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
+    ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
+    opts = parse_options({"train.layers": str(layers)}, "full")
+    shape = get_preset(opts.preset)
+    layout = derive_layout(1, shape, layers, 4096)
+    gpu = {"name": "NVIDIA H200", "memory_bytes": 143771 * 1024 ** 2}
+    return run_payload(ctx, opts, shape, layout, gpu, estimate_bytes(shape, layout, layers, 4096, 1))
+
+
+def _oom_verdict(layers, free_at_start):
+    total = 143771 * 1024 ** 2
+    return {"status": "fail", "oom": True, "phase": "train 0", "rank": 0,
+            "summary": f"out of memory in phase 'train 0' at depth {layers}",
+            "evidence": {"steps": [], "oom": {"phase": "train 0", "message": "CUDA out of memory.",
+                                             "device_total_bytes": total, "free_at_start_bytes": free_at_start}}}
+
+
+def test_an_out_of_memory_names_the_phase_and_a_depth_that_fits(monkeypatch):
+    from envbuild.train.layout import derive_layout
+    from envbuild.train.memory import GIB, estimate_bytes
+    from envbuild.train.presets import get_preset
+
+    res = _replay_one_gpu(monkeypatch, _oom_verdict(9, 143771 * 1024 ** 2 - 700 * 1024 ** 2), layers=9)
+    assert res.status == Status.FAIL
+    assert res.summary.startswith("out of memory in phase 'train 0' at depth 9 (TP 1, EP 1, PP 1, CP 1, DP 1 on 1 GPU)")
+    assert "other processes held" not in res.summary  # 700 MiB taken = this rank's own context
+    fits = int(res.summary.rsplit("--set train.layers=", 1)[1])
+    shape = get_preset("qwen3-30b-a3b")
+    estimate = estimate_bytes(shape, derive_layout(1, shape, fits, 4096), fits, 4096, 1)["total"]
+    assert 1 <= fits < 9 and estimate <= 0.9 * 143771 * 1024 ** 2  # what it names fits the estimate...
+    bigger = estimate_bytes(shape, derive_layout(1, shape, fits + 1, 4096), fits + 1, 4096, 1)["total"]
+    assert bigger > 0.9 * 143771 * 1024 ** 2  # ...and is the deepest that does
+    assert res.remediation.startswith(f"rerun with --set train.layers={fits}") and res.causes == []
+    assert res.evidence["held_by_others_GiB"] == 0
+
+
+def test_an_out_of_memory_on_a_gpu_others_hold_says_so_and_fits_the_free_part(monkeypatch):
+    from envbuild.train.memory import GIB
+
+    free = 143771 * 1024 ** 2 - 60 * GIB  # e.g. a colocated rollout engine kept 60 GiB
+    alone = _replay_one_gpu(monkeypatch, _oom_verdict(9, 143771 * 1024 ** 2), layers=9)
+    shared = _replay_one_gpu(monkeypatch, _oom_verdict(9, free), layers=9)
+    assert "other processes held 58.5 GiB of the GPU when the run started" in shared.summary
+    fits_alone = int(alone.summary.rsplit("=", 1)[1])
+    fits_shared = int(shared.summary.rsplit("=", 1)[1])
+    assert fits_shared < fits_alone
+    assert "free the GPU first" in shared.remediation
+
+
+def test_a_payload_refusal_is_an_error_with_its_remedy(monkeypatch):
+    verdict = {"status": "error", "refused": True, "phase": "build",
+               "summary": "train.cp=2 needs Transformer Engine: megatron-core's local attention refuses context parallel",
+               "remediation": "install transformer-engine in this environment, or use train.cp=1"}
+    res = _replay(monkeypatch, [_rank(0, verdict), _rank(1, verdict)])
+    assert res.status == Status.ERROR
+    assert res.summary == verdict["summary"] and res.remediation == verdict["remediation"]

@@ -36,6 +36,20 @@ def exercise():
     with dist._coalescing_manager(group=pair, async_ops=False):
         x = torch.ones(2); dist.all_reduce(x, group=pair)
     assert x.tolist() == [2.0, 2.0]
+    # pipeline parallel: megatron's p2p_communication sends activations with isend/irecv and
+    # batch_isend_irecv on the (wrapped) pipeline group, naming peers by global rank
+    peer = 1 - rank
+    got = torch.empty(3)
+    reqs = [dist.isend(torch.full((3,), float(rank)), dst=peer, group=pair), dist.irecv(got, src=peer, group=pair)]
+    for q in reqs:
+        q.wait()
+    assert got.tolist() == [float(peer)] * 3
+    got2 = torch.empty(2)
+    ops = [dist.P2POp(dist.isend, torch.full((2,), 10.0 + rank), peer, group=pair),
+           dist.P2POp(dist.irecv, got2, peer, group=pair)]
+    for q in dist.batch_isend_irecv(ops):
+        q.wait()
+    assert got2.tolist() == [10.0 + peer] * 2
 
 exercise()
 for cycle in range(3):

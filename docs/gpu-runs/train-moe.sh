@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# train.moe_step on the lent 2xH200 (kind nvidia-h200-x2), full mode (10 cycle steps + 3 plain steps).
+# train.moe_step on the lent H200s (kind nvidia-h200-x2), full mode (10 cycle steps + 3 plain steps) unless said.
 # Usage (repo root, $OUT set): bash docs/gpu-runs/train-moe.sh [RUN ...]; no RUN = ep2 tp2sp 1gpu.
-#   ep2       EP 2, TP 1, offload auto (torch_memory_saver when carried)      [first call: 4 layers]
-#   tp2sp     TP 2 + sequence parallel, EP 2, offload auto                      [first call: 4 layers]
+#   ep2       EP 2, TP 1, offload auto (torch_memory_saver when carried)
+#   tp2sp     TP 2 + sequence parallel, EP 2, offload auto
 #   1gpu      one GPU, host-copy offload
-#   tp2sp-move  TP 2 + SP, EP 2, host-copy offload (second call, DEADLINE=70)
-# .whl carries megatron-core 0.19.2 and torch_memory_saver 0.0.10. DEADLINE (s) bounds each run; LAYERS
-# (default 2) sets the depth. The first call used DEADLINE=110 and 4 layers for ep2/tp2sp; torch_memory_saver
-# cycles took about 30 s each at 4 layers there, host-copy cycles 6-8 s at 2 layers, so budget ~150-250 s
-# per run and keep one call under its 600 s limit (e.g. `DEADLINE=180 ... ep2`, then `... tp2sp 1gpu`).
+#   tp2sp-move  TP 2 + SP, EP 2, host-copy offload
+#   pp2       PP 2 (one layer per stage), TP 1, EP 1, host-copy offload
+#   cp2       CP 2: refused before any launch without Transformer Engine (none on the lent machine)
+#   mlm       TP 2 + SP, EP 2, host-copy offload, 3 cycles, with slime v0.3.1's Megatron-LM commit 1dcf0daf
+#             (megatron/core exported into .mlm/ by `git archive 1dcf0daf megatron/core`; carry .mlm) first on
+#             PYTHONPATH instead of the megatron-core wheel
+#   oom1      one GPU, 9 layers (the estimate says 8 fit): an out-of-memory that must name the depth that fits
+#   fit1      one GPU at the depth oom1's result named (run after oom1), 1 cycle + 1 plain step, no offload
+# .whl carries megatron-core 0.19.2 and torch_memory_saver 0.0.10. DEADLINE (s) bounds each run (default 180);
+# LAYERS (default 2) sets the depth. Each run's launcher logs (stderr, phases) go to $OUT/train-moe-logs.tar.gz.
+# torch_memory_saver cycles took 23-25 s each at 2 layers (EP 2), host-copy cycles 6-8 s.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
@@ -17,8 +23,8 @@ D=${DEADLINE:-180}
 L=${LAYERS:-2}
 run() {
   local name=$1; shift
-  local t0=$SECONDS
-  python3 -m envbuild doctor --full --check train.moe_step --set train.layers="$L" "$@" --set train.deadline="$D" \
+  local t0=$SECONDS d=$D
+  python3 -m envbuild doctor --full --check train.moe_step --set train.layers="$L" "$@" --set train.deadline="$d" \
     --json "$OUT/train-moe-$name.json" -q
   echo "$name: exit $? after $((SECONDS - t0)) s"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print(r['status'], r['summary'][:900])" \
@@ -31,6 +37,17 @@ for name in ${@:-ep2 tp2sp 1gpu}; do
     1gpu) run 1gpu --gpus 0 --set train.offload=move ;;
     tp2sp-move) run tp2sp-move --gpus 0,1 --set train.tp=2 --set train.sp=1 --set train.ep=2 \
                   --set train.offload=move ;;
+    pp2) run pp2 --gpus 0,1 --set train.pp=2 --set train.tp=1 --set train.ep=1 --set train.offload=move ;;
+    cp2) run cp2 --gpus 0,1 --set train.cp=2 --set train.tp=1 ;;
+    mlm) PYTHONPATH=$PWD/.mlm:$PWD run mlm --gpus 0,1 --set train.tp=2 --set train.sp=1 --set train.ep=2 \
+           --set train.offload=move --set train.steps=3 ;;
+    oom1) L=9 run oom1 --gpus 0 --set train.offload=move --set train.steps=3 ;;
+    fit1) fit=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; \
+print(r['remediation'].split('train.layers=')[1].split(';')[0].split()[0])" "$OUT/train-moe-oom1.json") || exit 1
+          echo "oom1 named depth $fit"
+          L=$fit run fit1 --gpus 0 --set train.offload=none --set train.steps=1 --set train.plain_steps=1 ;;
     *) echo "unknown run $name"; exit 2 ;;
   esac
 done
+tar -czf "$OUT/train-moe-logs.tar.gz" --exclude='*.pt' /tmp/envbuild-* 2>/dev/null
+true

@@ -16,7 +16,7 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from envbuild.doctor.registry import check
 from envbuild.report.model import Metric, Result, Status
@@ -78,6 +78,40 @@ def _gpu_facts(ctx) -> Dict[str, Any]:
             "memory_bytes": min(mem) * 1024 ** 2 if mem else None}
 
 
+def _te_installed(ctx) -> Optional[bool]:
+    """Whether the environment under test has Transformer Engine (None when its packages cannot be read)."""
+    from envbuild.facts.source import FactUnavailable
+    from envbuild.facts.stack_view import dist
+
+    try:
+        stack = ctx.facts.stack()
+    except FactUnavailable:
+        return None
+    return dist(stack, "transformer-engine", "transformer-engine-torch", "transformer-engine-cu12",
+                "transformer-engine-cu13") is not None
+
+
+def _spec_refusal(ctx, opts: "TrainOptions", layout: "Layout") -> Optional[str]:
+    """What the payload would refuse for want of Transformer Engine, said before any launch (None: go on).
+
+    megatron-core's local DotProductAttention asserts context_parallel_size == 1; only the TE spec
+    (TEDotProductAttention) runs context parallel. The payload refuses too, for environments whose
+    packages could not be read here.
+    """
+    if opts.spec != "te" and layout.cp == 1:
+        return None
+    cp = f"train.cp={layout.cp}" if layout.cp > 1 else ""
+    if opts.spec == "local":
+        return (f"{cp} with train.spec=local: megatron-core's local attention refuses context parallel; "
+                f"use train.spec=te (Transformer Engine) or train.cp=1")
+    if _te_installed(ctx) is False:
+        what = cp or "train.spec=te"
+        return (f"{what} needs Transformer Engine (megatron-core's local attention refuses context parallel), "
+                f"and transformer-engine is not installed in {ctx.python or sys.executable}; install the "
+                f"profile's transformer-engine there" + (" or use train.cp=1" if cp else " or use train.spec=local"))
+    return None
+
+
 def payload_args(opts: "TrainOptions", layout: "Layout", shape: "ModelShape", vocab: int) -> List[str]:
     """The payload's command line for these options (also what docs/gpu-runs records)."""
     return ["--shape", json.dumps(asdict(shape)), "--layers", str(opts.layers), "--steps", str(opts.steps),
@@ -117,6 +151,9 @@ def train_moe_step(ctx) -> List[Result]:
                                sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
     except LayoutError as exc:
         return [_options_error(str(exc))]
+    refusal = _spec_refusal(ctx, opts, layout)
+    if refusal:
+        return [_options_error(refusal)]
     reason = unmet_need(_GpuNeeds, ctx)
     if reason is not None:
         status = Status.FAIL if (ctx.require_gpu and ctx.facts.is_live) else Status.SKIP
@@ -168,6 +205,10 @@ def run_payload(ctx, opts: "TrainOptions", shape: "ModelShape", layout: "Layout"
     if skipped is not None and outcome.ok:
         return Result(CHECK_ID, CATEGORY, Status.SKIP, str(skipped.get("summary")),
                       remediation=skipped.get("remediation") or INSTALL_HINT, evidence=run.evidence)
+    refused = next((r for r in results if r.get("refused")), None)
+    if refused is not None:  # the environment cannot run this layout/spec (e.g. CP without TE): no GPU work done
+        return Result(CHECK_ID, CATEGORY, Status.ERROR, str(refused.get("summary")),
+                      remediation=refused.get("remediation"), evidence=run.evidence)
     oom = next((r for r in results if r.get("oom")), None)
     if oom is not None:
         return _oom_result(run, oom)
@@ -200,23 +241,46 @@ class _Run:
         return self.opts.mbs * self.opts.seq * self.layout.dp
 
 
+def usable_capacity(total: Optional[int], free_at_start: Optional[int]) -> Tuple[Optional[int], int]:
+    """(bytes the estimate may fill, bytes other processes held) for a GPU the payload found partly taken.
+
+    The payload reads the free memory once its own CUDA context and NCCL exist; the estimate already
+    allows FIXED_OVERHEAD_BYTES for those, so up to that much of what was taken counts as ours and the
+    rest as other processes' (a colocated rollout engine, a leftover job).
+    """
+    from envbuild.train.memory import FIXED_OVERHEAD_BYTES
+
+    if not total or free_at_start is None:
+        return total, 0
+    held = max(total - free_at_start, 0)
+    ours = min(held, FIXED_OVERHEAD_BYTES)
+    return free_at_start + ours, held - ours
+
+
 def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
-    """An out-of-memory: the phase, the depth the estimate says would fit, and M4 if it came after cycle 0."""
-    from envbuild.train.memory import depth_that_fits
+    """An out-of-memory: the phase, the depth the estimate says would fit in the memory that was free, what
+    other processes held, and M4 if it came after cycle 0."""
+    from envbuild.train.memory import GIB, depth_that_fits
 
     opts, layout = run.opts, run.layout
     details = oom.get("evidence", {})
-    capacity = run.gpu.get("memory_bytes") or (details.get("oom") or {}).get("device_total_bytes")
+    record = details.get("oom") or {}
+    capacity, others = usable_capacity(run.gpu.get("memory_bytes") or record.get("device_total_bytes"),
+                                       record.get("free_at_start_bytes"))
     fits = depth_that_fits(run.shape, layout, opts.seq, opts.mbs, capacity) if capacity else 0
     fits = min(fits, opts.layers - layout.pp) if opts.layers > layout.pp else 0
     grew = any(s.get("step", 0) > 0 for s in details.get("steps", []))
-    evidence = dict(run.evidence, oom=details.get("oom"), steps=details.get("steps"), rank=oom.get("rank"))
+    evidence = dict(run.evidence, oom=record, steps=details.get("steps"), rank=oom.get("rank"),
+                    usable_GiB=round(capacity / GIB, 2) if capacity else None, held_by_others_GiB=round(others / GIB, 2))
+    taken = (f"; other processes held {others / GIB:.1f} GiB of the GPU when the run started"
+             if others >= GIB else "")
     return Result(CHECK_ID, CATEGORY, Status.FAIL,
-                  f"{oom.get('summary')} ({layout.describe()}); "
+                  f"{oom.get('summary')} ({layout.describe()}){taken}; "
                   + (f"depth {fits} would fit: --set train.layers={fits}" if fits else
                      "no smaller depth fits: raise train.ep or train.tp"),
                   evidence=evidence, causes=["M4"] if grew else [],
                   remediation=(f"rerun with --set train.layers={fits}" if fits else "raise train.ep/train.tp")
+                  + ("; or free the GPU first (nvidia-smi lists its processes)" if taken else "")
                   + ("; memory ran out after the first cycle, so look for per-cycle growth (M4)" if grew else ""))
 
 
