@@ -29,7 +29,8 @@ How to write a probe
 3. Register the check in envbuild/doctor/checks/<category>_<topic>.py: call
    ``envbuild.doctor.launcher.launch("<probe>.py", nranks, python=ctx.python, gpus=..., args=[...],
    deadline_s=...)`` and turn the outcome into Results with ``envbuild.doctor.probes``
-   (``failure_result`` for hangs/crashes, ``rank_results``/``merge_metrics`` for the rest).
+   (``failure_result`` for hangs/crashes; ``rank_results`` for one Result per rank, ``merged_result``
+   for one Result from all ranks).
 4. Test hooks (used only by tests and the fault-injection runs): ENVBUILD_TEST_SIGSTOP_AT=<phase>
    makes rank ENVBUILD_TEST_SIGSTOP_RANK (default: the last rank) SIGSTOP itself on entering that phase;
    ENVBUILD_TEST_CRASH_AT=<phase> makes it exit with code 3 there.
@@ -39,6 +40,7 @@ Files written in ENVBUILD_RUN_DIR: rank<k>.phase (current phase, flushed at ever
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import faulthandler
 import json
@@ -48,7 +50,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 # ---------------------------------------------------------------------------------------------------
 # nccl-tests' bandwidth definitions (research/validators.md §1.1, from nccl-tests doc/PERFORMANCE.md):
@@ -89,6 +91,18 @@ def algbw_busbw(op: str, nbytes: int, seconds: float, nranks: int) -> "tuple[flo
 # ---------------------------------------------------------------------------------------------------
 
 
+def parse_mode(argv: Optional[List[str]] = None, **choices: Sequence[str]) -> argparse.Namespace:
+    """--mode quick|full plus any further `name=(choice, ...)` options (the first choice is the default).
+
+    A typo is argparse's one-line usage error and exit code 2, which the launcher reports as the rank's
+    crash with that line, instead of a KeyError traceback from deep in the probe."""
+    ap = argparse.ArgumentParser(prog=os.path.basename(sys.argv[0]))
+    ap.add_argument("--mode", choices=("quick", "full"), default="quick")
+    for name, allowed in choices.items():
+        ap.add_argument(f"--{name}", choices=tuple(allowed), default=allowed[0])
+    return ap.parse_args(argv)
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -118,13 +132,16 @@ class Probe:
     def path(self, suffix: str) -> str:
         return os.path.join(self.run_dir, f"rank{self.rank}{suffix}")
 
-    def _write_atomic(self, suffix: str, data: Dict[str, Any]) -> None:
+    def _write_atomic(self, suffix: str, data: Dict[str, Any], durable: bool = True) -> None:
+        """Write-then-rename, so the launcher never reads half a file. `durable` adds an fsync, which only
+        matters if the machine dies: the launcher reads through the same page cache either way."""
         final = self.path(suffix)
         tmp = final + f".tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, final)
 
     def setup(self) -> None:
@@ -154,7 +171,9 @@ class Probe:
             # is reported as "after <last phase>", which is where it was.
 
     def _write_phase(self, name: str) -> None:
-        self._write_atomic(".phase", {"phase": name, "t": time.time(), "pid": os.getpid()})
+        # Not durable: phases change inside measured loops (nccl_collectives enters one per size), and an
+        # fsync there costs milliseconds on an overlay or network disk for no reader's benefit.
+        self._write_atomic(".phase", {"phase": name, "t": time.time(), "pid": os.getpid()}, durable=False)
 
     def _test_hooks(self, name: str) -> None:
         target_rank = _env_int("ENVBUILD_TEST_SIGSTOP_RANK", self.world_size - 1)
@@ -330,6 +349,14 @@ def exact_sum(numel: int, nranks: int, dtype, device, salt: int = 0):
     for r in range(1, nranks):
         total.add_(_pattern(numel, r, bound, salt, device))
     return total.to(dtype)
+
+
+def word_pattern(numel: int, seed: int, device):
+    """int32 words idx ^ seed: every word distinct, cheap for any process or GPU to regenerate and compare
+    (the copy/IPC/offload probes move raw memory, where no reduction has to stay exact)."""
+    import torch
+
+    return torch.arange(numel, dtype=torch.int32, device=device) ^ seed
 
 
 def mismatches(got, want) -> int:

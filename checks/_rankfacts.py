@@ -1,7 +1,8 @@
-"""What one probe process can say about itself: mapped CUDA/NCCL libraries, NCCL env, NCCL's own log.
+"""What one probe process can say about itself: mapped CUDA/NCCL libraries, NCCL env, IPC privileges.
 
-Why in the payload: which libnccl a process runs and which NCCL transport it picked are only knowable
-from inside that process (/proc/self/maps, NCCL_DEBUG output). The envbuild side compares the ranks.
+Why in the payload: which libnccl a process runs is only knowable from inside that process
+(/proc/self/maps). The envbuild side compares the ranks; it also reads NCCL's own log (which transport
+NCCL picked), from the NCCL_DEBUG_FILE it gave each rank, with envbuild/doctor/nccl_log.py.
 Research: error999.md C3 (two libnccl copies, ranks on different NCCL builds), C5 (NCCL_CUMEM_ENABLE
 differing inside one communicator: "via P2P/CUMEM" on one side, "P2P/IPC" on the other), M3/O3
 (ptrace_scope, seccomp, CapEff gate pidfd_getfd).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
 # Real libraries only: libnccl.so, libnccl.so.2, libnccl.so.2.28.3 (not libnccl-net plugins).
 _LIB_PATTERNS = {
@@ -63,46 +64,6 @@ def format_nccl_version(code: int) -> str:
     if code >= 10000:
         return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
     return f"{code // 1000}.{(code % 1000) // 100}.{code % 100}"
-
-
-_VIA = re.compile(r"\bvia (\S+(?: pointer)?)")
-_NCCL_VERSION = re.compile(r"NCCL version (\S+)")
-_DRIVER = re.compile(r"cudaDriverVersion (\d+)")
-_ENV_SET = re.compile(r"(NCCL_\w+) set by environment to (\S*?)\.?$", re.M)
-
-
-def transport_family(via: str) -> str:
-    """Collapse a `via ...` token to the family the C5 comparison needs: P2P/CUMEM, P2P/IPC, P2P/direct, SHM, NET."""
-    if via.startswith("P2P/CUMEM"):
-        return "P2P/CUMEM"
-    if via.startswith("P2P/IPC"):
-        return "P2P/IPC"
-    if via.startswith("P2P/direct"):
-        return "P2P/direct"
-    if via.startswith("P2P"):
-        return "P2P"
-    if via.startswith("SHM"):
-        return "SHM"
-    if via.startswith("NET") or via.startswith("IB") or via.startswith("Socket"):
-        return "NET"
-    return via
-
-
-def parse_nccl_log(text: str) -> Dict[str, object]:
-    """NCCL version, cudaDriverVersion, env lines and transport families from NCCL_DEBUG=INFO output."""
-    families: Dict[str, int] = {}
-    for m in _VIA.finditer(text):
-        fam = transport_family(m.group(1))
-        families[fam] = families.get(fam, 0) + 1
-    version = _NCCL_VERSION.search(text)
-    driver = _DRIVER.search(text)
-    return {
-        "nccl_version": version.group(1) if version else None,
-        "cuda_driver_version": int(driver.group(1)) if driver else None,
-        "env_set": {m.group(1): m.group(2) for m in _ENV_SET.finditer(text)},
-        "transports": families,
-        "warn_lines": [ln.strip() for ln in text.splitlines() if "NCCL WARN" in ln][:10],
-    }
 
 
 def comm_env(environ: Optional[Dict[str, str]] = None) -> Dict[str, Optional[str]]:
@@ -163,19 +124,3 @@ def expandable_segments_on(alloc_conf: Optional[str]) -> bool:
             if k.strip() == "expandable_segments":
                 return v.strip().lower() in ("true", "1")
     return False
-
-
-def nccl_debug_env(run_dir: str, rank: int) -> Dict[str, str]:
-    """Variables that make NCCL write its INFO log (version, env, transports) to a file this rank reads back."""
-    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,P2P,SHM,NET",
-            "NCCL_DEBUG_FILE": os.path.join(run_dir, f"nccl.rank{rank}.%p.log")}
-
-
-def read_nccl_logs(run_dir: str, rank: int, pids: Iterable[int]) -> str:
-    """The NCCL_DEBUG_FILE text this rank's processes wrote (see nccl_debug_env)."""
-    chunks = []
-    for pid in pids:
-        text = read_text(os.path.join(run_dir, f"nccl.rank{rank}.{pid}.log"))
-        if text:
-            chunks.append(text)
-    return "\n".join(chunks)

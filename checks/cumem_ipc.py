@@ -30,17 +30,14 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from _harness import Probe, mismatches, parse_mode, word_pattern
+
 SIZES = {
     "quick": {"churn_bytes": 1 << 30, "churn_cycles": 4, "share_bytes": 256 << 20},
     "full": {"churn_bytes": 4 << 30, "churn_cycles": 16, "share_bytes": 1 << 30},
 }
 LEAK_TOLERANCE_BYTES = 64 << 20
 CHILD_TIMEOUT_S = 120.0
-
-
-def _pattern(torch, nbytes: int, seed: int, device):
-    """int32 words idx ^ seed: every word distinct; any process regenerates it to compare."""
-    return torch.arange(nbytes // 4, dtype=torch.int32, device=device) ^ seed
 
 
 def _round_up(n: int, g: int) -> int:
@@ -86,8 +83,8 @@ def child_main(argv: List[str]) -> None:
                 ptr = drv.map_handle(h, nbytes, [dev])
                 got = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{dev}")
                 drv.memcpy(got.data_ptr(), ptr, nbytes)
-                reply["mismatched_words"] = int((got != _pattern(torch, nbytes, msg["seed"], dev)).sum().item())
-                back = _pattern(torch, nbytes, msg["seed_back"], dev)
+                reply["mismatched_words"] = mismatches(got, word_pattern(nbytes // 4, msg["seed"], dev))
+                back = word_pattern(nbytes // 4, msg["seed_back"], dev)
                 torch.cuda.synchronize(dev)
                 drv.memcpy(ptr, back.data_ptr(), nbytes)
                 drv.unmap_free(ptr, nbytes)
@@ -98,11 +95,11 @@ def child_main(argv: List[str]) -> None:
                 ptr = drv.ipc_open(bytes.fromhex(msg["handle"]))
                 got = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{dev}")
                 drv.memcpy(got.data_ptr(), ptr, nbytes)
-                reply["mismatched_words"] = int((got != _pattern(torch, nbytes, msg["seed"], dev)).sum().item())
+                reply["mismatched_words"] = mismatches(got, word_pattern(nbytes // 4, msg["seed"], dev))
                 drv.ipc_close(ptr)
                 reply["ok"] = True
             elif op == "share":  # tm_producer
-                t = _pattern(torch, int(msg["nbytes"]), msg["seed"], dev)
+                t = word_pattern(int(msg["nbytes"]) // 4, msg["seed"], dev)
                 torch.cuda.synchronize(dev)
                 from torch.multiprocessing.reductions import reduce_tensor
 
@@ -114,9 +111,9 @@ def child_main(argv: List[str]) -> None:
                 fn, args = pickle.loads(base64.b64decode(msg["payload"]))
                 t = fn(*args)
                 reply["device"] = str(t.device)
-                reply["mismatched_words"] = int((t != _pattern(torch, int(msg["nbytes"]), msg["seed"],
-                                                                t.device)).sum().item())
-                del t
+                want = word_pattern(int(msg["nbytes"]) // 4, msg["seed"], t.device)
+                reply["mismatched_words"] = mismatches(t, want)
+                del t, want
                 torch.cuda.ipc_collect()
                 reply["ok"] = True
         except Exception as exc:  # reported to the parent, which owns the verdict
@@ -172,7 +169,7 @@ def _free_bytes(torch, drv) -> int:
 def _churn(torch, drv, size: Dict[str, int]) -> Dict[str, Any]:
     g = drv.granularity(0)
     nbytes = _round_up(size["churn_bytes"], g)
-    src = _pattern(torch, nbytes, 0x1234, "cuda:0")
+    src = word_pattern(nbytes // 4, 0x1234, "cuda:0")
     dst = torch.empty_like(src)
     free_before = _free_bytes(torch, drv)
     cycles: List[float] = []
@@ -185,7 +182,7 @@ def _churn(torch, drv, size: Dict[str, int]) -> Dict[str, Any]:
         dst.zero_()
         torch.cuda.synchronize(0)
         drv.memcpy(dst.data_ptr(), ptr, nbytes)
-        bad += int(torch.count_nonzero(dst != src).item())
+        bad += mismatches(dst, src)
         drv.unmap_free(ptr, nbytes)
         drv.release(h)
         cycles.append(round(time.perf_counter() - t0, 4))
@@ -210,7 +207,7 @@ def _posix_fd(torch, drv, child: _Child, nbytes: int, dev: int) -> Dict[str, Any
     h = drv.create(0, nbytes)
     ptr = drv.map_handle(h, nbytes, [0])
     try:
-        src = _pattern(torch, nbytes, 0x2000 + dev, "cuda:0")
+        src = word_pattern(nbytes // 4, 0x2000 + dev, "cuda:0")
         torch.cuda.synchronize(0)
         drv.memcpy(ptr, src.data_ptr(), nbytes)
         fd = drv.export_fd(h)
@@ -224,7 +221,7 @@ def _posix_fd(torch, drv, child: _Child, nbytes: int, dev: int) -> Dict[str, Any
                         f"{reply.get('error')}", causes, child=reply)
         seen = torch.empty_like(src)
         drv.memcpy(seen.data_ptr(), ptr, nbytes)
-        back_bad = int((seen != _pattern(torch, nbytes, 0x3000 + dev, "cuda:0")).sum().item())
+        back_bad = mismatches(seen, word_pattern(nbytes // 4, 0x3000 + dev, "cuda:0"))
     finally:
         drv.unmap_free(ptr, nbytes)
         drv.release(h)
@@ -242,7 +239,7 @@ def _legacy_ipc(torch, drv, child: _Child, nbytes: int, dev: int) -> Dict[str, A
     causes = ("O4", "D8") + (("N3",) if dev else ())
     ptr = drv.mem_alloc(nbytes)
     try:
-        src = _pattern(torch, nbytes, 0x4000 + dev, "cuda:0")
+        src = word_pattern(nbytes // 4, 0x4000 + dev, "cuda:0")
         torch.cuda.synchronize(0)
         drv.memcpy(ptr, src.data_ptr(), nbytes)
         handle = drv.ipc_get(ptr)
@@ -323,7 +320,7 @@ def _fabric(torch, drv, child: _Child, nbytes: int) -> Dict[str, Any]:
                     "does not need it")
     ptr = drv.map_handle(h, nbytes, [0])
     try:
-        src = _pattern(torch, nbytes, 0x6000, "cuda:0")
+        src = word_pattern(nbytes // 4, 0x6000, "cuda:0")
         torch.cuda.synchronize(0)
         drv.memcpy(ptr, src.data_ptr(), nbytes)
         try:
@@ -362,13 +359,13 @@ def _guard(name: str, fn, *args) -> Dict[str, Any]:
     return out
 
 
-def main(p) -> None:
+def main(p: Probe) -> None:
+    mode = parse_mode().mode
     import torch
 
     from _cudrv import Driver
     from _rankfacts import expandable_segments_on, self_facts
 
-    mode = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else "quick"
     size = SIZES[mode]
     with p.phase("init"):
         n = torch.cuda.device_count()
@@ -434,6 +431,4 @@ if __name__ == "__main__":
     if "--child" in sys.argv:
         child_main(sys.argv)
     else:
-        from _harness import Probe
-
         Probe.run(main)

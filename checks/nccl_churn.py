@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import time
 
 from _harness import Probe, exact_fill, exact_sum, mismatches
@@ -106,7 +107,7 @@ def main(p: Probe) -> None:
     fd_slope = slope(tail_fd)
     p.metric("gpu_mem_growth_per_cycle", round(mem_slope, 2), "MiB/cycle")
     p.metric("fd_growth_per_cycle", round(fd_slope, 2), "fds/cycle")
-    p.metric("cycle_s_median", sorted(cycle_s)[len(cycle_s) // 2], "s")
+    p.metric("cycle_s_median", round(statistics.median(cycle_s), 4), "s")
     p.evidence.update(cycles=args.cycles, groups_per_cycle=len(shapes), group_layouts=shapes[:8],
                       free_mib=[round(v, 1) for v in free_mib], open_fds=fds, cycle_s=cycle_s,
                       world_size=n)

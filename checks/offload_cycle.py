@@ -27,14 +27,13 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from _harness import Probe, exact_fill, exact_sum, mismatches, parse_mode, word_pattern
+
 SIZES = {"quick": {"tensors": 4, "tensor_bytes": 512 << 20, "cycles": 3},
          "full": {"tensors": 8, "tensor_bytes": 1 << 30, "cycles": 10}}
 RELEASE_FRACTION = 0.90  # at least this share of the region must come back on pause (see docs/checks-gpu.md)
 REEXEC_FLAG = "ENVBUILD_TMS_PRELOADED"
-
-
-def _arg(name: str, default: str) -> str:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+OPTIONS = {"backend": ("auto", "tms", "cumem"), "hook": ("preload", "torch")}  # first = default
 
 
 def tms_preload_path() -> Optional[str]:
@@ -77,7 +76,8 @@ def _wheel_cudart_dir(hook: str) -> Optional[str]:
 
 def maybe_reexec_with_preload() -> None:
     """Re-exec this payload with the TMS preload hook in LD_PRELOAD (same pid, so the launcher keeps it)."""
-    if os.environ.get(REEXEC_FLAG) or _arg("--backend", "auto") == "cumem" or _arg("--hook", "preload") != "preload":
+    args = parse_mode(**OPTIONS)
+    if os.environ.get(REEXEC_FLAG) or args.backend == "cumem" or args.hook != "preload":
         return
     if "torch_memory_saver" in os.environ.get("LD_PRELOAD", ""):
         return
@@ -92,10 +92,6 @@ def maybe_reexec_with_preload() -> None:
         env["LD_LIBRARY_PATH"] = cudart_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     env[REEXEC_FLAG] = "1"
     os.execve(sys.executable, [sys.executable, "-u"] + sys.argv, env)
-
-
-def _pattern(torch, numel: int, seed: int, device):
-    return torch.arange(numel, dtype=torch.int32, device=device) ^ seed
 
 
 class CuMemRegion:
@@ -150,12 +146,11 @@ class CuMemRegion:
         self.torch.cuda.synchronize(self.device)
 
 
-def main(p) -> None:
+def main(p: Probe) -> None:
+    args = parse_mode(**OPTIONS)
+    mode, want, hook = args.mode, args.backend, args.hook
     import torch
 
-    mode = _arg("--mode", "quick")
-    want = _arg("--backend", "auto")
-    hook = _arg("--hook", "preload")
     size = SIZES[mode]
     region_bytes = size["tensors"] * size["tensor_bytes"]
     with p.phase("init"):
@@ -183,7 +178,7 @@ def main(p) -> None:
                 tensors = [torch.empty(size["tensor_bytes"] // 4, dtype=torch.int32, device=dev)
                            for _ in range(size["tensors"])]
             for k, t in enumerate(tensors):  # filled outside the region: temporaries stay unpausable
-                t.copy_(_pattern(torch, t.numel(), 0x7000 + k, dev))
+                t.copy_(word_pattern(t.numel(), 0x7000 + k, dev))
             pause, resume = (lambda: tms.pause("weights")), (lambda: tms.resume("weights"))
         else:
             from _cudrv import Driver
@@ -191,7 +186,7 @@ def main(p) -> None:
             region = CuMemRegion(torch, Driver(), dev.index, size["tensor_bytes"], size["tensors"])
             tensors = region.tensors
             for k, t in enumerate(tensors):
-                t.copy_(_pattern(torch, t.numel(), 0x7000 + k, dev))
+                t.copy_(word_pattern(t.numel(), 0x7000 + k, dev))
             pause, resume = region.pause, region.resume
         torch.cuda.synchronize(dev)
     cycles: List[Dict[str, Any]] = []
@@ -214,7 +209,7 @@ def main(p) -> None:
             rec["resume_s"] = round(time.perf_counter() - t0, 4)
             rec["free_after_resume"] = _free_bytes(torch, dev)
         with p.phase(f"verify {c}"):
-            bad = sum(int((t != _pattern(torch, t.numel(), 0x7000 + k, dev)).sum().item())
+            bad = sum(mismatches(t, word_pattern(t.numel(), 0x7000 + k, dev))
                       for k, t in enumerate(tensors))
             rec["mismatched_words"] = bad
         with p.phase(f"collective after resume {c}"):
@@ -266,8 +261,6 @@ def _free_bytes(torch, dev) -> int:
 
 def _check_collectives(torch, dist, p, groups, dev, salt: int) -> Dict[str, Any]:
     """all_reduce of an exact integer fill on each group; returns mismatching element counts."""
-    from _harness import exact_fill, exact_sum, mismatches
-
     out: Dict[str, Any] = {"mismatched": 0}
     n = 1 << 20
     for name, g in groups:
@@ -302,6 +295,4 @@ def _exit_now(dist) -> None:
 
 if __name__ == "__main__":
     maybe_reexec_with_preload()
-    from _harness import Probe
-
     Probe.run(main)

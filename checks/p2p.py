@@ -13,19 +13,13 @@ Args: --mode quick|full.
 """
 from __future__ import annotations
 
-import sys
 import time
 
-from _harness import Probe
+from _harness import Probe, mismatches, parse_mode, word_pattern
 
 SIZES = {"quick": (512 << 20, 8), "full": (1 << 30, 20)}  # (bytes per copy, timed iterations)
 VERIFY_BYTES = 256 << 20
 WARMUP = 2
-
-
-def _pattern(torch, nbytes: int, seed: int, device):
-    """int32 words idx ^ seed: every word distinct, cheap to regenerate on any GPU for comparison."""
-    return torch.arange(nbytes // 4, dtype=torch.int32, device=device) ^ seed
 
 
 def _pci_id(props) -> str:
@@ -73,11 +67,11 @@ def _time_bidir(torch, a_i, b_j, a_j, b_i, iters: int) -> float:
 
 
 def main(p: Probe) -> None:
+    mode = parse_mode().mode
     import torch
 
     from _cudrv import CudaError, Driver
 
-    mode = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else "quick"
     nbytes, iters = SIZES[mode]
     with p.phase("init"):
         n = torch.cuda.device_count()
@@ -105,11 +99,11 @@ def main(p: Probe) -> None:
                 except CudaError as exc:
                     pair["peer_access"] = f"failed: {exc.code} {exc.name}"
             with p.phase(f"verify copy {i}->{j}"):
-                src = _pattern(torch, VERIFY_BYTES, 0x5A5A0000 + 16 * i + j, f"cuda:{i}")
+                src = word_pattern(VERIFY_BYTES // 4, 0x5A5A0000 + 16 * i + j, f"cuda:{i}")
                 dst = torch.empty_like(src, device=f"cuda:{j}")
                 dst.copy_(src)
-                want = _pattern(torch, VERIFY_BYTES, 0x5A5A0000 + 16 * i + j, f"cuda:{j}")
-                bad = int((dst != want).sum().item())
+                want = word_pattern(VERIFY_BYTES // 4, 0x5A5A0000 + 16 * i + j, f"cuda:{j}")
+                bad = mismatches(dst, want)
                 pair["verify_bytes"] = VERIFY_BYTES
                 pair["mismatched_words"] = bad
                 del src, dst, want

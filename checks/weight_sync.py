@@ -10,12 +10,11 @@
    (as the engine's weight loader does) and compares. GB/s = bytes / (serialize -> verified).
 
 Also written per rank, so the envbuild side can compare ranks even when NCCL fails or hangs (a first
-result is emitted before NCCL starts and overwritten at the end):
-- libnccl paths mapped by this process and their ncclGetVersion (C3: two copies, or ranks on different
-  builds);
-- the communicator-relevant NCCL_* variables, and what NCCL's own INFO log says: version, "set by
-  environment" lines and the transport of every connection (C5: "via P2P/CUMEM" on one side, "P2P/IPC"
-  on the other).
+result is emitted before NCCL starts and overwritten at the end): libnccl paths mapped by this process
+and their ncclGetVersion (C3: two copies, or ranks on different builds), and the communicator-relevant
+NCCL_* variables. NCCL's own INFO log (the transport of every connection; C5: "via P2P/CUMEM" on one
+side, "P2P/IPC" on the other) goes to the NCCL_DEBUG_FILE the check sets per rank, and the check parses
+it with envbuild/doctor/nccl_log.py, the one NCCL log parser.
 
 Env from the check: ENVBUILD_WS_ROLES (e.g. "train,rollout"), per-rank overrides are the launcher's.
 Args: --mode quick|full.
@@ -29,19 +28,16 @@ import sys
 import time
 from typing import Any, Dict, List
 
+from _harness import Probe, exact_fill, mismatches, parse_mode
+
 SIZES = {"quick": {"bucket_bytes": 256 << 20, "buckets": 4, "ipc_tensors": 4, "ipc_tensor_bytes": 128 << 20},
          "full": {"bucket_bytes": 512 << 20, "buckets": 8, "ipc_tensors": 8, "ipc_tensor_bytes": 256 << 20}}
 CHILD_TIMEOUT_S = 120.0
 
 
-def _arg(name: str, default: str) -> str:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
 def _fill(torch, numel: int, salt: int, device):
-    """bf16 integers 0..256 (exact in bf16), distinct per tensor: (i*7 + salt) mod 257."""
-    idx = torch.arange(numel, dtype=torch.int64, device=device)
-    return ((idx * 7 + salt) % 257).to(torch.bfloat16)
+    """bf16 integers 0..256 (exact in bf16), distinct per tensor: the harness's exact fill for one rank."""
+    return exact_fill(numel, 0, 1, torch.bfloat16, device, salt)
 
 
 def _serializer():
@@ -91,8 +87,7 @@ def engine_main(argv: List[str]) -> None:
             del named
             bad = 0
             for k, (_name, t) in enumerate(loaded):
-                bad += int((t.view(torch.int16) != _fill(torch, t.numel(), 100 + k, dev).view(torch.int16))
-                           .sum().item())
+                bad += mismatches(t, _fill(torch, t.numel(), 100 + k, dev))
             reply.update(ok=True, mismatched=bad, tensors=len(loaded))
             torch.cuda.ipc_collect()
         except Exception as exc:
@@ -100,17 +95,15 @@ def engine_main(argv: List[str]) -> None:
         send_msg(sock, reply)
 
 
-def main(p) -> None:
-    from _rankfacts import nccl_debug_env, parse_nccl_log, read_nccl_logs, self_facts
+def main(p: Probe) -> None:
+    from _rankfacts import self_facts
 
-    mode = _arg("--mode", "quick")
+    mode = parse_mode().mode
     size = SIZES[mode]
     roles = (os.environ.get("ENVBUILD_WS_ROLES") or ",".join(
         ["train"] + ["rollout"] * (p.world_size - 1))).split(",")
     role = roles[p.rank]
     with p.phase("facts"):
-        if not os.environ.get("NCCL_DEBUG_FILE"):
-            os.environ.update(nccl_debug_env(p.run_dir, p.rank))
         import torch
 
         p.evidence.update({"mode": mode, "role": role, "roles": roles, "facts_before": self_facts()})
@@ -158,8 +151,7 @@ def main(p) -> None:
             gbps = round(total / secs / 1e9, 2)
             bad = 0
             if p.rank != src:
-                bad = sum(int((t.view(torch.int16) != _fill(torch, numel, k, dev).view(torch.int16)).sum().item())
-                          for k, t in enumerate(bucket))
+                bad = sum(mismatches(t, _fill(torch, numel, k, dev)) for k, t in enumerate(bucket))
             p.evidence["broadcast"] = {"bytes": total, "seconds": round(secs, 5), "gbps": gbps,
                                        "mismatched": bad, "src": src, "group": [src] + rollout_ranks}
             p.metric("broadcast_gbps", gbps, "GB/s")
@@ -180,7 +172,6 @@ def main(p) -> None:
     with p.phase("facts after"):
         dist.barrier(device_ids=[dev.index])
         p.evidence["facts_after"] = self_facts()
-        p.evidence["nccl_log"] = parse_nccl_log(read_nccl_logs(p.run_dir, p.rank, [os.getpid()]))
     bc = p.evidence.get("broadcast", {})
     done = [f"broadcast {bc['gbps']} GB/s" if "gbps" in bc else "no broadcast (one GPU)",
             f"CUDA IPC ({p.evidence['ipc'].get('serializer')}) {p.evidence['ipc'].get('gbps')} GB/s"]
@@ -231,6 +222,4 @@ if __name__ == "__main__":
     if "--child" in sys.argv:
         engine_main(sys.argv)
     else:
-        from _harness import Probe
-
         Probe.run(main)

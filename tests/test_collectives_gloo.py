@@ -4,6 +4,7 @@ The payloads are the same files the GPU runs use; only the backend differs. They
 that can import torch (tests/torch_env.py: the CPU wheel installed once per session); where pip cannot
 get torch, these tests skip with the reason.
 """
+import statistics
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,14 @@ def test_collectives_are_exact_and_bandwidth_follows_nccl_tests(torch_env, nrank
         assert r["algbw"] == pytest.approx(expect_algbw, rel=0.02, abs=0.011)
     # every rank reports the same (slowest-rank) timing
     assert all(o.result["evidence"]["rows"] == rows for o in out.ranks)
+    # start-up stays off the clock, and each rank says where its measured time went, size by size
+    for o in out.ranks:
+        ev = o.result["evidence"]
+        assert ev["startup_s"] > 0 and ev["measure_s"] > 0
+        split = ev["time_split"]
+        assert sorted((t["op"], t["requested"]) for t in split) == sorted((r["op"], r["requested"]) for r in rows)
+        assert all(t["check_s"] > 0 and t["timing_s"] > 0 for t in split)
+        assert sum(t["check_s"] + t["timing_s"] for t in split) <= ev["measure_s"] + 0.002
     res = judge_collectives(out, nccl_log.NcclLog(), None, cumem="0", gpus=list(range(nranks)))
     assert res.status is Status.PASS and "exact on" in res.summary
 
@@ -52,6 +61,24 @@ def test_one_wrong_element_fails_the_probe(torch_env, op):
     assert bad["status"] == "fail" and op in bad["summary"] and "1 of" in bad["summary"]
     res = judge_collectives(out, nccl_log.NcclLog(), None, cumem="0", gpus=[0, 1])
     assert res.status is Status.FAIL and "wrong results" in res.summary
+
+
+def test_sizes_the_ranks_do_not_divide_keep_their_names_and_expectations(torch_env):
+    """On 3 ranks all_gather and reduce_scatter of 64 MiB move a few bytes less (whole shards only); the
+    metrics are still named by the requested size and judged in its band, as on 2 ranks."""
+    python, base = torch_env
+    out = launch("nccl_collectives.py", 3, python=python, gpus=None, backend="gloo", env=base, deadline_s=120,
+                 args=["--ops", "all_gather,reduce_scatter", "--sizes", str(64 << 20), "--check-dtypes", "",
+                       "--budget-ms", "1", "--min-iters", "1", "--max-iters", "1"])
+    assert out.ok, [r.stderr_tail for r in out.ranks]
+    rows = out.ranks[0].result["evidence"]["rows"]
+    assert all(r["requested"] == 64 << 20 and r["size"] < 64 << 20 for r in rows)
+    nvlink = LineRate(gbps=478.1, link="nvlink", detail="test", links=18, per_link_gbps=26.562)
+    res = judge_collectives(out, nccl_log.NcclLog(), nvlink, cumem="0", gpus=[0, 1, 2])
+    metrics = {m.name: m for m in res.metrics}
+    assert sorted(metrics) == ["all_gather.busbw.64MiB", "reduce_scatter.busbw.64MiB"]
+    assert all(m.expect and m.expect.startswith(">= 0.28 x 478 GB/s") and m.source for m in metrics.values())
+    assert "busbw below the fail band at 2 of the judged sizes" in res.summary  # CPU ranks vs an NVLink rate
 
 
 RECORDED_SHM_LOG = Path(__file__).resolve().parent / "fixtures" / "nccl" / "h200x2-p2p-disable.rank0.log"
@@ -77,8 +104,13 @@ def churn(torch_env, env=None, cycles=4):
 
 
 def test_churn_passes_without_growth_and_fails_on_a_descriptor_leak(torch_env):
-    good = judge_churn(churn(torch_env))
+    out = churn(torch_env)
+    good = judge_churn(out)
     assert good.status is Status.PASS, good.summary
+    for r in out.ranks:  # an even number of cycles: the median is the mean of the middle two
+        cycle_s = r.result["evidence"]["cycle_s"]
+        median = next(m["value"] for m in r.result["metrics"] if m["name"] == "cycle_s_median")
+        assert len(cycle_s) == 4 and median == round(statistics.median(cycle_s), 4)
     assert "no growth" in good.summary
     leak = judge_churn(churn(torch_env, env={"ENVBUILD_TEST_LEAK_FDS": "10"}))
     assert leak.status is Status.FAIL and "descriptors grew by 10 fds per cycle" in leak.summary

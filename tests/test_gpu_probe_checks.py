@@ -3,12 +3,14 @@ fault runs recorded on the lent 2xH200 (docs/gpu-runs/weightsync-fault-*.json), 
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from envbuild.doctor.checks.comm_weight_sync import compare_comm_env, compare_libnccl, parse_env_list, rank_views
 from envbuild.doctor.checks.gpu_cumem import evaluate as cumem_evaluate
+from envbuild.doctor.nccl_log import NcclLog, parse_files, rank_log_env, rank_log_paths
 from envbuild.errors import EnvbuildError
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"
@@ -17,15 +19,18 @@ SYSTEM = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"
 
 
 def reported(cumem=None, libs=None, transports=None, preload=None):
-    """A rank's result as checks/weight_sync.py writes it."""
+    """A rank's result as checks/weight_sync.py writes it, and its NCCL log as nccl_log parses it."""
     facts = {"comm_env": {"NCCL_CUMEM_ENABLE": cumem, "NCCL_P2P_DISABLE": None}, "ld_preload": preload,
              "libnccl_versions": libs if libs is not None else {WHEEL: "2.28.9"}}
-    return {"status": "pass", "evidence": {"facts_after": facts, "nccl_log": {"transports": transports or {}}}}
+    return {"status": "pass", "evidence": {"facts_after": facts}}, NcclLog(transports=Counter(transports or {}))
 
 
-def views(*results, per_rank=None, base=None):
-    roles = ["train"] + ["rollout"] * (len(results) - 1)
-    return rank_views(list(results), per_rank or [{} for _ in results], base or {}, roles)
+def views(*ranks, per_rank=None, base=None):
+    """rank_views of (result, log) pairs; None for a rank that died before writing either."""
+    roles = ["train"] + ["rollout"] * (len(ranks) - 1)
+    results = [r[0] if r else None for r in ranks]
+    logs = [r[1] if r else NcclLog() for r in ranks]
+    return rank_views(results, per_rank or [{} for _ in ranks], base or {}, roles, logs)
 
 
 def test_cumem_mismatch_is_c5_whether_or_not_nccl_said_anything():
@@ -56,6 +61,24 @@ def test_a_rank_that_died_before_reporting_is_judged_by_its_launch_env():
     died = views(reported(), None, per_rank=[{}, {"LD_PRELOAD": SYSTEM}])
     r = compare_libnccl(died)
     assert r.status.value == "fail" and "died before reporting" in r.summary
+
+
+NCCL_LOGS = Path(__file__).resolve().parent / "fixtures" / "nccl"
+
+
+def test_weight_sync_reads_each_ranks_nccl_log_with_the_one_parser(tmp_path):
+    """The file names rank_log_env gives NCCL (one per pid) are the ones rank_log_paths finds; fed the logs
+    the 2xH200 recorded under NCCL_CUMEM_ENABLE=0 and =1, the transports alone show the C5 mismatch."""
+    for rank, (pid, recorded) in enumerate([(4242, "h200x2-cumem0"), (77, "h200x2-cumem1")]):
+        path = rank_log_env(str(tmp_path), rank)["NCCL_DEBUG_FILE"].replace("%p", str(pid))
+        Path(path).write_text((NCCL_LOGS / f"{recorded}.rank0.log").read_text())
+    (tmp_path / "rank1.json").write_text("{}")  # not a log
+    logs = [parse_files(rank_log_paths(str(tmp_path), k)) for k in range(2)]
+    assert [len(rank_log_paths(str(tmp_path), k)) for k in range(3)] == [1, 1, 0]
+    v = rank_views([reported()[0], reported()[0]], [{}, {}], {}, ["train", "rollout"], logs)
+    assert set(v[0]["transports"]) == {"P2P/IPC"} and set(v[1]["transports"]) == {"P2P/CUMEM"}
+    r = compare_comm_env(v)
+    assert r.status.value == "fail" and r.causes == ["C5"] and "different P2P transports" in r.summary
 
 
 def test_libnccl_two_copies_or_different_builds_is_c3():

@@ -124,26 +124,18 @@ def test_mapped_libs_lists_each_copy_once_and_skips_plugins():
     assert _rankfacts.format_nccl_version(2708) == "2.7.8"
 
 
-NCCL_LOG = """\
-vm:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
-vm:1:1 [0] NCCL INFO cudaDriverVersion 13000
-vm:1:1 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0.
-vm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read
-vm:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/IPC/read
-vm:1:1 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via SHM/direct/direct
-vm:1:1 [0] NCCL INFO Channel 03/0 : 1[1] -> 0[0] [receive] via NET/Socket/0
-vm:1:1 [0] NCCL WARN Cuda failure 'invalid argument'
-"""
+@pytest.mark.parametrize("payload", ["p2p.py", "cumem_ipc.py", "weight_sync.py", "offload_cycle.py"])
+def test_a_mode_typo_is_a_one_line_usage_error(payload, tmp_path):
+    """argparse's message and exit 2 (what the launcher shows as the rank's crash), before torch is
+    imported and without a traceback; a bad --mode used to end in KeyError: 'quik'."""
+    import os
+    import subprocess
 
-
-def test_parse_nccl_log_reads_version_driver_env_and_transport_families():
-    info = _rankfacts.parse_nccl_log(NCCL_LOG)
-    assert info["nccl_version"] == "2.28.9+cuda13.0" and info["cuda_driver_version"] == 13000
-    assert info["env_set"] == {"NCCL_CUMEM_ENABLE": "0"}
-    assert info["transports"] == {"P2P/IPC": 2, "SHM": 1, "NET": 1}
-    assert info["warn_lines"] == ["vm:1:1 [0] NCCL WARN Cuda failure 'invalid argument'"]
-    assert _rankfacts.transport_family("P2P/CUMEM/read") == "P2P/CUMEM"
-    assert _rankfacts.transport_family("P2P/direct pointer") == "P2P/direct"
+    proc = subprocess.run([sys.executable, str(payload_dir() / payload), "--mode", "quik"], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, ENVBUILD_RUN_DIR=str(tmp_path)))
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --mode: invalid choice: 'quik' (choose from 'quick', 'full')" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_privileges_and_alloc_conf_parsing():

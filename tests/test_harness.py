@@ -86,6 +86,14 @@ for dtype, n in ((torch.bfloat16, 2), (torch.bfloat16, 8), (torch.float32, 8)):
     assert int(total.max().item()) <= harness.EXACT_LIMIT[str(dtype).split(".")[1]], dtype
     # distinct per rank: a rank that sent another's data would be caught
     assert harness.mismatches(parts[0], parts[1]) > 0, dtype
+# one rank's bf16 fill (weight_sync's buckets): (i*7 + salt) mod 257, every value exact in bf16
+one = harness.exact_fill(1000, 0, 1, torch.bfloat16, "cpu", salt=100)
+assert one.float().tolist() == [float((i * 7 + 100) % 257) for i in range(1000)]
+# raw-memory words (p2p, cumem_ipc, offload_cycle): distinct, and any process regenerates them equal
+w = harness.word_pattern(4096, 0x5A5A, "cpu")
+assert w.dtype == torch.int32 and len(set(w.tolist())) == 4096
+assert harness.mismatches(w, harness.word_pattern(4096, 0x5A5A, "cpu")) == 0
+assert harness.mismatches(w, harness.word_pattern(4096, 0x5A5B, "cpu")) == 4096
 print("EXACT OK")
 """
 

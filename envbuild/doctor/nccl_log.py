@@ -14,10 +14,27 @@ Line shapes handled (NCCL 2.1x-2.28, as printed with NCCL_DEBUG=INFO):
 """
 from __future__ import annotations
 
+import glob
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
+
+# NCCL_DEBUG=INFO with the subsystems whose lines parse() reads.
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,P2P,SHM,NET"}
+
+
+def rank_log_env(run_dir: str, rank: int) -> Dict[str, str]:
+    """The variables that make rank `rank` of a probe log to its own file in the run directory; %p (the pid,
+    expanded by NCCL) keeps apart the logs of any helper process the rank starts."""
+    return dict(DEBUG_ENV, NCCL_DEBUG_FILE=os.path.join(run_dir, f"nccl.rank{rank}.%p.log"))
+
+
+def rank_log_paths(run_dir: str, rank: int) -> List[str]:
+    """The files rank_log_env(run_dir, rank) made NCCL write (none when the rank died before NCCL started)."""
+    return sorted(glob.glob(os.path.join(glob.escape(run_dir), f"nccl.rank{rank}.*.log")))
+
 
 _VERSION = re.compile(r"NCCL INFO NCCL version (\S+)")
 _DRIVER = re.compile(r"NCCL INFO cudaDriverVersion (\d+)")

@@ -35,7 +35,6 @@ SIZES = {
 BUDGET_MS = {"quick": 40.0, "full": 80.0}
 DEADLINE_S = {"quick": 120.0, "full": 300.0}
 CHURN = {"quick": dict(cycles=4, groups=20), "full": dict(cycles=12, groups=20)}
-NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,P2P,SHM,NET"}
 
 # First NCCL WARN's source file -> causes (research/error999.md §4, "Extract ... the first NCCL WARN
 # file.cc:LINE": alloc.h -> M1, nvls.cc -> N1, shm.cc -> M2/O1, p2p.cc -> M3/N3, enqueue.cc -> M5/D3).
@@ -101,13 +100,13 @@ def nccl_collectives(ctx) -> List[Result]:
     results = []
     for cumem in (("0", "1") if cumem_opt == "both" else (cumem_opt,)):
         run_dir = tempfile.mkdtemp(prefix=f"envbuild-coll-cumem{cumem}-")
-        per_rank = [{"NCCL_DEBUG_FILE": os.path.join(run_dir, f"nccl.rank{k}.log")} for k in range(len(gpus))]
+        per_rank = [nccl_log.rank_log_env(run_dir, k) for k in range(len(gpus))]
         outcome = launch("nccl_collectives.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                          args=["--sizes", ",".join(map(str, sizes)), "--budget-ms", str(BUDGET_MS[mode])],
                          deadline_s=DEADLINE_S[mode], backend="nccl", run_dir=run_dir,
-                         env=dict(NCCL_LOG_ENV, NCCL_CUMEM_ENABLE=cumem), per_rank_env=per_rank,
+                         env={"NCCL_CUMEM_ENABLE": cumem}, per_rank_env=per_rank,
                          phase_deadlines=_phase_deadlines(ctx))
-        log = nccl_log.parse_files(p["NCCL_DEBUG_FILE"] for p in per_rank)
+        log = nccl_log.parse_files(p for k in range(len(gpus)) for p in nccl_log.rank_log_paths(run_dir, k))
         results.append(judge_collectives(outcome, log, lr, cumem=cumem, gpus=gpus))
     return results
 
@@ -164,12 +163,12 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
     if lr is not None:
         below = []  # (verdict, fraction, band limit, row) for every judged size under its band
         for row in ev["rows"]:
-            band = collective_band(row["op"], int(row["size"]), lr.link)
+            band = collective_band(row["op"], _requested(row), lr.link)
             frac = row["busbw"] / lr.gbps
             row["fraction_of_line_rate"] = round(frac, 3)
             if band is None:
                 continue
-            name = f"{row['op']}.busbw.{_size(row['size'])}"
+            name = f"{row['op']}.busbw.{_size(_requested(row))}"
             for m in res.metrics:
                 if m.name == name:
                     m.expect = f">= {band.warn_below:.2f} x {lr.gbps:.0f} GB/s (fail < {band.fail_below:.2f})"
@@ -183,14 +182,14 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
             _, frac, limit, row = min(below, key=lambda b: b[1])
             word = "fail" if verdict is Status.FAIL else "warn"
             problems.append(f"busbw below the {word} band at {len(below)} of the judged sizes; worst "
-                            f"{row['op']} {row['busbw']:.0f} GB/s at {_size(row['size'])} = {frac:.2f} of the "
+                            f"{row['op']} {row['busbw']:.0f} GB/s at {_size(_requested(row))} = {frac:.2f} of the "
                             f"{lr.gbps:.0f} GB/s line rate ({word} < {limit})")
             if not causes:
                 causes += ["N3", "D3"]
     else:
         ev["line_rate"] = "unknown: NVML reported neither rated NVLinks nor a PCIe max gen/width for these GPUs"
-    ar = max((r for r in ev["rows"] if r["op"] == "all_reduce"), key=lambda r: r["size"], default=None)
-    headline = (f"all_reduce busbw {ar['busbw']:.0f} GB/s at {_size(ar['size'])}"
+    ar = max((r for r in ev["rows"] if r["op"] == "all_reduce"), key=_requested, default=None)
+    headline = (f"all_reduce busbw {ar['busbw']:.0f} GB/s at {_size(_requested(ar))}"
                 + (f" ({ar['busbw'] / lr.gbps:.2f} of {lr.gbps:.0f} GB/s)" if lr else "")) if ar else ""
     via = ", ".join(f"{k} x{v}" for k, v in sorted(log.transports.items())) or "transports not logged"
     nccl_v = log.version or rank0.get("nccl_version_torch") or "?"
@@ -204,6 +203,13 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
     else:
         res.summary = f"exact on {len(gpus)} GPUs; {headline}; NCCL {nccl_v} via {via}"
     return res
+
+
+def _requested(row: Dict[str, Any]) -> int:
+    """The size a row was asked for, which names its metric and picks its band. S (row["size"]) can fall
+    below it when the rank count does not divide it (all_gather of 64 MiB in fp32 on 3 GPUs moves 4 B less);
+    rows recorded before the payload wrote "requested" had S equal to it."""
+    return int(row.get("requested", row["size"]))
 
 
 def _size(b: int) -> str:

@@ -2,17 +2,22 @@
 explain their failures: NCCL_CUMEM_ENABLE across the weight-sync group (C5) and the libnccl each rank maps (C3).
 
 The comparisons are made here, from what every rank reported about itself (checks/weight_sync.py writes
-a first record before NCCL starts), and from the environment the launcher gave each rank when a rank
+a first record before NCCL starts), from the NCCL log each rank wrote to the NCCL_DEBUG_FILE given here
+(parsed by envbuild/doctor/nccl_log.py), and from the environment the launcher gave each rank when a rank
 died before reporting, so a mismatch is named whether or not NCCL then errors or hangs.
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional
+import tempfile
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild.doctor.registry import check
 from envbuild.report.model import Result, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.doctor.nccl_log import NcclLog
 
 DEADLINE_S = {"quick": 120, "full": 420}
 CUMEM = "NCCL_CUMEM_ENABLE"
@@ -28,6 +33,7 @@ def weight_sync(ctx) -> List[Result]:
     --set weight.sync.rollout_env=K=V[,K=V] add variables to that side's processes only, e.g.
     NCCL_CUMEM_ENABLE=1 on the rollout side, or LD_PRELOAD=<another libnccl.so.2>.
     """
+    from envbuild.doctor import nccl_log
     from envbuild.doctor.launcher import launch
     from envbuild.doctor.probes import failure_result, merged_result, probe_mode
 
@@ -35,12 +41,16 @@ def weight_sync(ctx) -> List[Result]:
     roles = ["train"] + ["rollout"] * (len(gpus) - 1)
     sides = {"train": parse_env_list(str(ctx.options.get("weight.sync.train_env", ""))),
              "rollout": parse_env_list(str(ctx.options.get("weight.sync.rollout_env", "")))}
-    per_rank = [dict(sides[r], ENVBUILD_WS_ROLES=",".join(roles)) for r in roles]
+    run_dir = tempfile.mkdtemp(prefix="envbuild-weightsync-")
+    # NCCL's log per rank first, so a side's own NCCL_DEBUG* setting still wins.
+    per_rank = [dict(nccl_log.rank_log_env(run_dir, k), **sides[r], ENVBUILD_WS_ROLES=",".join(roles))
+                for k, r in enumerate(roles)]
     mode = probe_mode(ctx)
     outcome = launch("weight_sync.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
                      args=["--mode", mode], deadline_s=DEADLINE_S[mode], per_rank_env=per_rank,
-                     phase_deadlines={"init": 90, "*": 90})
-    views = rank_views([r.result for r in outcome.ranks], per_rank, dict(os.environ), roles)
+                     phase_deadlines={"init": 90, "*": 90}, run_dir=run_dir)
+    logs = [nccl_log.parse_files(nccl_log.rank_log_paths(run_dir, k)) for k in range(len(roles))]
+    views = rank_views([r.result for r in outcome.ranks], per_rank, dict(os.environ), roles, logs)
     results = [compare_comm_env(views), compare_libnccl(views)]
     broken = failure_result("weight.sync", "comm", outcome, what="the weight-sync probe",
                             hang_causes=("C5", "C3", "M4"), crash_causes=("C5", "C3"), subject="transfer")
@@ -70,8 +80,9 @@ def parse_env_list(text: str) -> Dict[str, str]:
 
 
 def rank_views(results: List[Optional[Dict[str, Any]]], per_rank_env: List[Dict[str, str]],
-               base_env: Dict[str, str], roles: List[str]) -> List[Dict[str, Any]]:
-    """What is known of each rank: reported by the rank itself when it got that far, else the launch env."""
+               base_env: Dict[str, str], roles: List[str], logs: List["NcclLog"]) -> List[Dict[str, Any]]:
+    """What is known of each rank: reported by the rank itself when it got that far, else the launch env;
+    the transports and NCCL_* overrides its NCCL log (logs[k]) names."""
     from envbuild.doctor.launcher import NVLS_OFF
 
     views = []
@@ -88,8 +99,9 @@ def rank_views(results: List[Optional[Dict[str, Any]]], per_rank_env: List[Dict[
         else:
             view.update(source="launch environment (the rank reported nothing)",
                         comm_env={CUMEM: launched.get(CUMEM)}, libnccl=None, ld_preload=launched.get("LD_PRELOAD"))
-        view["transports"] = (ev.get("nccl_log") or {}).get("transports")
-        view["nccl_env_set"] = (ev.get("nccl_log") or {}).get("env_set")
+        log = logs[k] if k < len(logs) else None
+        view["transports"] = dict(log.transports) if log is not None and log.transports else None
+        view["nccl_env_set"] = dict(log.env_overrides) if log is not None else None
         views.append(view)
     return views
 
