@@ -168,7 +168,7 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
             row["fraction_of_line_rate"] = round(frac, 3)
             if band is None:
                 continue
-            name = f"{row['op']}.busbw.{_size(_requested(row))}"
+            name = f"{row['op']}.busbw.{size_label(_requested(row))}"
             for m in res.metrics:
                 if m.name == name:
                     m.expect = f">= {band.warn_below:.2f} x {lr.gbps:.0f} GB/s (fail < {band.fail_below:.2f})"
@@ -182,14 +182,14 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
             _, frac, limit, row = min(below, key=lambda b: b[1])
             word = "fail" if verdict is Status.FAIL else "warn"
             problems.append(f"busbw below the {word} band at {len(below)} of the judged sizes; worst "
-                            f"{row['op']} {row['busbw']:.0f} GB/s at {_size(_requested(row))} = {frac:.2f} of the "
+                            f"{row['op']} {row['busbw']:.0f} GB/s at {size_label(_requested(row))} = {frac:.2f} of the "
                             f"{lr.gbps:.0f} GB/s line rate ({word} < {limit})")
             if not causes:
                 causes += ["N3", "D3"]
     else:
         ev["line_rate"] = "unknown: NVML reported neither rated NVLinks nor a PCIe max gen/width for these GPUs"
     ar = max((r for r in ev["rows"] if r["op"] == "all_reduce"), key=_requested, default=None)
-    headline = (f"all_reduce busbw {ar['busbw']:.0f} GB/s at {_size(_requested(ar))}"
+    headline = (f"all_reduce busbw {ar['busbw']:.0f} GB/s at {size_label(_requested(ar))}"
                 + (f" ({ar['busbw'] / lr.gbps:.2f} of {lr.gbps:.0f} GB/s)" if lr else "")) if ar else ""
     via = ", ".join(f"{k} x{v}" for k, v in sorted(log.transports.items())) or "transports not logged"
     nccl_v = log.version or rank0.get("nccl_version_torch") or "?"
@@ -212,7 +212,9 @@ def _requested(row: Dict[str, Any]) -> int:
     return int(row.get("requested", row["size"]))
 
 
-def _size(b: int) -> str:
+def size_label(b: int) -> str:
+    """64MiB, 1GiB, 4096B: how metric names spell a size (checks/nccl_collectives.py's fmt_size, which the
+    payload keeps its own copy of because it cannot import envbuild)."""
     b = int(b)
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if b >= 1 << k and b % (1 << k) == 0:
