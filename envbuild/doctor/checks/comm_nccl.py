@@ -129,6 +129,7 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
     res.subject = subject
     rank0 = (outcome.ranks[0].result or {}).get("evidence", {})
     ev: Dict[str, Any] = {"nccl": log.summary(), "rows": rank0.get("rows", []), "measure_s": rank0.get("measure_s"),
+          "startup_s": rank0.get("startup_s"), "time_split": rank0.get("time_split"),
           "gpus": gpus, "line_rate": lr.describe() if lr else None, "run_dir": outcome.run_dir,
           "wall_s": outcome.wall_s, "torch": rank0.get("torch"), "device": rank0.get("device")}
     res.evidence = ev
