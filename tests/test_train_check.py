@@ -327,3 +327,27 @@ def test_a_payload_refusal_is_an_error_with_its_remedy(monkeypatch):
     res = _replay(monkeypatch, [_rank(0, verdict), _rank(1, verdict)])
     assert res.status == Status.ERROR
     assert res.summary == verdict["summary"] and res.remediation == verdict["remediation"]
+
+
+def test_a_python_error_inside_megatron_is_an_error_naming_megatron_not_a_node_fault(monkeypatch):
+    """The lent machine's run with slime v0.3.1's Megatron-LM commit 1dcf0daf and no Transformer Engine
+    (docs/gpu-runs/train-moe-mlm.json): both ranks raised NameError in the first forward's router."""
+    verdict = {"status": "error", "phase": "train 0", "exception": "NameError",
+               "summary": "NameError in phase 'train 0': name 'te_general_gemm' is not defined",
+               "evidence": {"megatron_core": "0.16.0rc0", "megatron_core_path": "/work/main/.mlm/megatron/core"}}
+    res = _replay(monkeypatch, [_rank(k, verdict, returncode=1) for k in (0, 1)], crashed_ranks=[0, 1],
+                  reason="rank 0 exited with code 1")
+    assert res.status == Status.ERROR and res.causes == []
+    assert res.summary.startswith("[train] ") and "te_general_gemm" in res.summary
+    assert "megatron-core 0.16.0rc0 at /work/main/.mlm/megatron/core cannot run in this environment" in res.summary
+    assert "9ed8b0c4" in res.remediation and "transformer-engine" in res.remediation
+
+
+def test_a_cuda_error_in_train_stays_a_failure_with_its_causes(monkeypatch):
+    verdict = {"status": "error", "phase": "train 0", "exception": "RuntimeError",
+               "summary": "RuntimeError in phase 'train 0': CUDA error: unspecified launch failure",
+               "evidence": {"megatron_core": "0.19.2"}}
+    res = _replay(monkeypatch, [_rank(k, verdict, returncode=1) for k in (0, 1)], crashed_ranks=[0, 1],
+                  reason="rank 0 exited with code 1")
+    assert res.status == Status.FAIL and set(res.causes) >= {"M5", "C9"}
+    assert "cannot run in this environment" not in res.summary

@@ -10,8 +10,11 @@
 #   mlm       TP 2 + SP, EP 2, host-copy offload, 3 cycles, with slime v0.3.1's Megatron-LM commit 1dcf0daf
 #             (megatron/core exported into .mlm/ by `git archive 1dcf0daf megatron/core`; carry .mlm) first on
 #             PYTHONPATH instead of the megatron-core wheel
-#   oom1      one GPU, 9 layers (the estimate says 8 fit): an out-of-memory that must name the depth that fits
-#   fit1      one GPU at the depth oom1's result named (run after oom1), 1 cycle + 1 plain step, no offload
+#   big1      one GPU at 8 layers, the deepest the pre-flight estimate lets through (128.5 of 140.4 GiB; its
+#             10 % headroom says 7): 1 cycle + 1 plain step, no offload: a real out-of-memory or the peak it took
+#   held      a second process holds HOLD_GIB (default 80) GiB of GPU 0, then one GPU at 6 layers: an
+#             out-of-memory that must say what others held and name the depth that fits the rest; then that
+#             depth with the holder still there (held-fit), then the holder is killed
 # .whl carries megatron-core 0.19.2 and torch_memory_saver 0.0.10. DEADLINE (s) bounds each run (default 180);
 # LAYERS (default 2) sets the depth. Each run's launcher logs (stderr, phases) go to $OUT/train-moe-logs.tar.gz.
 # torch_memory_saver cycles took 23-25 s each at 2 layers (EP 2), host-copy cycles 6-8 s.
@@ -41,11 +44,20 @@ for name in ${@:-ep2 tp2sp 1gpu}; do
     cp2) run cp2 --gpus 0,1 --set train.cp=2 --set train.tp=1 ;;
     mlm) PYTHONPATH=$PWD/.mlm:$PWD run mlm --gpus 0,1 --set train.tp=2 --set train.sp=1 --set train.ep=2 \
            --set train.offload=move --set train.steps=3 ;;
-    oom1) L=9 run oom1 --gpus 0 --set train.offload=move --set train.steps=3 ;;
-    fit1) fit=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; \
-print(r['remediation'].split('train.layers=')[1].split(';')[0].split()[0])" "$OUT/train-moe-oom1.json") || exit 1
-          echo "oom1 named depth $fit"
-          L=$fit run fit1 --gpus 0 --set train.offload=none --set train.steps=1 --set train.plain_steps=1 ;;
+    big1) L=8 run big1 --gpus 0 --set train.offload=none --set train.steps=1 --set train.plain_steps=1 ;;
+    held)
+      rm -f /tmp/holder.ready
+      python3 -c "import torch, time; x = torch.empty(${HOLD_GIB:-80} << 30, dtype=torch.uint8, device='cuda:0'); \
+open('/tmp/holder.ready', 'w').close(); time.sleep(900)" &
+      holder=$!
+      for _ in $(seq 60); do [ -e /tmp/holder.ready ] && break; sleep 1; done
+      nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+      L=6 run held --gpus 0 --set train.offload=none --set train.steps=1 --set train.plain_steps=1
+      fit=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; \
+print(r['remediation'].split('train.layers=')[1].split(';')[0].split()[0])" "$OUT/train-moe-held.json") \
+        && { echo "held: the result named depth $fit"; \
+             L=$fit run held-fit --gpus 0 --set train.offload=none --set train.steps=1 --set train.plain_steps=1; }
+      kill $holder; wait $holder 2>/dev/null ;;
     *) echo "unknown run $name"; exit 2 ;;
   esac
 done

@@ -8,8 +8,15 @@ in fp32, Megatron's default for bf16), and the distributed optimizer's fp32 mast
 two moments, 12 B, sharded over the data-parallel ranks (dense part over DP, experts over the
 expert-data-parallel ranks). Activations for one micro-batch without recomputation: the linear
 layers' saved inputs and outputs in bf16, the unfused attention scores of the local layer spec
-(heads x s x s, scores + softmax + dropout mask = 5 B each), the routed tokens' expert
-activations, and the fp32 logits. A fixed allowance covers the CUDA context and NCCL buffers.
+(heads x s x s: megatron's softmax runs in fp32 and keeps its fp32 output for backward, and the bf16
+probabilities are kept for the value matmul, 6 B each), the routed tokens' expert activations, and the
+logits (bf16 out of the output layer, then two fp32 copies in the cross entropy: 10 B each). A fixed
+allowance covers the CUDA context and NCCL buffers.
+
+Checked against the peaks torch measured on the lent H200s (docs/gpu-runs, 2 layers): before the
+6 B scores and the bf16 logits were counted, activations came out 1.4-2.6 GiB under the measured
+forward/backward peak (EP 2: 13.0 GiB measured vs 10.4 estimated; PP 2: 9.3 vs 7.5; TP 2 + SP: 6.6 vs
+5.2); with them the gap is under 0.5 GiB, inside the 10 % headroom depth_that_fits keeps.
 """
 from __future__ import annotations
 
@@ -53,10 +60,10 @@ def activation_bytes(shape: ModelShape, layout: Layout, layers: int, seq: int, m
     tokens = mbs * seq // cp  # tokens a rank's layers see
     seq_tokens = tokens // tp if layout.sp else tokens  # tokens in sequence-parallel regions
     linear = 2 * (seq_tokens * 2 * h + tokens * ((q + 2 * k) + 2 * q) // tp)
-    scores = 5 * mbs * (shape.heads // tp) * (seq // cp) * seq
+    scores = 6 * mbs * (shape.heads // tp) * (seq // cp) * seq
     routed = seq_tokens * shape.topk
     moe = 2 * routed * (h + 3 * shape.expert_ffn) + 4 * 2 * seq_tokens * shape.experts
-    logits = 2 * 4 * tokens * padded_vocab(shape.vocab, tp) // tp
+    logits = (2 + 2 * 4) * tokens * padded_vocab(shape.vocab, tp) // tp
     return (layers // layout.pp) * (linear + scores + moe) + logits
 
 

@@ -298,11 +298,20 @@ def _broken_result(run: _Run) -> Result:
     phase = _failed_phase(outcome)
     kind = phase_kind(phase)
     broken.causes = list(PHASE_CAUSES.get(kind, ())) or ["M4", "M5"]
-    if kind in ("import", "build") and not outcome.hung_ranks:
-        # The model could not be built: megatron-core and this torch (or a missing Apex/TE piece)
-        # disagree. The check could not run; that is no verdict on the node.
+    software = _software_error(outcome)
+    if (kind in ("import", "build") or software) and not outcome.hung_ranks:
+        # The model could not be built, or Python itself failed (a NameError in megatron-core, a changed
+        # signature): megatron-core and this torch (or a missing Apex/TE piece) disagree. The check could
+        # not run; that is no verdict on the node.
         broken.status, broken.causes = Status.ERROR, []
     broken.evidence.update(run.evidence, failed_phase=phase, steps=steps)
+    if software:
+        broken.summary += (f"; megatron-core {software.get('megatron_core') or '?'} at "
+                           f"{software.get('megatron_core_path') or '?'} cannot run in this environment "
+                           f"(a Python error, not a GPU or NCCL one: no verdict on the node)")
+        broken.remediation = _known_breakage(broken.summary) or (
+            f"test the node with the megatron-core release the check is built for ({INSTALL_HINT}); then fix "
+            f"the environment's Megatron")
     if kind:
         broken.summary = f"[{kind}] {broken.summary}"
     broken.summary += f" ({len(done)} cycle(s) had completed; {layout.describe()}, {opts.layers} layers)"
@@ -315,6 +324,32 @@ def _broken_result(run: _Run) -> Result:
     broken.metrics = [Metric(**m) for m in earlier.metrics]
     _out_of_time_not_hung(broken, outcome, done, opts.steps, earlier.problems)
     return broken
+
+
+SOFTWARE_ERRORS = frozenset({"NameError", "AttributeError", "TypeError", "ImportError", "ModuleNotFoundError",
+                             "NotImplementedError", "AssertionError"})
+
+# Breakages seen on the lent machine, by a string of their error message: what a user should do.
+KNOWN_BREAKAGES = (
+    ("te_general_gemm",
+     "Megatron-LM before 9ed8b0c4 (2026-03-19, #3763; first released in core_v0.17.0) routes MoE tokens "
+     "through Transformer Engine's te_general_gemm and never defines it without TE (slime v0.3.1 pins "
+     "1dcf0daf, which has this; seen on the lent H200s, docs/gpu-runs): install the profile's "
+     "transformer-engine, or test the node with megatron-core>=0.17 (pip install megatron-core==0.19.2)"),
+)
+
+
+def _software_error(outcome) -> Optional[Dict[str, Any]]:
+    """The evidence of the first crashed rank whose exception is a Python error (the code, not the node)."""
+    for r in outcome.ranks:
+        verdict = r.result or {}
+        if r.rank in outcome.crashed_ranks and verdict.get("exception") in SOFTWARE_ERRORS:
+            return dict(verdict.get("evidence") or {}, exception=verdict.get("exception"))
+    return None
+
+
+def _known_breakage(summary: str) -> Optional[str]:
+    return next((fix for needle, fix in KNOWN_BREAKAGES if needle in summary), None)
 
 
 def _failed_phase(outcome) -> Optional[str]:
