@@ -531,13 +531,24 @@ def weight_sync(ddp, group, bucket_bytes: int) -> Dict[str, float]:
     return {"bytes": moved, "bad_buckets": bad}
 
 
+CHECKSUM_CHUNK = 1 << 26  # elements summed at a time: the fp64 copy a chunk's sum makes stays at 512 MiB
+
+
 def checksum(tensors) -> float:
+    """fp64 sum of every element, chunk by chunk.
+
+    `t.sum(dtype=torch.float64)` converts the whole tensor to fp64 first: at 8 layers on one H200 that
+    asked for 41.8 GiB at once and ran the GPU out of memory in a run whose training fitted (GPU run
+    train-moe-big1, first try). The check must never be what runs out of memory.
+    """
     import torch
 
     total = torch.zeros((), dtype=torch.float64, device=torch.cuda.current_device())
     for t in tensors:
         if t is not None and t.is_cuda and t.numel():
-            total += t.detach().sum(dtype=torch.float64)  # accumulates in fp64 without an fp64 copy
+            flat = t.detach().reshape(-1)
+            for start in range(0, flat.numel(), CHECKSUM_CHUNK):
+                total += flat[start:start + CHECKSUM_CHUNK].sum(dtype=torch.float64)
     return float(total)
 
 

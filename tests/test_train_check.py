@@ -351,3 +351,21 @@ def test_a_cuda_error_in_train_stays_a_failure_with_its_causes(monkeypatch):
                   reason="rank 0 exited with code 1")
     assert res.status == Status.FAIL and set(res.causes) >= {"M5", "C9"}
     assert "cannot run in this environment" not in res.summary
+
+
+def test_replayed_oom_on_a_gpu_another_process_held(monkeypatch):
+    """The lent machine's run (docs/gpu-runs/train-moe-held.json): a second process held 80 GiB of GPU 0 and
+    6 layers ran out of memory in the first step; the result must say so and name 2 layers, which then
+    ran (train-moe-held-fit.json)."""
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "train-moe-held.json")
+                     .read_text())["results"][0]["evidence"]
+    verdict = {"status": "fail", "oom": True, "phase": "train 0", "rank": 0,
+               "summary": "out of memory in phase 'train 0' at depth 6",
+               "evidence": {"steps": [], "oom": rec["oom"]}}
+    res = _replay_one_gpu(monkeypatch, verdict, layers=6)
+    assert res.status == Status.FAIL
+    assert res.summary.startswith("out of memory in phase 'train 0' at depth 6 (asked for 2.00 GiB more) (TP 1")
+    assert "other processes held 80.2 GiB of the GPU when the run started" in res.summary  # nvidia-smi: 80.5 GiB
+    assert res.summary.endswith("depth 2 would fit: --set train.layers=2")

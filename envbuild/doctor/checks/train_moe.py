@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -265,8 +266,10 @@ def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
     opts, layout = run.opts, run.layout
     details = oom.get("evidence", {})
     record = details.get("oom") or {}
-    capacity, others = usable_capacity(run.gpu.get("memory_bytes") or record.get("device_total_bytes"),
-                                       record.get("free_at_start_bytes"))
+    # The payload's free and total come from one source (cudaMemGetInfo); NVML's total is 0.6 GiB larger
+    # on an H200, so mixing them would charge that difference to other processes.
+    total = record.get("device_total_bytes") if record.get("free_at_start_bytes") else None
+    capacity, others = usable_capacity(total or run.gpu.get("memory_bytes"), record.get("free_at_start_bytes"))
     fits = depth_that_fits(run.shape, layout, opts.seq, opts.mbs, capacity) if capacity else 0
     fits = min(fits, opts.layers - layout.pp) if opts.layers > layout.pp else 0
     grew = any(s.get("step", 0) > 0 for s in details.get("steps", []))
@@ -274,8 +277,10 @@ def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
                     usable_GiB=round(capacity / GIB, 2) if capacity else None, held_by_others_GiB=round(others / GIB, 2))
     taken = (f"; other processes held {others / GIB:.1f} GiB of the GPU when the run started"
              if others >= GIB else "")
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", record.get("message") or "")
     return Result(CHECK_ID, CATEGORY, Status.FAIL,
-                  f"{oom.get('summary')} ({layout.describe()}){taken}; "
+                  f"{oom.get('summary')}{f' (asked for {asked.group(1)} more)' if asked else ''} "
+                  f"({layout.describe()}){taken}; "
                   + (f"depth {fits} would fit: --set train.layers={fits}" if fits else
                      "no smaller depth fits: raise train.ep or train.tp"),
                   evidence=evidence, causes=["M4"] if grew else [],
