@@ -658,7 +658,11 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
 
     with p.phase("build"):
         ev["spec"], spec = layer_spec(args, shape)  # may raise Refusal: nothing on the GPU yet
+        before_groups = device_used_bytes()
         init_parallel(args)
+        # megatron's groups each hold an NCCL communicator (created eagerly: device_id is bound), device
+        # memory outside torch's allocator that envbuild/train/memory.py must count
+        ev["groups_device_bytes"] = device_used_bytes() - before_groups
         if tms is not None:
             with tms.region(tag="train", enable_cpu_backup=True):
                 config, ddp, optimizer = build(args, shape, spec)

@@ -92,15 +92,15 @@ def test_depth_that_fits_is_the_deepest_estimate_under_the_capacity():
 ])
 def test_the_estimate_matches_the_peaks_measured_on_the_lent_h200s(run, flags):
     """The forward/backward peak torch measured (2 layers, both ranks) against the estimate without its
-    fixed context/NCCL allowance, which torch's allocator does not see."""
+    context/NCCL overhead, which torch's allocator does not see."""
     import json
     from pathlib import Path
 
-    from envbuild.train.memory import FIXED_OVERHEAD_BYTES
+    from envbuild.train.memory import OVERHEAD_BYTES
 
     ev = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / run).read_text())[
         "results"][0]["evidence"]
     measured = max(s["peak_fwd_bwd_bytes"] for s in ev["steps"])
     lay = derive_layout(2, QWEN, 2, 4096, **flags)
-    estimate = estimate_bytes(QWEN, lay, 2, 4096, 1)["total"] - FIXED_OVERHEAD_BYTES
+    estimate = estimate_bytes(QWEN, lay, 2, 4096, 1)["total"] - OVERHEAD_BYTES
     assert abs(estimate - measured) < 0.6 * GIB, (estimate / GIB, measured / GIB)

@@ -12,6 +12,9 @@
 #             PYTHONPATH instead of the megatron-core wheel
 #   big1      one GPU at 8 layers, the deepest the pre-flight estimate lets through (128.5 of 140.4 GiB; its
 #             10 % headroom says 7): 1 cycle + 1 plain step, no offload: a real out-of-memory or the peak it took
+#   big1-fit  one GPU at the depth big1's result named (docs/gpu-runs/train-moe-big1.json), 2 cycles + 1 plain step
+#   default   what `envbuild doctor --full` runs on two GPUs: no --set at all (4 layers, TP 2 + SP, EP 2,
+#             torch_memory_saver when carried, the default deadline)
 #   held      a second process holds HOLD_GIB (default 80) GiB of GPU 0, then one GPU at 6 layers: an
 #             out-of-memory that must say what others held and name the depth that fits the rest; then that
 #             depth with the holder still there (held-fit), then the holder is killed
@@ -24,11 +27,14 @@ export PYTHONPATH=$PWD:/tmp/site NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTI
 nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv > "$OUT/train-moe-gpus.csv"
 D=${DEADLINE:-180}
 L=${LAYERS:-2}
-run() {
+run() {  # run NAME ARGS...: the check at depth $L with deadline $D
   local name=$1; shift
-  local t0=$SECONDS d=$D
-  python3 -m envbuild doctor --full --check train.moe_step --set train.layers="$L" "$@" --set train.deadline="$d" \
-    --json "$OUT/train-moe-$name.json" -q
+  run_as_is "$name" --set train.layers="$L" "$@" --set train.deadline="$D"
+}
+run_as_is() {
+  local name=$1; shift
+  local t0=$SECONDS
+  python3 -m envbuild doctor --full --check train.moe_step "$@" --json "$OUT/train-moe-$name.json" -q
   echo "$name: exit $? after $((SECONDS - t0)) s"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print(r['status'], r['summary'][:900])" \
     "$OUT/train-moe-$name.json"
@@ -44,6 +50,11 @@ for name in ${@:-ep2 tp2sp 1gpu}; do
     cp2) run cp2 --gpus 0,1 --set train.cp=2 --set train.tp=1 ;;
     mlm) PYTHONPATH=$PWD/.mlm:$PWD run mlm --gpus 0,1 --set train.tp=2 --set train.sp=1 --set train.ep=2 \
            --set train.offload=move --set train.steps=3 ;;
+    big1-fit) fit=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; \
+print(r['remediation'].split('train.layers=')[1].split(';')[0].split()[0])" docs/gpu-runs/train-moe-big1.json) || exit 1
+          echo "big1 named depth $fit"
+          L=$fit run big1-fit --gpus 0 --set train.offload=none --set train.steps=2 --set train.plain_steps=1 ;;
+    default) run_as_is default --gpus 0,1 ;;
     big1) L=8 run big1 --gpus 0 --set train.offload=none --set train.steps=1 --set train.plain_steps=1 ;;
     held)
       rm -f /tmp/holder.ready

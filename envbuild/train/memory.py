@@ -10,13 +10,18 @@ expert-data-parallel ranks). Activations for one micro-batch without recomputati
 layers' saved inputs and outputs in bf16, the unfused attention scores of the local layer spec
 (heads x s x s: megatron's softmax runs in fp32 and keeps its fp32 output for backward, and the bf16
 probabilities are kept for the value matmul, 6 B each), the routed tokens' expert activations, and the
-logits (bf16 out of the output layer, then two fp32 copies in the cross entropy: 10 B each). A fixed
-allowance covers the CUDA context and NCCL buffers.
+logits (bf16 out of the output layer, then two fp32 copies in the cross entropy: 10 B each). Outside
+torch's allocator: the CUDA context and cuBLAS workspaces, and one NCCL communicator per process group
+the rank is in (megatron-core 0.19 puts every rank in 20 groups; with the weight-sync group and WORLD,
+22). Each costs about 400 MiB of device memory, so NCCL alone holds about 8.6 GiB per GPU.
 
 Checked against the peaks torch measured on the lent H200s (docs/gpu-runs, 2 layers): before the
 6 B scores and the bf16 logits were counted, activations came out 1.4-2.6 GiB under the measured
 forward/backward peak (EP 2: 13.0 GiB measured vs 10.4 estimated; PP 2: 9.3 vs 7.5; TP 2 + SP: 6.6 vs
-5.2); with them the gap is under 0.5 GiB, inside the 10 % headroom depth_that_fits keeps.
+5.2); with them the gap is under 0.5 GiB, inside the 10 % headroom depth_that_fits keeps. The NCCL figure
+is measured too: on one H200, destroying the 21 groups of a run with nothing offloaded freed 7.96 GiB
+(388 MiB each; train-moe-held-fit.json), and 8 layers on one GPU, which a 1.5 GiB allowance let
+through, ran out of memory with 9.3 GiB held outside torch's allocator (train-moe-big1.json).
 """
 from __future__ import annotations
 
@@ -27,7 +32,12 @@ from envbuild.train.layout import Layout, padded_vocab
 from envbuild.train.presets import ModelShape
 
 GIB = 1024 ** 3
-FIXED_OVERHEAD_BYTES = int(1.5 * GIB)  # CUDA context, cuBLAS workspaces, NCCL buffers (order of magnitude)
+MIB = 1024 ** 2
+CONTEXT_BYTES = 1 * GIB  # CUDA context + cuBLAS workspaces (1.15 GiB in use on an H200 with the context and WORLD)
+NCCL_COMM_BYTES = 400 * MIB  # one NCCL 2.28 communicator on an H200 (388 MiB measured, see above)
+NCCL_COMMUNICATORS = 22  # megatron-core's 20 groups per rank + the weight-sync group + WORLD
+OVERHEAD_BYTES = CONTEXT_BYTES + NCCL_COMMUNICATORS * NCCL_COMM_BYTES
+START_BYTES = CONTEXT_BYTES + NCCL_COMM_BYTES  # what a rank holds when it has its context and WORLD only
 WEIGHT_B, GRAD_B, OPTIM_B = 2, 4, 12
 
 
@@ -75,7 +85,7 @@ def estimate_bytes(shape: ModelShape, layout: Layout, layers: int, seq: int, mbs
         "grads": GRAD_B * p.total,
         "optimizer": OPTIM_B * p.dense // layout.dp + OPTIM_B * p.expert // layout.edp,
         "activations": activation_bytes(shape, layout, layers, seq, mbs),
-        "overhead": FIXED_OVERHEAD_BYTES,
+        "overhead": OVERHEAD_BYTES,
     }
     parts["total"] = sum(parts.values())
     return parts

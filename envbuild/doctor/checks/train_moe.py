@@ -245,16 +245,16 @@ class _Run:
 def usable_capacity(total: Optional[int], free_at_start: Optional[int]) -> Tuple[Optional[int], int]:
     """(bytes the estimate may fill, bytes other processes held) for a GPU the payload found partly taken.
 
-    The payload reads the free memory once its own CUDA context and NCCL exist; the estimate already
-    allows FIXED_OVERHEAD_BYTES for those, so up to that much of what was taken counts as ours and the
-    rest as other processes' (a colocated rollout engine, a leftover job).
+    The payload reads the free memory once its own CUDA context and WORLD communicator exist; the estimate
+    counts those in its overhead, so up to START_BYTES of what was taken counts as ours and the rest as
+    other processes' (a colocated rollout engine, a leftover job).
     """
-    from envbuild.train.memory import FIXED_OVERHEAD_BYTES
+    from envbuild.train.memory import START_BYTES
 
     if not total or free_at_start is None:
         return total, 0
     held = max(total - free_at_start, 0)
-    ours = min(held, FIXED_OVERHEAD_BYTES)
+    ours = min(held, START_BYTES)
     return free_at_start + ours, held - ours
 
 
