@@ -3,6 +3,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from envbuild.train.assess import GIB, MIB, PHASE_CAUSES, assess, phase_kind
 
 
@@ -86,3 +88,15 @@ def test_replay_of_the_lent_machine_run_finds_the_per_cycle_leak():
     assert f"device memory grew {grew / MIB:.0f} MiB over 3 cycles" in v.summary
     assert f"open file descriptors grew by {fds} over 3 cycles" in v.summary
     assert metric(v, "loss_last") < metric(v, "loss_first")
+
+
+def test_without_offload_what_the_groups_freed_is_not_held_against_the_weights():
+    """docs/gpu-runs/train-moe-big1-fit.json: 7 layers on one H200 with train.offload=none; destroying the
+    21 groups freed 7.96 GiB, less than the 9.28 GiB of weights, which is no fault when nothing is offloaded."""
+    ev = json.loads((RECORDED.parent / "train-moe-big1-fit.json").read_text())["results"][0]["evidence"]
+    weights = ev["weight_bytes_per_rank"]
+    judged = assess(ev["steps"], **dict(KW, weight_bytes=weights))
+    assert judged.status == "warn" and "less than the 9.28 GiB of weights" in judged.summary
+    plain = assess(ev["steps"], **dict(KW, weight_bytes=weights, offloaded=False))
+    assert plain.status == "pass", plain.summary
+    assert metric(plain, "released_GiB") == pytest.approx(7.96, abs=0.01)
