@@ -265,7 +265,8 @@ class HostOffloader:
 # ------------------------------------------------------------------------------------------------
 # The model
 # ------------------------------------------------------------------------------------------------
-def transformer_config(args, shape: Dict[str, Any]):
+def transformer_config(args, shape: Dict[str, Any], grouped_gemm: bool = False):
+    """Qwen3-30B-A3B's layer shapes; `grouped_gemm` must match the layer spec (the TE spec's grouped experts)."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -277,7 +278,7 @@ def transformer_config(args, shape: Dict[str, Any]):
         qk_layernorm=shape["qk_layernorm"], gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, add_qkv_bias=False, hidden_dropout=0.0, attention_dropout=0.0,
         num_moe_experts=shape["experts"], moe_router_topk=shape["topk"], moe_ffn_hidden_size=shape["expert_ffn"],
-        moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
+        moe_token_dispatcher_type="alltoall", moe_grouped_gemm=grouped_gemm,
         moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3,
         bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         tensor_model_parallel_size=args.tp, sequence_parallel=bool(args.sp),
@@ -376,7 +377,7 @@ def init_parallel(args) -> None:
     model_parallel_cuda_manual_seed(args.seed)
 
 
-def build(args, shape, spec):
+def build(args, shape, spec, grouped_gemm: bool = False):
     """Model, DDP buffers and distributed optimizer: the training state that offload releases."""
     import torch
     from megatron.core import parallel_state as ps
@@ -385,7 +386,7 @@ def build(args, shape, spec):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    config = transformer_config(args, shape)
+    config = transformer_config(args, shape, grouped_gemm)
     model = GPTModel(
         config=config, transformer_layer_spec=spec, vocab_size=args.vocab, max_sequence_length=args.seq,
         pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
@@ -665,9 +666,9 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         ev["groups_device_bytes"] = device_used_bytes() - before_groups
         if tms is not None:
             with tms.region(tag="train", enable_cpu_backup=True):
-                config, ddp, optimizer = build(args, shape, spec)
+                config, ddp, optimizer = build(args, shape, spec, grouped_gemm=ev["spec"] == "te")
         else:
-            config, ddp, optimizer = build(args, shape, spec)
+            config, ddp, optimizer = build(args, shape, spec, grouped_gemm=ev["spec"] == "te")
         ddp.broadcast_params()  # as megatron's trainer does: data-parallel replicas start identical
         rollout = dist.new_group(ranks=list(range(dist.get_world_size())))  # the weight-sync group
         params = sum(q.numel() for q in ddp.parameters())
