@@ -76,7 +76,7 @@ def run(payload_dir: Path, **kw):
 
 
 def test_a_warm_rank_had_its_import_done_before_launch_and_a_cold_one_after(slow_env):
-    with warm_pool(sys.executable, 2) as pool:
+    with warm_pool(sys.executable, 2, gpus=[1, 0]) as pool:
         wait_imported(slow_env / "marks", 2)
         t0 = time.time()
         warm = run(slow_env, env={"EXTRA": "x"})
@@ -101,13 +101,16 @@ def test_a_warm_rank_had_its_import_done_before_launch_and_a_cold_one_after(slow
         assert not alive(w.pid)
 
 
-@pytest.mark.parametrize("extra", [{"LD_PRELOAD": ""}, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}])
+@pytest.mark.parametrize("extra", [{"env": {"LD_PRELOAD": ""}},
+                                   {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}},
+                                   {"gpus": [0]}])
 def test_a_variable_read_at_import_time_starts_the_rank_cold(slow_env, extra):
-    """offload.cycle's preload hook and the C3 fault's LD_PRELOAD must reach the loader as in a cold start."""
-    with warm_pool(sys.executable, 2) as pool:
+    """The C3 fault's LD_PRELOAD must reach the loader, and a launch on other GPUs must get its own
+    CUDA_VISIBLE_DEVICES, as in a cold start."""
+    with warm_pool(sys.executable, 2, gpus=[1, 0]) as pool:
         wait_imported(slow_env / "marks", 2)
         t0 = time.time()
-        out = run(slow_env, env=extra)
+        out = run(slow_env, **extra)
         assert pool.handed_out == 0
     assert out.ok
     assert all(r.result["evidence"]["imported_at"] > t0 for r in out.ranks)
@@ -123,7 +126,7 @@ def test_another_python_starts_cold(slow_env, tmp_path):
 
 
 def test_each_launch_refills_the_pool_and_closing_ends_every_interpreter(slow_env):
-    with warm_pool(sys.executable, 2) as pool:
+    with warm_pool(sys.executable, 2, gpus=[1, 0]) as pool:
         first = [p.pid for p in pool._idle]
         out = run(slow_env)
         assert out.ok and sorted(r.pid for r in out.ranks) == sorted(first)
@@ -139,8 +142,8 @@ def test_each_launch_refills_the_pool_and_closing_ends_every_interpreter(slow_en
 
 def test_a_hang_in_a_warm_rank_is_killed_with_its_stack(slow_env):
     payloads = Path(__file__).resolve().parent / "payloads"
-    with warm_pool(sys.executable, 2) as pool:
-        out = launch(str(payloads / "hang_payload.py"), 2, python=sys.executable, gpus=None, args=["children"],
+    with warm_pool(sys.executable, 2, gpus=[1, 0]) as pool:
+        out = launch(str(payloads / "hang_payload.py"), 2, python=sys.executable, gpus=[1, 0], args=["children"],
                      deadline_s=3, backend="gloo")
         assert pool.handed_out == 2
     assert out.timed_out and out.hung_ranks == [1] and out.ranks[1].phase == "collective"
@@ -153,7 +156,8 @@ def test_a_hang_in_a_warm_rank_is_killed_with_its_stack(slow_env):
 def test_fingerprint_keeps_import_time_variables_only():
     env = {"LD_PRELOAD": "x.so", "PYTORCH_CUDA_ALLOC_CONF": "a", "TORCH_NCCL_X": "1", "PYTHONPATH": "/p",
            "PYTHONUNBUFFERED": "1", "NCCL_CUMEM_ENABLE": "0", "CUDA_VISIBLE_DEVICES": "0", "RANK": "1"}
-    assert fingerprint(env) == {"LD_PRELOAD": "x.so", "PYTORCH_CUDA_ALLOC_CONF": "a", "TORCH_NCCL_X": "1"}
+    assert fingerprint(env) == {"LD_PRELOAD": "x.so", "PYTORCH_CUDA_ALLOC_CONF": "a", "TORCH_NCCL_X": "1",
+                                "CUDA_VISIBLE_DEVICES": "0"}
 
 
 def test_doctor_opens_a_pool_only_for_gpu_probes_on_the_live_node(monkeypatch):
@@ -174,6 +178,7 @@ def test_doctor_opens_a_pool_only_for_gpu_probes_on_the_live_node(monkeypatch):
             return pool.size if pool is not None else None
 
     assert pool_size("quick") == 2 and seen == [2, 2]
+    assert pool_size("quick", {}, ["gpu.basic"]) == 2
     assert pool_size("full") == 2
     assert pool_size("static") is None and seen == []
     assert pool_size("quick", {"probes.warm": "0"}) is None

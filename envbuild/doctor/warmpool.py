@@ -10,8 +10,8 @@ What keeps measurements and verdicts the same as a cold start:
 - a waiting interpreter makes no CUDA call: no context, no GPU memory, no NCCL; a running probe's
   bandwidth, memory and FD readings cannot see it (only CPU and page cache are shared);
 - an interpreter is handed out only when the rank's python and every variable that acts before or
-  during `import torch` (IMPORT_TIME_PREFIXES: LD_PRELOAD, LD_LIBRARY_PATH, PYTHON*, TORCH_*, PYTORCH_*
-  ...) equal the pool's; otherwise (offload.cycle's preload hook, the C3 fault's LD_PRELOAD) the rank
+  during `import torch` (IMPORT_TIME_PREFIXES: LD_PRELOAD, LD_LIBRARY_PATH, PYTHON*, TORCH_*, PYTORCH_*,
+  CUDA_* ...) equal the pool's; otherwise (offload.cycle's preload hook, the C3 fault's LD_PRELOAD) the rank
   starts cold exactly as before;
 - the rank gets the same env, argv, working directory and log files (checks/_warm.py `become`).
 Only the doctor's quick/full runs on a live node open a pool (session.run_doctor); launch() outside a
@@ -31,8 +31,10 @@ from envbuild.paths import payload_dir
 
 # Variables read by the loader, the interpreter's start-up or torch's import: a difference here means the
 # warm interpreter is not what a cold start would have been.
-IMPORT_TIME_PREFIXES = ("LD_", "PYTHON", "TORCH_", "PYTORCH_", "MALLOC_", "GLIBC_", "OMP_", "MKL_", "KMP_",
-                        "ENVBUILD_WARM_")
+# CUDA_* (CUDA_VISIBLE_DEVICES above all) is included although only cuInit reads it: should anything in
+# `import torch` ever initialise the driver, the device list would be fixed before the rank's was applied.
+IMPORT_TIME_PREFIXES = ("LD_", "PYTHON", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "MALLOC_", "GLIBC_", "OMP_",
+                        "MKL_", "KMP_", "ENVBUILD_WARM_")
 CLOSE_GRACE_S = 2.0
 
 _ACTIVE: Optional["WarmPool"] = None
@@ -47,15 +49,19 @@ def fingerprint(env: Dict[str, str]) -> Dict[str, str]:
 
 
 class WarmPool:
-    """`size` interpreters of `python` that have imported torch and wait to become a probe rank."""
+    """`size` interpreters of `python` that have imported torch and wait to become a probe rank of a launch
+    on `gpus` (its CUDA_VISIBLE_DEVICES, as launcher.rank_env sets it; None leaves the variable alone)."""
 
-    def __init__(self, python: str, size: int, env: Optional[Dict[str, str]] = None):
+    def __init__(self, python: str, size: int, env: Optional[Dict[str, str]] = None,
+                 gpus: Optional[List[int]] = None):
         self.python = python
         self.size = max(1, size)
         from envbuild.doctor.launcher import NVLS_OFF
 
         self.env = dict(os.environ if env is None else env)
         self.env.update(NVLS_OFF, PYTHONUNBUFFERED="1")  # what launcher.rank_env gives every rank
+        if gpus is not None:
+            self.env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         self._idle: List[subprocess.Popen] = []
         self._closed = False
         self.handed_out = 0  # ranks started warm (the doctor's report does not need it; tests do)
@@ -132,12 +138,13 @@ def active() -> Optional[WarmPool]:
 
 
 @contextlib.contextmanager
-def warm_pool(python: str, size: int, env: Optional[Dict[str, str]] = None) -> Iterator[WarmPool]:
+def warm_pool(python: str, size: int, env: Optional[Dict[str, str]] = None,
+              gpus: Optional[List[int]] = None) -> Iterator[WarmPool]:
     """Make a WarmPool the one launch() uses while the block runs; closed on the way out, whatever happens."""
     global _ACTIVE
     if _ACTIVE is not None:
         raise RuntimeError("a warm pool is already open")
-    pool = WarmPool(python, size, env)
+    pool = WarmPool(python, size, env, gpus)
     _ACTIVE = pool
     try:
         yield pool
