@@ -11,8 +11,9 @@ could see) and block on stdin. A launch then writes one JSON line:
 and this process becomes that rank: the same environment (the pool hands out an interpreter only when
 every variable read before `import torch` finished - LD_*, PYTHON*, TORCH_*, PYTORCH_* ... - is the
 same), run directory, log files and argv as a cold start. End of input (the pool closing) exits 0.
-ENVBUILD_WARM_IMPORTS (comma-separated, default "torch") names what to import ahead; a module that
-fails to import is left for the payload, whose own import then reports the error as a cold start would.
+ENVBUILD_WARM_IMPORTS (comma-separated, default "torch,torch.distributed") names what to import ahead;
+a module that fails to import is left for the payload, whose own import then reports the error as a
+cold start would.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def become(spec: Dict[str, Any]) -> None:
 
 
 def main() -> int:
-    for name in os.environ.get("ENVBUILD_WARM_IMPORTS", "torch").split(","):
+    for name in os.environ.get("ENVBUILD_WARM_IMPORTS", "torch,torch.distributed").split(","):
         if name.strip():
             try:
                 importlib.import_module(name.strip())

@@ -4,11 +4,13 @@
 its import finished, so a test can tell whether a rank's import happened before launch() was called
 (warm) or after (cold) without timing the run.
 """
+import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from torch_env import torch_env  # noqa: F401  (fixture)
 
 from envbuild.doctor.launcher import launch
 from envbuild.doctor.warmpool import fingerprint, warm_pool
@@ -183,3 +185,16 @@ def test_doctor_opens_a_pool_only_for_gpu_probes_on_the_live_node(monkeypatch):
     assert pool_size("static") is None and seen == []
     assert pool_size("quick", {"probes.warm": "0"}) is None
     assert pool_size("quick", checks=["node.*"]) is None  # no GPU probe selected
+
+
+def test_the_collectives_payload_with_real_torch_runs_warm_and_exact(torch_env):
+    """checks/nccl_collectives.py (torch, torch.distributed on gloo) in interpreters that imported torch first:
+    the same exact verdict as the cold runs of tests/test_collectives_gloo.py."""
+    python, base = torch_env
+    with warm_pool(python, 2, env={**os.environ, **base}, gpus=[0, 1]) as pool:
+        out = launch("nccl_collectives.py", 2, python=python, gpus=[0, 1], backend="gloo",
+                     args=["--sizes", "4096", "--budget-ms", "5", "--max-iters", "3"], deadline_s=120, env=base)
+        assert pool.handed_out == 2
+    assert out.ok, [r.stderr_tail for r in out.ranks]
+    assert {r.result["status"] for r in out.ranks} == {"pass"}
+    assert len(out.ranks[0].result["evidence"]["rows"]) == 5

@@ -134,7 +134,8 @@ WARM_OFF = ("0", "off", "false", "no")
 def _probe_pool(ctx: "DoctorContext", checks: List["Check"]) -> ContextManager[Any]:
     """The warm pool of probe interpreters (envbuild/doctor/warmpool.py) for a run that launches GPU probes
     on the live node: one interpreter per selected GPU (a probe runs one rank per GPU, seeing the selected
-    GPUs), so each launch finds its ranks' `import torch` done. `--set probes.warm=0` starts every rank cold, as before the pool."""
+    GPUs), so each launch finds its ranks' `import torch` done. `--set probes.warm=0` starts every rank
+    cold, as before the pool."""
     import contextlib
 
     from envbuild.doctor.warmpool import warm_pool

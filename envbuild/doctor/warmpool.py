@@ -65,8 +65,12 @@ class WarmPool:
         self._idle: List[subprocess.Popen] = []
         self._closed = False
         self.handed_out = 0  # ranks started warm (the doctor's report does not need it; tests do)
-        for _ in range(self.size):
-            self._spawn()
+        try:
+            for _ in range(self.size):
+                self._spawn()
+        except OSError:
+            self.close()
+            raise
 
     def _spawn(self) -> None:
         proc = subprocess.Popen([self.python, "-u", str(payload_dir() / "_warm.py")], env=self.env,
@@ -87,7 +91,10 @@ class WarmPool:
             return None
         while self._idle:
             proc = self._idle.pop(0)
-            self._spawn()
+            try:
+                self._spawn()
+            except OSError:  # no replacement: later ranks start cold
+                pass
             if proc.poll() is not None:  # died while waiting (killed from outside): try the next one
                 continue
             spec = {"argv": argv[2:], "env": env, "cwd": cwd, "stdout": stdout, "stderr": stderr}
@@ -139,12 +146,17 @@ def active() -> Optional[WarmPool]:
 
 @contextlib.contextmanager
 def warm_pool(python: str, size: int, env: Optional[Dict[str, str]] = None,
-              gpus: Optional[List[int]] = None) -> Iterator[WarmPool]:
-    """Make a WarmPool the one launch() uses while the block runs; closed on the way out, whatever happens."""
+              gpus: Optional[List[int]] = None) -> Iterator[Optional[WarmPool]]:
+    """Make a WarmPool the one launch() uses while the block runs (None when `python` cannot start); closed on
+    the way out, whatever happens."""
     global _ACTIVE
     if _ACTIVE is not None:
         raise RuntimeError("a warm pool is already open")
-    pool = WarmPool(python, size, env, gpus)
+    try:
+        pool = WarmPool(python, size, env, gpus)
+    except OSError:  # the python cannot be started: every rank starts cold and reports that itself
+        yield None
+        return
     _ACTIVE = pool
     try:
         yield pool
