@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU run for the doctor --quick time goal (<= 60 s wall on the lent 2xH200): the whole
-# `envbuild doctor --quick --gpus 0,1` twice, timed (the warm pool of probe interpreters and cumem.ipc's
-# helpers started at once, code after a9426f5 whose run took 85.2 s), then `ps` for leftover payload
-# processes (the pool's checks/_warm.py included).
+# `envbuild doctor --quick --gpus 0,1` twice, timed, then `ps` for leftover payload processes. Session 2 ran
+# it at `e41833f` (a warm pool of probe interpreters, since taken out: ranks it handed out were killed) and
+# cumem.ipc's five helpers started at once (kept).
 # Lent 2xH200 (kind nvidia-h200-x2), repo root, $OUT set; carry .whl (megatron-core, torch_memory_saver)
 # and .nccl-tests/bin (py-spy):  bash docs/gpu-runs/s3-quick.sh   (timeout_s 200; LIMIT defaults to 190)
 # Writes 4 files under $OUT: doctor-quick-2gpu-s3.json, doctor-quick-2gpu-s3-run2.json, s3-summary.txt and

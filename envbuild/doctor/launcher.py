@@ -424,18 +424,10 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
     """
     reason = ""
     timed_out = False
-    from envbuild.doctor.warmpool import active
-
-    pool = active()
     for k, env in enumerate(envs):
-        out_path, err_path = rd / f"rank{k}.stdout.log", rd / f"rank{k}.log"
-        # An interpreter of the doctor's warm pool has imported torch already; it becomes this rank with the
-        # same env, cwd and logs, or None comes back and the rank starts cold.
-        proc = pool.start(argv, env, str(rd), str(out_path), str(err_path)) if pool is not None else None
-        if proc is None:
-            with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        cwd=str(rd), start_new_session=True, close_fds=True)
+        with open(rd / f"rank{k}.stdout.log", "wb") as out, open(rd / f"rank{k}.log", "wb") as err:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=str(rd),
+                                    start_new_session=True, close_fds=True)
         ranks.append(_Rank(k, proc, rd))
     first_crash_at: Optional[float] = None
     last_scan = 0.0

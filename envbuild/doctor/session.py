@@ -7,14 +7,12 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envbuild.doctor.context import DoctorContext
-    from envbuild.doctor.registry import Check
     from envbuild.facts.source import FactSource
     from envbuild.report.model import Report
 
@@ -114,7 +112,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     live = terminal.LiveProgress(enabled=not opts.quiet)
-    with live, _probe_pool(ctx, select(opts.checks, opts.skips, mode=opts.mode)):
+    with live:
         results = run_selected(ctx, opts.checks, opts.skips, on_result=live.update)
     report = Report(
         host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
@@ -126,28 +124,6 @@ def run_doctor(opts: DoctorOptions) -> int:
     _write_reports(report, opts)
     terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)
-
-
-WARM_OFF = ("0", "off", "false", "no")
-
-
-def _probe_pool(ctx: "DoctorContext", checks: List["Check"]) -> ContextManager[Any]:
-    """The warm pool of probe interpreters (envbuild/doctor/warmpool.py) for a run that launches GPU probes
-    on the live node: one interpreter per selected GPU (a probe runs one rank per GPU, seeing the selected
-    GPUs), so each launch finds its ranks' `import torch` done. `--set probes.warm=0` starts every rank
-    cold, as before the pool."""
-    import contextlib
-
-    from envbuild.doctor.warmpool import warm_pool
-
-    wants_gpu = any({"gpu", "multi_gpu"} & c.needs for c in checks)
-    if ctx.mode == "static" or not ctx.facts.is_live or not wants_gpu \
-            or str(ctx.options.get("probes.warm", "1")).strip().lower() in WARM_OFF:
-        return contextlib.nullcontext()
-    gpus = ctx.gpu_indices()
-    if not gpus:
-        return contextlib.nullcontext()
-    return warm_pool(ctx.python or sys.executable, size=min(len(gpus), 8), gpus=gpus)
 
 
 def _write_reports(report: "Report", opts: DoctorOptions) -> None:
