@@ -157,8 +157,9 @@ def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monk
     assert "sequence parallel not supported" in res.summary
 
 
-def _replay(monkeypatch, ranks, **outcome_kw):
-    """run_payload with the launcher replaced by a recorded or built outcome (1 GPU... N GPUs)."""
+def _replay(monkeypatch, ranks, world=2, options=None, gpu=None, **outcome_kw):
+    """run_payload with the launcher replaced by a recorded or built outcome; by default EP 2 on 2 GPUs,
+    2 layers."""
     from envbuild.doctor import launcher
     from envbuild.doctor.checks.train_moe import run_payload
     from envbuild.doctor.launcher import LaunchOutcome
@@ -172,10 +173,11 @@ def _replay(monkeypatch, ranks, **outcome_kw):
     outcome = LaunchOutcome(ranks=ranks, **kw)
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
     ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
-    opts = parse_options({"train.layers": "2", "train.tp": "1", "train.ep": "2"}, "full")
+    opts = parse_options(options or {"train.layers": "2", "train.tp": "1", "train.ep": "2"}, "full")
     shape = get_preset(opts.preset)
-    layout = derive_layout(2, shape, 2, 4096, tp=1, ep=2)
-    return run_payload(ctx, opts, shape, layout, {"name": "NVIDIA H200"}, estimate_bytes(shape, layout, 2, 4096, 1))
+    layout = derive_layout(world, shape, opts.layers, opts.seq, tp=opts.tp, ep=opts.ep)
+    return run_payload(ctx, opts, shape, layout, gpu or {"name": "NVIDIA H200"},
+                       estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs))
 
 
 def _steps(n=10, plain=3):
@@ -260,24 +262,10 @@ def test_a_deadline_while_a_rank_sat_in_one_phase_longer_than_a_cycle_stays_a_ha
 
 
 def _replay_one_gpu(monkeypatch, verdict, layers):
-    """run_payload on one H200 (143771 MiB) with the launcher replaced by one rank's recorded verdict."""
-    from envbuild.doctor import launcher
-    from envbuild.doctor.checks.train_moe import run_payload
-    from envbuild.doctor.launcher import LaunchOutcome
-    from envbuild.train.layout import derive_layout
-    from envbuild.train.memory import estimate_bytes
-    from envbuild.train.options import parse_options
-    from envbuild.train.presets import get_preset
-
-    outcome = LaunchOutcome(ranks=[_rank(0, verdict, phase="train 0", returncode=4)], timed_out=False,
-                            hung_ranks=[], crashed_ranks=[0], wall_s=40.0, reason="rank 0 exited with code 4")
-    monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
-    ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
-    opts = parse_options({"train.layers": str(layers)}, "full")
-    shape = get_preset(opts.preset)
-    layout = derive_layout(1, shape, layers, 4096)
-    gpu = {"name": "NVIDIA H200", "memory_bytes": 143771 * 1024 ** 2}
-    return run_payload(ctx, opts, shape, layout, gpu, estimate_bytes(shape, layout, layers, 4096, 1))
+    """One H200 (143771 MiB) whose only rank left `verdict` and exited 4, as the payload does on an OOM."""
+    return _replay(monkeypatch, [_rank(0, verdict, phase="train 0", returncode=4)], world=1,
+                   options={"train.layers": str(layers)}, gpu={"name": "NVIDIA H200", "memory_bytes": 143771 * 1024 ** 2},
+                   crashed_ranks=[0], wall_s=40.0, reason="rank 0 exited with code 4")
 
 
 def _oom_verdict(layers, free_at_start):
