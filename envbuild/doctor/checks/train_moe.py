@@ -412,9 +412,10 @@ def _verdict_result(run: _Run) -> Result:
     flops = run.flops_per_token()
     tokens = run.tokens_per_step()
     weight_bytes = int(ev.get("weight_bytes_per_rank") or 0)
+    offloaded = (ev.get("offload_mode") or {}).get("offload") != "none"  # train.offload=none frees only comms
     verdict = assess(steps, global_tokens=tokens, flops_per_token=flops, gpus=layout.world,
                      peak_tflops=peak.bf16_dense_tflops if peak else None, weight_bytes=weight_bytes,
-                     offloaded=(ev.get("offload_mode") or {}).get("offload") != "none")
+                     offloaded=offloaded)
     peaks_by_rank = {f"rank{r.rank}": max([s.get("peak_allocated_bytes") or 0
                                            for s in ((r.result or {}).get("evidence") or {}).get("steps", [])]
                                           or [0])
@@ -449,7 +450,7 @@ def _verdict_result(run: _Run) -> Result:
             parts.append(f"MFU {100 * f['mfu']:.1f} % of {peak.bf16_dense_tflops:.0f} TFLOP/s")
         if f["ratio"]:
             parts.append(f"cycle {f['ratio']:.1f}x a plain step")
-        if f["released"] is not None and weight_bytes and (ev.get("offload_mode") or {}).get("offload") != "none":
+        if f["released"] is not None and weight_bytes and offloaded:
             parts.append(f"offload freed {f['released'] / GIB:.1f} GiB ({f['released'] / weight_bytes:.1f}x weights)")
         summary = "; ".join(parts)
     else:
