@@ -95,7 +95,7 @@ def test_hang_is_killed_inside_deadline_with_stacks_and_no_orphans():
     assert len(kids) == 6
     assert_nothing_left(out, kids)  # including the children that left the process group
 
-    res = failure_result("comm.t", "comm", out, what="test probe")
+    res = failure_result(out, what="test probe")
     assert res.status is Status.FAIL and "hung" in res.summary and "'collective'" in res.summary
     assert res.causes == ["M4", "D7"] and res.evidence["phases"]["rank2"] == "collective"
 
@@ -115,7 +115,7 @@ def test_crash_reports_stderr_tail_and_stops_the_waiting_peers():
     crashed = out.ranks[1]
     assert crashed.returncode == 1 and "Cuda failure 999" in crashed.stderr_tail
     assert crashed.result["status"] == "error" and crashed.result["phase"] == "compute"
-    res = failure_result("comm.t", "comm", out, what="test probe")
+    res = failure_result(out, what="test probe")
     assert res.status is Status.FAIL and "rank 1" in res.summary and "999" in res.summary
     assert "Cuda failure 999" in res.evidence["rank1_stderr_tail"]
     assert_nothing_left(out)
@@ -125,7 +125,7 @@ def test_signal_death_without_result():
     out = run("segv_payload.py", nranks=2)
     assert out.crashed_ranks == [0] and out.ranks[0].returncode == -11 and out.ranks[0].result is None
     assert "Fatal Python error" in out.ranks[0].stderr_tail  # faulthandler.enable() on fatal signals
-    res = failure_result("gpu.t", "gpu", out, what="test probe")
+    res = failure_result(out, what="test probe")
     assert res.status is Status.FAIL and "code -11" in res.summary and "'kernel'" in res.summary
 
 
@@ -133,7 +133,7 @@ def test_sigstopped_rank_is_reported_and_killed():
     out = run("ok_payload.py", nranks=2, deadline_s=3, env={"ENVBUILD_TEST_SIGSTOP_AT": "work"})
     assert out.timed_out and out.hung_ranks == [1] and out.ranks[0].returncode == 0
     assert out.ranks[1].phase == "work" and "stopped" in out.ranks[1].stack_dump and out.ranks[1].state == "T"
-    res = failure_result("comm.t", "comm", out, what="test probe")
+    res = failure_result(out, what="test probe")
     assert "rank 1 was stopped (state T" in res.summary and res.evidence["leftover_pids"] == []
     assert_nothing_left(out)
 

@@ -26,7 +26,6 @@ def doctor(*args, tmp_path):
     (["--gpus", "0,1", "--set", "train.ep=4", "--set", "train.tp=1"], "EP 4 x PP 1 = 4 does not divide the 2 GPUs"),
     (["--set", "train.ep=3"], "train.ep=3 does not divide the 128 experts"),
     (["--set", "train.tp=2", "--set", "train.sp=0"], "set train.sp=1"),
-    (["--set", "train.layres=2"], "unknown option train.layres"),
     (["--set", "train.cp=2", "--set", "train.spec=local"],
      "train.cp=2 with train.spec=local: megatron-core's local attention refuses context parallel"),
     # this test environment has no Transformer Engine: read from its packages before any launch
@@ -60,6 +59,14 @@ def test_listed_as_a_full_mode_train_check():
     assert set(chk.causes) >= {"M4", "M5", "C9", "C2"}
 
 
+def _probe(ctx):
+    """What the runner hands the train check for this context (its ProbeRun)."""
+    from envbuild.doctor.probe_run import ProbeRun
+    from envbuild.doctor.registry import discover
+
+    return ProbeRun(discover()["train.moe_step"], ctx)
+
+
 def _run_in_this_python(monkeypatch, world=2, **env):
     """Launch the real payload with this (torch-free, megatron-free) python through the check's code."""
     from envbuild.doctor.checks.train_moe import run_payload
@@ -74,7 +81,7 @@ def _run_in_this_python(monkeypatch, world=2, **env):
     opts = parse_options({"train.layers": "2", "train.deadline": "60"}, "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(world, shape, opts.layers, opts.seq, tp=1)
-    return run_payload(ctx, opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
+    return run_payload(_probe(ctx), opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
 
 
 def test_missing_megatron_core_is_a_skip_with_the_install_command(monkeypatch, no_gpu_env):
@@ -119,7 +126,7 @@ def test_replayed_hang_after_leaking_cycles_names_rebuild_and_m4(monkeypatch):
     opts = parse_options({"train.layers": "2", "train.tp": "2", "train.sp": "1", "train.ep": "2"}, "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(2, shape, 2, 4096, tp=2, sp=True, ep=2)
-    res = run_payload(ctx, opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
+    res = run_payload(_probe(ctx), opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
     assert res.status == Status.FAIL
     assert res.summary.startswith("[rebuild] the train-step cycle hung: rank 0 hung in phase 'rebuild 5'")
     assert "5 cycle(s) had completed" in res.summary
@@ -150,7 +157,7 @@ def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monk
     opts = parse_options({"train.tp": "2"}, "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(2, shape, 4, 4096, tp=2)
-    res = run_payload(ctx, opts, shape, layout, {}, estimate_bytes(shape, layout, 4, 4096, 1))
+    res = run_payload(_probe(ctx), opts, shape, layout, {}, estimate_bytes(shape, layout, 4, 4096, 1))
     assert res.status == Status.ERROR and res.summary.startswith("[build] ")  # the check broke, not the node
     assert res.causes == []
     assert res.evidence["failed_phase"] == "build"
@@ -176,7 +183,7 @@ def _replay(monkeypatch, ranks, world=2, options=None, gpu=None, **outcome_kw):
     opts = parse_options(options or {"train.layers": "2", "train.tp": "1", "train.ep": "2"}, "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(world, shape, opts.layers, opts.seq, tp=opts.tp, ep=opts.ep)
-    return run_payload(ctx, opts, shape, layout, gpu or {"name": "NVIDIA H200"},
+    return run_payload(_probe(ctx), opts, shape, layout, gpu or {"name": "NVIDIA H200"},
                        estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs))
 
 

@@ -36,16 +36,18 @@ def _parse_sets(values: Tuple[str, ...]) -> Dict[str, str]:
 @click.option("--check", "checks", multiple=True, metavar="ID", help="Run only checks matching this id, glob or category.")
 @click.option("--skip", "skips", multiple=True, metavar="ID", help="Do not run checks matching this id, glob or category.")
 @click.option("--list", "list_only", is_flag=True, help="List the checks and exit.")
+@click.option("--list-options", "list_options", is_flag=True, help="List the --set options of the checks and exit.")
 @click.option("--strict", is_flag=True, help="Treat warnings as failures in the exit code.")
 @click.option("--require-gpu", is_flag=True, help="Fail (not skip) when no GPU or driver is usable.")
 @click.option("--json", "json_path", metavar="PATH", help="Write the versioned JSON report here.")
 @click.option("--junit", "junit_path", metavar="PATH", help="Write a JUnit XML report here.")
 @click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile here.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Option for a check, e.g. train.layers=4.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Option for a check, e.g. train.layers=4 (--list-options shows them all).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
 def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
            mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
-           strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
+           list_options: bool, strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
            prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
@@ -55,7 +57,8 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
 
     opts = DoctorOptions(
         profile=profile_name, python=python, prefix=prefix, root=root, mode=mode or "static",
-        gpus=_parse_gpus(gpus), checks=list(checks), skips=list(skips), list_only=list_only, strict=strict,
+        gpus=_parse_gpus(gpus), checks=list(checks), skips=list(skips), list_only=list_only,
+        list_options=list_options, strict=strict,
         require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,
         options=_parse_sets(sets), quiet=quiet,
     )

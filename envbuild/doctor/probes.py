@@ -10,20 +10,11 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
+from envbuild.doctor.registry import DEFAULT_HANG_CAUSES, verdict
 from envbuild.report.model import Metric, Result, Status
 
 STACK_CHARS = 3000
 TAIL_LINES = 25
-
-# A hang in a collective or in communicator setup: per-step communicator churn (M4) or a GPU held by a
-# stale process (D7) are the causes research/error999.md §2 names for it.
-DEFAULT_HANG_CAUSES = ("M4", "D7")
-
-
-def probe_mode(ctx: Any) -> str:
-    """How big a GPU probe's run is: "full" under --full, else "quick" (a static run that names a probe with
-    --check gets the quick size: the probes have no static variant)."""
-    return "full" if ctx.mode == "full" else "quick"
 
 
 def _tail_lines(text: str, n: int = TAIL_LINES) -> str:
@@ -47,9 +38,8 @@ def _rank_line(r: RankOutcome, outcome: LaunchOutcome) -> str:
     return f"rank {r.rank} finished (code {r.returncode})"
 
 
-def failure_result(check_id: str, category: str, outcome: LaunchOutcome, *, what: str,
-                   hang_causes: Sequence[str] = DEFAULT_HANG_CAUSES, crash_causes: Sequence[str] = (),
-                   subject: Optional[str] = None) -> Optional[Result]:
+def failure_result(outcome: LaunchOutcome, *, what: str, hang_causes: Sequence[str] = DEFAULT_HANG_CAUSES,
+                   crash_causes: Sequence[str] = (), subject: Optional[str] = None) -> Optional[Result]:
     """A `fail` (hang or crash) or `error` (no verdict) Result, or None when every rank gave a verdict.
 
     `what` names the probe in the summary ("NCCL collectives"). Evidence carries each rank's phase,
@@ -76,7 +66,7 @@ def failure_result(check_id: str, category: str, outcome: LaunchOutcome, *, what
     lines = "; ".join(_rank_line(r, outcome) for r in outcome.ranks if r.rank in outcome.hung_ranks
                       or r.rank in outcome.crashed_ranks)
     if outcome.hung_ranks and not outcome.crashed_ranks:
-        return Result(check_id, category, Status.FAIL,
+        return verdict(Status.FAIL,
                       f"{what} hung: {lines} ({outcome.reason}); every process was killed",
                       evidence=evidence, causes=list(hang_causes), subject=subject,
                       remediation="look at the stacks in the evidence; check for stale GPU processes "
@@ -85,15 +75,15 @@ def failure_result(check_id: str, category: str, outcome: LaunchOutcome, *, what
         first = next(r for r in outcome.ranks if r.rank == outcome.crashed_ranks[0])
         msg = _last_error_line(first)
         # A payload that raised still wrote an "error" verdict: when it names a cause, keep its summary.
-        verdict = first.result or {}
+        own = first.result or {}
         summary = f"{what} failed: {lines}" + (f": {msg}" if msg else "")
-        if verdict.get("summary"):
-            summary = f"{what} failed on rank {first.rank}: {verdict['summary']}"
-        return Result(check_id, category, Status.FAIL, summary, evidence=evidence,
-                      causes=list(crash_causes) or list(verdict.get("causes", [])), subject=subject,
+        if own.get("summary"):
+            summary = f"{what} failed on rank {first.rank}: {own['summary']}"
+        return verdict(Status.FAIL, summary, evidence=evidence,
+                      causes=list(crash_causes) or list(own.get("causes", [])), subject=subject,
                       remediation="read the stderr tail in the evidence; rerun with NCCL_DEBUG=INFO")
     missing = [r.rank for r in outcome.ranks if r.result is None]
-    return Result(check_id, category, Status.ERROR,
+    return verdict(Status.ERROR,
                   f"{what}: rank(s) {missing} exited 0 without a result; the probe itself is broken",
                   evidence=evidence, subject=subject)
 
@@ -117,14 +107,13 @@ def metrics_of(data: Dict[str, Any], prefix: str = "") -> List[Metric]:
     return out
 
 
-def rank_results(check_id: str, category: str, outcome: LaunchOutcome,
-                 subject_of: Optional[Dict[int, str]] = None) -> List[Result]:
+def rank_results(outcome: LaunchOutcome, subject_of: Optional[Dict[int, str]] = None) -> List[Result]:
     """One Result per rank from its own verdict (for probes where each rank tests its own GPU)."""
     out = []
     for r in outcome.ranks:
         data = r.result or {}
         status = status_of(data.get("status"))
-        out.append(Result(check_id, category, status, str(data.get("summary") or "no summary"),
+        out.append(verdict(status, str(data.get("summary") or "no summary"),
                           evidence=dict(data.get("evidence") or {}), metrics=metrics_of(data),
                           causes=list(data.get("causes") or []), remediation=data.get("remediation"),
                           subject=(subject_of or {}).get(r.rank, f"rank{r.rank}")))
@@ -144,8 +133,7 @@ def worst(statuses: Iterable[Status]) -> Status:
     return max(statuses, key=lambda s: s.rank, default=Status.PASS)
 
 
-def merged_result(check_id: str, category: str, outcome: LaunchOutcome, *,
-                  metric_ranks: Optional[Sequence[int]] = (0,)) -> Result:
+def merged_result(outcome: LaunchOutcome, *, metric_ranks: Optional[Sequence[int]] = (0,)) -> Result:
     """One Result for a collective probe: the worst rank verdict, summaries of non-passing ranks,
     metrics from `metric_ranks` (rank 0 by default, as collectives measure the same thing everywhere;
     None = every rank, names prefixed rank<k>.), evidence per rank."""
@@ -174,5 +162,5 @@ def merged_result(check_id: str, category: str, outcome: LaunchOutcome, *,
         for c in r.result.get("causes") or []:
             if c not in causes:
                 causes.append(c)
-    return Result(check_id, category, status, summary, evidence=evidence, metrics=metrics, causes=causes,
-                  remediation=lead.result.get("remediation"))
+    return verdict(status, summary, evidence=evidence, metrics=metrics, causes=causes,
+                   remediation=lead.result.get("remediation"))

@@ -1,7 +1,10 @@
-"""The check registry: every check is declared once, with what it needs and which causes it can confirm.
+"""The check registry: every check is declared once, with what it needs, the options it takes and, for a GPU
+probe, the spec the runner executes.
 
-Check modules live in envbuild/doctor/checks/ and register themselves with @check(...). They are
-discovered by walking that package, so adding a check never means editing a shared list.
+Check modules live in envbuild/doctor/checks/ and register themselves with @check(...) (a static check: a plain
+function of the context) or @probe_check(...) (a payload under checks/ that the runner launches; the function
+only judges what the payload reported). They are discovered by walking that package, so adding a check never
+means editing a shared list. A check returns `verdict(...)` Results: the runner stamps its id and category.
 """
 from __future__ import annotations
 
@@ -9,25 +12,118 @@ import fnmatch
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-if TYPE_CHECKING:  # pragma: no cover
-    from envbuild.doctor.context import DoctorContext
-    from envbuild.report.model import Result
+from envbuild.errors import EnvbuildError
+from envbuild.report.model import CATEGORIES, Result, Status, category_rank
 
-CATEGORIES = ("node", "stack", "gpu", "comm", "train")
-
-
-def category_rank(category: str) -> int:
-    """Position of a category in every listing and report (node facts first, the train step last); an unknown
-    category sorts after the known ones."""
-    return CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
-
+__all__ = ["CATEGORIES", "category_rank", "Check", "Option", "OptionError", "ProbeSpec", "check", "probe_check",
+           "verdict", "discover", "all_checks", "select", "declared_options", "validate_options", "RENAMED"]
 
 # What a check can need. The runner skips (with the reason) a check whose needs the run cannot meet.
 NEEDS = frozenset({"gpu", "multi_gpu", "profile", "live"})
+MODES = ("static", "quick", "full")
+PROBE_MODES = ("quick", "full")  # a probe has no static size: a static run that names it gets the quick one
 
-CheckFn = Callable[["DoctorContext"], Union["Result", List["Result"]]]
+# Ids a check had before it got its category's prefix; `--check OLD` runs the new one (docs/README.md).
+RENAMED: Dict[str, str] = {}
+
+CheckFn = Callable[..., Union[Result, List[Result]]]
+
+
+def verdict(status: Status, summary: str, **fields: Any) -> Result:
+    """A Result of the running check: the runner fills in its id and category, so a check never restates them."""
+    return Result("", "", status, summary, **fields)
+
+
+class OptionError(EnvbuildError):
+    """A `--set KEY=VALUE` the checks do not declare, or a value of the wrong type (exit 2); the message names
+    the key and the valid ones."""
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+OPTION_TYPES = ("int", "float", "str", "bool", "choice", "ints")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One `--set KEY=VALUE` a check takes: its type, its default (None = the check decides, e.g. by mode) and a
+    help line. `envbuild doctor --list-options` prints these; the session rejects anything else before a run."""
+
+    key: str
+    type: str
+    default: Any
+    help: str
+    choices: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.type not in OPTION_TYPES:
+            raise ValueError(f"option {self.key}: unknown type {self.type!r}")
+        if (self.type == "choice") != bool(self.choices):
+            raise ValueError(f"option {self.key}: choices go with type 'choice' only")
+
+    def type_label(self) -> str:
+        return "|".join(self.choices) if self.type == "choice" else ("int,int,..." if self.type == "ints" else self.type)
+
+    def parse(self, raw: Any) -> Any:
+        """The typed value of `raw` (a CLI string), or OptionError naming the key and the expected type."""
+        text = str(raw).strip()
+        bad = OptionError(f"--set {self.key}={text!r}: expected {self.type_label()} ({self.help})")
+        if self.type == "str":
+            return text
+        if self.type == "choice":
+            if text not in self.choices:
+                raise bad
+            return text
+        if self.type == "bool":
+            if text.lower() not in _TRUE | _FALSE:
+                raise bad
+            return text.lower() in _TRUE
+        try:
+            if self.type == "int":
+                return int(text)
+            if self.type == "float":
+                return float(text)
+            return [int(s) for s in text.split(",") if s.strip()]
+        except ValueError:
+            raise bad from None
+
+
+# A hang in a collective or in communicator setup: per-step communicator churn (M4) or a GPU held by a
+# stale process (D7) are the causes research/error999.md §2 names for it.
+DEFAULT_HANG_CAUSES = ("M4", "D7")
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """What the runner needs to launch a probe: its payload, how many ranks, its deadlines and what a hang or a
+    crash points to. The check module keeps only how to judge the evidence."""
+
+    payload: str  # file name under checks/ (the check's id with "_" for "."), e.g. "gpu_basic.py"
+    what: str  # how the summary names the probe: "the basic GPU probe"
+    deadline_s: Mapping[str, float]  # per probe mode (quick, full): the whole run's deadline
+    phase_deadlines: Mapping[str, float] = field(default_factory=dict)  # phase (or "*") -> most seconds in it
+    ranks: str = "per_gpu"  # "per_gpu": one process per selected GPU; "one": one process that sees them all
+    max_gpus: Optional[int] = None  # the probe uses at most this many of the selected GPUs
+    backend: str = "nccl"  # torch.distributed backend the launcher sets up ("none": no process group)
+    hang_causes: Tuple[str, ...] = DEFAULT_HANG_CAUSES
+    crash_causes: Tuple[str, ...] = ()  # empty: the causes the crashed payload's own verdict names
+
+    def __post_init__(self) -> None:
+        if set(self.deadline_s) != set(PROBE_MODES):
+            raise ValueError(f"probe {self.payload}: deadline_s needs exactly {PROBE_MODES}")
+        if self.ranks not in ("per_gpu", "one"):
+            raise ValueError(f"probe {self.payload}: ranks must be per_gpu or one")
+
+    def failure(self, outcome: Any, *, subject: Optional[str] = None, crash_causes: Optional[Sequence[str]] = None,
+                hang_causes: Optional[Sequence[str]] = None) -> Optional[Result]:
+        """The hang/crash `fail` (or no-verdict `error`) of a launch with this probe's causes; None when every
+        rank gave a verdict. The overrides replace the spec's causes when the evidence names better ones."""
+        from envbuild.doctor.probes import failure_result
+
+        return failure_result(outcome, what=self.what, subject=subject,
+                              hang_causes=self.hang_causes if hang_causes is None else hang_causes,
+                              crash_causes=self.crash_causes if crash_causes is None else crash_causes)
 
 
 @dataclass(frozen=True)
@@ -37,9 +133,10 @@ class Check:
     title: str
     fn: CheckFn
     needs: FrozenSet[str] = frozenset()
-    timeout_s: float = 30.0
     causes: Tuple[str, ...] = ()
-    modes: FrozenSet[str] = frozenset({"static", "quick", "full"})  # doctor modes that run it
+    modes: FrozenSet[str] = frozenset(MODES)  # doctor modes that run it
+    options: Tuple[Option, ...] = ()
+    probe: Optional[ProbeSpec] = None  # None: a static check, fn(ctx); else fn(ctx, run: ProbeRun)
     doc: str = ""
 
 
@@ -47,43 +144,46 @@ _REGISTRY: Dict[str, Check] = {}
 _DISCOVERED = False
 
 
-def check(
-    id: str,
-    category: str,
-    title: str,
-    needs: Iterable[str] = (),
-    timeout_s: float = 30.0,
-    causes: Sequence[str] = (),
-    modes: Iterable[str] = ("static", "quick", "full"),
-) -> Callable[[CheckFn], CheckFn]:
-    """Register a check function. `causes` are ids in envbuild/knowledge that the check can point to."""
+def _register(id: str, category: str, title: str, fn: CheckFn, needs: Iterable[str], causes: Sequence[str],
+              modes: Iterable[str], options: Sequence[Option], probe: Optional[ProbeSpec]) -> None:
     if category not in CATEGORIES:
         raise ValueError(f"check {id}: unknown category {category!r}")
     unknown = set(needs) - NEEDS
     if unknown:
         raise ValueError(f"check {id}: unknown needs {sorted(unknown)}")
+    if id in _REGISTRY and _REGISTRY[id].fn is not fn:
+        raise ValueError(f"check id {id} registered twice")
+    _REGISTRY[id] = Check(id=id, category=category, title=title, fn=fn, needs=frozenset(needs),
+                          causes=tuple(causes), modes=frozenset(modes), options=tuple(options), probe=probe,
+                          doc=(fn.__doc__ or "").strip())
+
+
+def check(id: str, category: str, title: str, needs: Iterable[str] = (), causes: Sequence[str] = (),
+          modes: Iterable[str] = MODES, options: Sequence[Option] = ()) -> Callable[[CheckFn], CheckFn]:
+    """Register a static check `fn(ctx)`. `causes` are ids in envbuild/knowledge that the check can point to."""
 
     def wrap(fn: CheckFn) -> CheckFn:
-        if id in _REGISTRY and _REGISTRY[id].fn is not fn:
-            raise ValueError(f"check id {id} registered twice")
-        _REGISTRY[id] = Check(
-            id=id,
-            category=category,
-            title=title,
-            fn=fn,
-            needs=frozenset(needs),
-            timeout_s=timeout_s,
-            causes=tuple(causes),
-            modes=frozenset(modes),
-            doc=(fn.__doc__ or "").strip(),
-        )
+        _register(id, category, title, fn, needs, causes, modes, options, None)
+        return fn
+
+    return wrap
+
+
+def probe_check(id: str, category: str, title: str, *, probe: ProbeSpec, needs: Iterable[str] = ("gpu",),
+                causes: Sequence[str] = (), modes: Iterable[str] = PROBE_MODES,
+                options: Sequence[Option] = ()) -> Callable[[CheckFn], CheckFn]:
+    """Register a GPU probe: `fn(ctx, run)` asks `run` (envbuild/doctor/probe_run.py) to launch the payload and
+    judges its evidence; a hang or a crash never reaches it (the runner reports those)."""
+
+    def wrap(fn: CheckFn) -> CheckFn:
+        _register(id, category, title, fn, needs, causes, modes, options, probe)
         return fn
 
     return wrap
 
 
 def discover() -> Dict[str, Check]:
-    """Import every module under envbuild.doctor.checks once, so their @check decorators run."""
+    """Import every module under envbuild.doctor.checks once, so their decorators run."""
     global _DISCOVERED
     if not _DISCOVERED:
         import envbuild.doctor.checks as pkg
@@ -102,11 +202,12 @@ def all_checks() -> List[Check]:
 
 def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: Optional[str] = "static") -> List[Check]:
     """Checks matching any of `patterns` (ids or globs; all when empty), minus `skip`, that run in `mode`
-    (every mode when `mode` is None, as `--list` shows).
+    (every mode when `mode` is None, as `--list` shows). An old id (RENAMED) stands for its new one.
 
     An explicit pattern that matches nothing is a usage error: a typo must not silently run zero checks.
     """
-    from envbuild.errors import EnvbuildError
+    patterns = [RENAMED.get(p, p) for p in patterns]
+    skip = [RENAMED.get(p, p) for p in skip]
 
     def matches(c: Check, pats: Sequence[str]) -> bool:
         return any(fnmatch.fnmatchcase(c.id, p) or c.category == p for p in pats)
@@ -121,3 +222,33 @@ def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: Optiona
     if not patterns and mode is not None:  # an explicit --check runs a check whatever the mode
         chosen = [c for c in chosen if mode in c.modes]
     return chosen
+
+
+def declared_options() -> Dict[str, Tuple[Option, List[str]]]:
+    """Every `--set` key the checks declare -> (its Option, the ids of the checks that take it), sorted by key.
+
+    Two checks may share a key (comm.phase_deadline_s) only with the same declaration.
+    """
+    out: Dict[str, Tuple[Option, List[str]]] = {}
+    for c in all_checks():
+        for opt in c.options:
+            if opt.key in out and out[opt.key][0] != opt:
+                raise ValueError(f"option {opt.key} declared differently by {out[opt.key][1]} and {c.id}")
+            out.setdefault(opt.key, (opt, []))[1].append(c.id)
+    return dict(sorted(out.items()))
+
+
+def validate_options(raw: Mapping[str, Any]) -> Dict[str, Any]:
+    """The typed values of the user's `--set` options; OptionError for an unknown key or a malformed value, with
+    the list of valid keys, so a typo never runs the default silently."""
+    known = declared_options()
+    out: Dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise OptionError(f"--set {key}: no check takes this option; valid keys: {', '.join(known)} "
+                              f"(see envbuild doctor --list-options)")
+        try:
+            out[key] = known[key][0].parse(value)
+        except OptionError as exc:
+            raise OptionError(f"{exc}; valid keys: {', '.join(known)}") from None
+    return out

@@ -1,4 +1,8 @@
-"""Runs selected checks against a context and turns every outcome, crashes included, into Results."""
+"""Runs selected checks against a context and turns every outcome, crashes included, into Results.
+
+The runner is the one place that launches a probe check (through envbuild/doctor/probe_run.py), turns its
+hang or crash into a result, and stamps the check's id and category on every result a check returns.
+"""
 from __future__ import annotations
 
 import time
@@ -6,7 +10,8 @@ import traceback
 from typing import Callable, List, Optional, Sequence
 
 from envbuild.doctor.context import DoctorContext
-from envbuild.doctor.registry import Check
+from envbuild.doctor.probe_run import ProbeBroken, ProbeRun
+from envbuild.doctor.registry import Check, verdict
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
@@ -40,21 +45,23 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
         gpu_missing = ctx.require_gpu and ctx.facts.is_live and bool({"gpu", "multi_gpu"} & check.needs) \
             and not ctx.gpu_indices()
         status = Status.FAIL if gpu_missing else Status.SKIP
-        results = [Result(check.id, check.category, status, reason,
-                          remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]
+        results = [verdict(status, reason,
+                           remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]
     else:
         try:
-            out = check.fn(ctx)
+            out = check.fn(ctx) if check.probe is None else check.fn(ctx, ProbeRun(check, ctx))
             results = out if isinstance(out, list) else [out]
+        except ProbeBroken as exc:  # the payload hung or crashed: its fail, built by the runner
+            results = [exc.result]
         except FactUnavailable as exc:
-            results = [Result(check.id, check.category, Status.SKIP, str(exc))]
+            results = [verdict(Status.SKIP, str(exc))]
         except Exception as exc:  # a broken check is reported, never fatal to the run
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-            results = [Result(check.id, check.category, Status.ERROR,
-                              f"the check itself failed: {type(exc).__name__}: {exc}",
-                              evidence={"traceback": tail})]
+            results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}",
+                               evidence={"traceback": tail})]
     elapsed = time.monotonic() - start
     for r in results:
+        r.check_id, r.category = check.id, check.category
         r.duration_s = round(elapsed / len(results), 4)
         if r.status in (Status.FAIL, Status.WARN) and not r.causes:
             r.causes = list(check.causes)

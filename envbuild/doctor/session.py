@@ -28,6 +28,7 @@ class DoctorOptions:
     checks: List[str] = field(default_factory=list)
     skips: List[str] = field(default_factory=list)
     list_only: bool = False
+    list_options: bool = False
     strict: bool = False
     require_gpu: bool = False
     json_path: Optional[str] = None
@@ -91,7 +92,7 @@ def gpu_inventory(facts: "FactSource") -> List[Dict[str, Any]]:
 def run_doctor(opts: DoctorOptions) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
     from envbuild.doctor.context import DoctorContext
-    from envbuild.doctor.registry import select
+    from envbuild.doctor.registry import declared_options, select, validate_options
     from envbuild.doctor.runner import run_selected
     from envbuild.facts.source import open_source
     from envbuild.profile import load_profile
@@ -103,6 +104,10 @@ def run_doctor(opts: DoctorOptions) -> int:
     if opts.list_only:
         terminal.print_check_list(select(opts.checks, opts.skips, mode=None))
         return 0
+    if opts.list_options:
+        terminal.print_option_list(declared_options())
+        return 0
+    validate_options(opts.options)  # an undeclared key or a malformed value: exit 2 before any work
     select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)

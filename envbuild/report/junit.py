@@ -13,9 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Union
 
-from envbuild.doctor.registry import category_rank
 from envbuild.fsutil import atomic_write_text
-from envbuild.report.model import Report, Result, Status
+from envbuild.report.model import Report, Result, Status, category_rank
 
 
 def _details(r: Result) -> str:

@@ -9,6 +9,15 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+# The categories of checks, in the order every listing and report shows them (node facts first, the train step
+# last). Kept with the result model because every renderer sorts by it and the doctor declares checks with it.
+CATEGORIES = ("node", "stack", "gpu", "comm", "train")
+
+
+def category_rank(category: str) -> int:
+    """Position of a category in every listing and report; an unknown category sorts after the known ones."""
+    return CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
+
 
 class Status(str, enum.Enum):
     PASS = "pass"

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import List
 
-from envbuild.doctor.registry import category_rank
-from envbuild.report.model import Report, Result, Status
+from envbuild.report.model import Report, Result, Status, category_rank
 
 _STYLE = {
     Status.PASS: "green",
@@ -63,6 +62,17 @@ def print_check_list(checks) -> None:
         modes = ",".join(m for m in ("static", "quick", "full") if m in c.modes)
         click.echo(f"{c.id:<{width}}  {c.category:<8}  {modes:<17}  {','.join(sorted(c.needs)) or '-':<15}  "
                    f"{','.join(c.causes) or '-':<14}  {c.title}")
+
+
+def print_option_list(options) -> None:
+    """One line per `--set` key (key first, never wrapped): its type, default, the checks that take it, help."""
+    import click
+
+    width = max([len(k) for k in options] + [3])
+    click.echo(f"{'key':<{width}}  {'type':<22}  {'default':<14}  {'checks':<22}  what it sets")
+    for key, (opt, ids) in options.items():
+        default = "(derived)" if opt.default is None else repr(opt.default) if opt.default == "" else str(opt.default)
+        click.echo(f"{key:<{width}}  {opt.type_label():<22}  {default:<14}  {','.join(ids):<22}  {opt.help}")
 
 
 def verdict_line(report: Report, strict: bool = False) -> str:

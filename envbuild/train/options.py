@@ -26,8 +26,9 @@ HELP = {
     "spec": "auto (Transformer Engine when installed) | local | te",
     "lr": "Adam learning rate (default 3e-4)", "deadline": "seconds the whole run may take (default: by steps)", "preset": f"model shape ({', '.join(sorted(PRESETS))})",
 }
-_INTS = {"layers", "steps", "plain_steps", "tp", "ep", "pp", "cp", "seq", "mbs", "deadline"}
-_CHOICES = {"offload": ("auto", "tms", "move", "none"), "spec": ("auto", "local", "te"),
+# the kind of every option but sp (0/1) and lr (a positive number); the doctor declares them from these
+INTS = {"layers", "steps", "plain_steps", "tp", "ep", "pp", "cp", "seq", "mbs", "deadline"}
+CHOICES = {"offload": ("auto", "tms", "move", "none"), "spec": ("auto", "local", "te"),
             "preset": tuple(sorted(PRESETS))}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -70,7 +71,7 @@ def parse_options(options: Mapping[str, Any], mode: str = "static") -> TrainOpti
         text = str(raw).strip()
         if name not in HELP:
             raise OptionError(f"unknown option {key}; known: {known_keys()}")
-        if name in _INTS:
+        if name in INTS:
             try:
                 value: Any = int(text)
             except ValueError:
@@ -89,8 +90,8 @@ def parse_options(options: Mapping[str, Any], mode: str = "static") -> TrainOpti
             if not value > 0:
                 raise OptionError(f"{key}={text}: must be positive")
         else:
-            if text not in _CHOICES[name]:
-                raise OptionError(f"{key}={text!r}: expected one of {', '.join(_CHOICES[name])}")
+            if text not in CHOICES[name]:
+                raise OptionError(f"{key}={text!r}: expected one of {', '.join(CHOICES[name])}")
             value = text
         values[name] = value
     return TrainOptions(**values)

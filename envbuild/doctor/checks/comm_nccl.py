@@ -4,21 +4,15 @@ Both launch one process per GPU (checks/nccl_collectives.py, checks/nccl_churn.p
 hang-proof launcher. The judging is kept in plain functions (judge_collectives, judge_churn) so a
 recorded GPU run can be replayed by the tests.
 
-Options (`envbuild doctor --set KEY=VALUE`):
-  comm.sizes=S1,S2,...     collective sizes in bytes (default: SIZES[mode])
-  comm.cumem=0|1|both      which NCCL_CUMEM_ENABLE settings to run (default both)
-  comm.phase_deadline_s=N  the longest a rank may stay in one phase before it counts as hung (default 60)
-  comm.churn_cycles=K      destroy/rebuild cycles of comm.nccl_churn (default CHURN[mode])
+Their `--set` options are declared below (`envbuild doctor --list-options` prints them).
 """
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from envbuild.doctor.registry import check
-from envbuild.errors import EnvbuildError
+from envbuild.doctor.registry import Option, ProbeSpec, probe_check
 from envbuild.report.model import Result, Status
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +29,8 @@ SIZES = {
 BUDGET_MS = {"quick": 40.0, "full": 80.0}
 DEADLINE_S = {"quick": 120.0, "full": 300.0}
 CHURN = {"quick": dict(cycles=4, groups=20), "full": dict(cycles=12, groups=20)}
+PHASE_DEADLINE = Option("comm.phase_deadline_s", "int", 60,
+                        "the longest a rank may stay in one phase before it counts as hung (init: at least 90)")
 
 # First NCCL WARN's source file -> causes (research/error999.md §4, "Extract ... the first NCCL WARN
 # file.cc:LINE": alloc.h -> M1, nvls.cc -> N1, shm.cc -> M2/O1, p2p.cc -> M3/N3, enqueue.cc -> M5/D3).
@@ -45,20 +41,9 @@ P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "
                      "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY")
 
 
-def _int_option(ctx, key: str, default: int) -> int:
-    raw = ctx.options.get(key)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise EnvbuildError(f"--set {key}={raw}: expected an integer") from None
-
-
-def _phase_deadlines(ctx) -> Dict[str, float]:
+def _phase_deadlines(seconds: int) -> Dict[str, float]:
     """NCCL init may take long on a cold node; any other phase is one collective or one rebuild."""
-    per_phase = float(_int_option(ctx, "comm.phase_deadline_s", 60))
-    return {"init": max(90.0, per_phase), "*": per_phase}
+    return {"init": max(90.0, float(seconds)), "*": float(seconds)}
 
 
 def _smi_nvlink(ctx) -> Optional[str]:
@@ -80,32 +65,33 @@ def warn_causes(warnings: List[str]) -> List[str]:
     return []
 
 
-@check("comm.nccl_collectives", "comm",
-       "NCCL all_reduce/all_gather/reduce_scatter/all_to_all/broadcast: exact, busbw vs line rate, transports",
-       needs=("gpu", "multi_gpu"), timeout_s=660, causes=("C4", "N3", "M1"), modes=("quick", "full"))
-def nccl_collectives(ctx) -> List[Result]:
+COLLECTIVES = ProbeSpec("nccl_collectives.py", "NCCL collectives", deadline_s=DEADLINE_S,
+                        phase_deadlines=_phase_deadlines(PHASE_DEADLINE.default))
+
+
+@probe_check("comm.nccl_collectives", "comm",
+             "NCCL all_reduce/all_gather/reduce_scatter/all_to_all/broadcast: exact, busbw vs line rate, transports",
+             needs=("gpu", "multi_gpu"), causes=("C4", "N3", "M1"), probe=COLLECTIVES,
+             options=(Option("comm.sizes", "ints", None, "collective sizes in bytes (default: by mode)"),
+                      Option("comm.cumem", "choice", "both", "which NCCL_CUMEM_ENABLE settings to run",
+                             choices=("0", "1", "both")),
+                      PHASE_DEADLINE))
+def nccl_collectives(ctx, run) -> List[Result]:
     """Runs the collectives once with NCCL_CUMEM_ENABLE=0 and once with =1; one Result per setting."""
     from envbuild.doctor import nccl_log
-    from envbuild.doctor.launcher import launch
     from envbuild.doctor.linerate import line_rate
-    from envbuild.doctor.probes import probe_mode
 
-    gpus = ctx.gpu_indices()
-    mode = probe_mode(ctx)
+    gpus = run.gpus
     lr = line_rate(ctx.facts.nvml(), gpus, _smi_nvlink(ctx))
-    sizes = [int(s) for s in str(ctx.options.get("comm.sizes", "")).split(",") if s] or SIZES[mode]
-    cumem_opt = str(ctx.options.get("comm.cumem", "both"))
-    if cumem_opt not in ("0", "1", "both"):
-        raise EnvbuildError(f"--set comm.cumem={cumem_opt}: expected 0, 1 or both")
+    sizes = run.option("comm.sizes") or SIZES[run.mode]
+    cumem_opt = run.option("comm.cumem")
     results = []
     for cumem in (("0", "1") if cumem_opt == "both" else (cumem_opt,)):
         run_dir = tempfile.mkdtemp(prefix=f"envbuild-coll-cumem{cumem}-")
         per_rank = [nccl_log.rank_log_env(run_dir, k) for k in range(len(gpus))]
-        outcome = launch("nccl_collectives.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
-                         args=["--sizes", ",".join(map(str, sizes)), "--budget-ms", str(BUDGET_MS[mode])],
-                         deadline_s=DEADLINE_S[mode], backend="nccl", run_dir=run_dir,
-                         env={"NCCL_CUMEM_ENABLE": cumem}, per_rank_env=per_rank,
-                         phase_deadlines=_phase_deadlines(ctx))
+        outcome = run.launch_outcome(["--sizes", ",".join(map(str, sizes)), "--budget-ms", str(BUDGET_MS[run.mode])],
+                                     run_dir=run_dir, env={"NCCL_CUMEM_ENABLE": cumem}, per_rank_env=per_rank,
+                                     phase_deadlines=_phase_deadlines(run.option("comm.phase_deadline_s")))
         log = nccl_log.parse_files(p for k in range(len(gpus)) for p in nccl_log.rank_log_paths(run_dir, k))
         results.append(judge_collectives(outcome, log, lr, cumem=cumem, gpus=gpus))
     return results
@@ -118,14 +104,13 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
     from envbuild.doctor.probes import failure_result, merged_result, worst
     from envbuild.doctor.thresholds import COLLECTIVE_SOURCE, band_verdict, collective_band
 
-    cid, cat = "comm.nccl_collectives", "comm"
     subject = f"NCCL_CUMEM_ENABLE={cumem}"
-    broken = failure_result(cid, cat, outcome, what=f"NCCL collectives ({subject})", subject=subject,
-                            crash_causes=warn_causes(log.warnings))
+    broken = failure_result(outcome, what=f"{COLLECTIVES.what} ({subject})", subject=subject,
+                            hang_causes=COLLECTIVES.hang_causes, crash_causes=warn_causes(log.warnings))
     if broken is not None:
         broken.evidence["nccl"] = log.summary()
         return broken
-    res = merged_result(cid, cat, outcome)
+    res = merged_result(outcome)
     res.subject = subject
     rank0 = (outcome.ranks[0].result or {}).get("evidence", {})
     ev: Dict[str, Any] = {"nccl": log.summary(), "rows": rank0.get("rows", []), "measure_s": rank0.get("measure_s"),
@@ -178,10 +163,10 @@ def judge_collectives(outcome: "LaunchOutcome", log: "NcclLog", lr: "Optional[Li
             if judged is not Status.PASS:
                 below.append((judged, frac, band.fail_below if judged is Status.FAIL else band.warn_below, row))
         if below:
-            verdict = worst(b[0] for b in below)
-            found.append(verdict)
+            band_status = worst(b[0] for b in below)
+            found.append(band_status)
             _, frac, limit, row = min(below, key=lambda b: b[1])
-            word = "fail" if verdict is Status.FAIL else "warn"
+            word = "fail" if band_status is Status.FAIL else "warn"
             problems.append(f"busbw below the {word} band at {len(below)} of the judged sizes; worst "
                             f"{row['op']} {row['busbw']:.0f} GB/s at {size_label(_requested(row))} = {frac:.2f} of the "
                             f"{lr.gbps:.0f} GB/s line rate ({word} < {limit})")
@@ -223,40 +208,39 @@ def size_label(b: int) -> str:
     return f"{b}B"
 
 
-@check("comm.nccl_churn", "comm",
-       "NCCL communicator churn: K cycles of ~20 subgroups built, used and destroyed; memory and FD leaks",
-       needs=("gpu", "multi_gpu"), timeout_s=360, causes=("M4",), modes=("quick", "full"))
-def nccl_churn(ctx) -> Result:
+CHURN_PROBE = ProbeSpec("nccl_churn.py", "communicator churn", deadline_s=DEADLINE_S,
+                        phase_deadlines=_phase_deadlines(PHASE_DEADLINE.default), hang_causes=("M4", "D7"),
+                        crash_causes=("M4",))
+
+
+@probe_check("comm.nccl_churn", "comm",
+             "NCCL communicator churn: K cycles of ~20 subgroups built, used and destroyed; memory and FD leaks",
+             needs=("gpu", "multi_gpu"), causes=("M4",), probe=CHURN_PROBE,
+             options=(Option("comm.churn_cycles", "int", None, "destroy/rebuild cycles (default: 4, 12 with --full)"),
+                      PHASE_DEADLINE))
+def nccl_churn(ctx, run) -> Result:
     """slime's ReloadableProcessGroup pattern (research/error999.md M4) under NCCL_CUMEM_ENABLE=0 (slime's
     default)."""
-    from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import probe_mode
-
-    gpus = ctx.gpu_indices()
-    mode = probe_mode(ctx)
-    cfg = CHURN[mode]
-    cycles = _int_option(ctx, "comm.churn_cycles", cfg["cycles"])
-    outcome = launch("nccl_churn.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
-                     args=["--cycles", str(cycles), "--groups", str(cfg["groups"])],
-                     deadline_s=DEADLINE_S[mode], backend="nccl",
-                     env={"NCCL_CUMEM_ENABLE": os.environ.get("NCCL_CUMEM_ENABLE", "0")},
-                     phase_deadlines=_phase_deadlines(ctx))
+    cfg = CHURN[run.mode]
+    cycles = run.option("comm.churn_cycles")
+    cycles = cfg["cycles"] if cycles is None else cycles
+    outcome = run.launch_outcome(["--cycles", str(cycles), "--groups", str(cfg["groups"])],
+                                 env={"NCCL_CUMEM_ENABLE": os.environ.get("NCCL_CUMEM_ENABLE", "0")},
+                                 phase_deadlines=_phase_deadlines(run.option("comm.phase_deadline_s")))
     return judge_churn(outcome)
 
 
 def judge_churn(outcome: "LaunchOutcome") -> Result:
     """The verdict of one churn run: hang/crash, wrong results, then memory and FD growth per cycle against the
     thresholds (a plain function so the gloo tests and recorded runs replay it)."""
-    from envbuild.doctor.probes import failure_result, merged_result
+    from envbuild.doctor.probes import merged_result
     from envbuild.doctor.thresholds import (CHURN_FD_SLOPE_FAIL, CHURN_FD_SLOPE_WARN, CHURN_MEM_SLOPE_FAIL_MIB,
                                             CHURN_MEM_SLOPE_WARN_MIB, CHURN_SOURCE)
 
-    cid, cat = "comm.nccl_churn", "comm"
-    broken = failure_result(cid, cat, outcome, what="communicator churn", hang_causes=("M4", "D7"),
-                            crash_causes=("M4",))
+    broken = CHURN_PROBE.failure(outcome)
     if broken is not None:
         return broken
-    res = merged_result(cid, cat, outcome, metric_ranks=None)
+    res = merged_result(outcome, metric_ranks=None)
     if res.status in (Status.FAIL, Status.ERROR):
         return res
     status, problems = Status.PASS, []

@@ -9,58 +9,56 @@ died before reporting, so a mismatch is named whether or not NCCL then errors or
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import Option, ProbeSpec, probe_check, verdict
 from envbuild.report.model import Result, Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.nccl_log import NcclLog
 
-DEADLINE_S = {"quick": 120, "full": 420}
 CUMEM = "NCCL_CUMEM_ENABLE"
+OPTIONS = (
+    Option("weight.sync.train_env", "str", "", "K=V[,K=V] added to the train side's process only (rank 0)"),
+    Option("weight.sync.rollout_env", "str", "", "K=V[,K=V] added to the rollout side's processes only"),
+)
 
 
-@check("weight.sync", "comm", "Weight update train -> rollout: NCCL broadcast in a late group and CUDA IPC "
-       "handoff, bit-exact, GB/s; NCCL env and libnccl compared across ranks", needs=("gpu", "live"),
-       timeout_s=420, causes=("C5", "C3", "M3"), modes=("quick", "full"))
-def weight_sync(ctx) -> List[Result]:
+@probe_check("weight.sync", "comm", "Weight update train -> rollout: NCCL broadcast in a late group and CUDA IPC "
+             "handoff, bit-exact, GB/s; NCCL env and libnccl compared across ranks", needs=("gpu", "live"),
+             causes=("C5", "C3", "M3"), options=OPTIONS,
+             probe=ProbeSpec("weight_sync.py", "the weight-sync probe", deadline_s={"quick": 120, "full": 420},
+                             phase_deadlines={"init": 90, "*": 90}, hang_causes=("C5", "C3", "M4"),
+                             crash_causes=("C5", "C3")))
+def weight_sync(ctx, run) -> List[Result]:
     """Rank 0 plays "train", the others "rollout" (one rank per GPU).
 
-    Options (fault injection and A/B runs): --set weight.sync.train_env=K=V[,K=V] and
-    --set weight.sync.rollout_env=K=V[,K=V] add variables to that side's processes only, e.g.
+    The options (fault injection and A/B runs) add variables to one side's processes only, e.g.
     NCCL_CUMEM_ENABLE=1 on the rollout side, or LD_PRELOAD=<another libnccl.so.2>.
     """
     from envbuild.doctor import nccl_log
-    from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result, merged_result, probe_mode
+    from envbuild.doctor.probes import merged_result
 
-    gpus = ctx.gpu_indices()
-    roles = ["train"] + ["rollout"] * (len(gpus) - 1)
-    sides = {"train": parse_env_list(str(ctx.options.get("weight.sync.train_env", ""))),
-             "rollout": parse_env_list(str(ctx.options.get("weight.sync.rollout_env", "")))}
+    roles = ["train"] + ["rollout"] * (len(run.gpus) - 1)
+    sides = {"train": parse_env_list(run.option("weight.sync.train_env")),
+             "rollout": parse_env_list(run.option("weight.sync.rollout_env"))}
     run_dir = tempfile.mkdtemp(prefix="envbuild-weightsync-")
     # NCCL's log per rank first, so a side's own NCCL_DEBUG* setting still wins.
     per_rank = [dict(nccl_log.rank_log_env(run_dir, k), **sides[r], ENVBUILD_WS_ROLES=",".join(roles))
                 for k, r in enumerate(roles)]
-    mode = probe_mode(ctx)
-    outcome = launch("weight_sync.py", len(gpus), python=ctx.python or sys.executable, gpus=gpus,
-                     args=["--mode", mode], deadline_s=DEADLINE_S[mode], per_rank_env=per_rank,
-                     phase_deadlines={"init": 90, "*": 90}, run_dir=run_dir)
+    outcome = run.launch_outcome(["--mode", run.mode], per_rank_env=per_rank, run_dir=run_dir)
     logs = [nccl_log.parse_files(nccl_log.rank_log_paths(run_dir, k)) for k in range(len(roles))]
     views = rank_views([r.result for r in outcome.ranks], per_rank, dict(os.environ), roles, logs)
     results = [compare_comm_env(views), compare_libnccl(views)]
-    broken = failure_result("weight.sync", "comm", outcome, what="the weight-sync probe",
-                            hang_causes=("C5", "C3", "M4"), crash_causes=("C5", "C3"), subject="transfer")
+    broken = run.failure(outcome, subject="transfer")
     if broken is not None:
         named = [c for r in results if r.status == Status.FAIL for c in r.causes]
         if named:  # the comparison names the cause of the crash or hang: that one, not the generic list
             broken.causes = list(dict.fromkeys(named))
         results.append(broken)
     else:
-        transfer = merged_result("weight.sync", "comm", outcome, metric_ranks=None)
+        transfer = merged_result(outcome, metric_ranks=None)
         transfer.subject = "transfer"
         results.append(transfer)
     return results
@@ -114,7 +112,7 @@ def compare_comm_env(views: List[Dict[str, Any]]) -> Result:
     """C5: NCCL_CUMEM_ENABLE (and the other communicator variables) must agree across the group."""
     ev = {"ranks": views}
     if len(views) < 2:
-        return Result("weight.sync", "comm", Status.SKIP, "one rank: no weight-sync group to compare "
+        return verdict(Status.SKIP, "one rank: no weight-sync group to compare "
                       "(needs 2 GPUs)", evidence=ev, subject="nccl_env")
     values = {v["rank"]: (v["comm_env"] or {}).get(CUMEM) for v in views}
     explicit = {val for val in values.values() if val not in (None, "")}
@@ -130,24 +128,24 @@ def compare_comm_env(views: List[Dict[str, Any]]) -> Result:
         if cumem_side and ipc_side:
             seen = (f"; NCCL confirms: {', '.join(_who(v) for v in cumem_side)} connected via P2P/CUMEM, "
                     f"{', '.join(_who(v) for v in ipc_side)} via P2P/IPC")
-        return Result("weight.sync", "comm", Status.FAIL, f"NCCL_CUMEM_ENABLE differs inside the weight-sync "
+        return verdict(Status.FAIL, f"NCCL_CUMEM_ENABLE differs inside the weight-sync "
                       f"group: {listing}{seen}", evidence=ev, causes=["C5"], subject="nccl_env", remediation=remedy)
     if cumem_side and ipc_side:
-        return Result("weight.sync", "comm", Status.FAIL, f"ranks of one communicator use different P2P "
+        return verdict(Status.FAIL, f"ranks of one communicator use different P2P "
                       f"transports: {', '.join(_who(v) for v in cumem_side)} via P2P/CUMEM, "
                       f"{', '.join(_who(v) for v in ipc_side)} via P2P/IPC ({listing})", evidence=ev,
                       causes=["C5"], subject="nccl_env", remediation=remedy)
     others = _other_differences(views)
     if explicit and len([v for v in values.values() if v not in (None, "")]) < len(views):
-        return Result("weight.sync", "comm", Status.WARN, f"NCCL_CUMEM_ENABLE is set on some ranks only "
+        return verdict(Status.WARN, f"NCCL_CUMEM_ENABLE is set on some ranks only "
                       f"({listing}); the others take NCCL's default", evidence=ev, causes=["C5"],
                       subject="nccl_env", remediation=remedy)
     if others:
-        return Result("weight.sync", "comm", Status.WARN, "communicator variables differ between ranks: "
+        return verdict(Status.WARN, "communicator variables differ between ranks: "
                       + "; ".join(others), evidence=ev, causes=["C4"], subject="nccl_env",
                       remediation="start train and rollout processes with the same NCCL_* settings")
     seen = sorted({f for v in views for f in (v.get("transports") or {})})
-    return Result("weight.sync", "comm", Status.PASS, f"NCCL_CUMEM_ENABLE agrees on all {len(views)} ranks "
+    return verdict(Status.PASS, f"NCCL_CUMEM_ENABLE agrees on all {len(views)} ranks "
                   f"({next(iter(explicit)) if explicit else 'unset: NCCL default'}); transports seen: "
                   f"{', '.join(seen) or 'none logged'}", evidence=ev, subject="nccl_env")
 
@@ -183,13 +181,13 @@ def compare_libnccl(views: List[Dict[str, Any]]) -> Result:
             f"{_who(v)} " + ", ".join(f"{p} ({ver or '?'})" for p, ver in sorted(v["libnccl"].items()))
             for v in reported))
     if problems:
-        return Result("weight.sync", "comm", Status.FAIL, "; ".join(problems), evidence=ev, causes=["C3"],
+        return verdict(Status.FAIL, "; ".join(problems), evidence=ev, causes=["C3"],
                       subject="libnccl", remediation="keep exactly one NCCL (torch's nvidia-nccl wheel): remove "
                       "other libnccl from LD_PRELOAD/LD_LIBRARY_PATH and point SGLANG_NCCL_SO_PATH at torch's copy")
     if not reported:
-        return Result("weight.sync", "comm", Status.SKIP, "no rank reported its mapped libraries", evidence=ev,
+        return verdict(Status.SKIP, "no rank reported its mapped libraries", evidence=ev,
                       subject="libnccl")
     only = reported[0]["libnccl"]
     what = ", ".join(f"{p} ({ver or '?'})" for p, ver in sorted(only.items())) or "none mapped (static NCCL?)"
-    return Result("weight.sync", "comm", Status.PASS, f"all {len(reported)} ranks map the same libnccl: {what}",
+    return verdict(Status.PASS, f"all {len(reported)} ranks map the same libnccl: {what}",
                   evidence=ev, subject="libnccl")

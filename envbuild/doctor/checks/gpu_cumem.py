@@ -1,13 +1,10 @@
 """cumem.ipc: cuMem churn, POSIX-FD / legacy / torch.multiprocessing / fabric sharing between processes."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Dict, List
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import ProbeSpec, probe_check, verdict
 from envbuild.report.model import Result, Status
-
-DEADLINE_S = {"quick": 150, "full": 420}
 
 _REMEDY = {
     "torch_mp.expandable_on": "expandable-segment IPC needs pidfd_getfd: set kernel.yama.ptrace_scope=0 or grant "
@@ -18,21 +15,14 @@ _REMEDY = {
 }
 
 
-@check("cumem.ipc", "gpu", "cuMem map/unmap churn at GB sizes; cuMem, legacy and torch IPC between processes",
-       needs=("gpu", "live"), timeout_s=420, causes=("M1", "M3", "O3", "D8"), modes=("quick", "full"))
-def cumem_ipc(ctx) -> List[Result]:
+@probe_check("cumem.ipc", "gpu", "cuMem map/unmap churn at GB sizes; cuMem, legacy and torch IPC between processes",
+             needs=("gpu", "live"), causes=("M1", "M3", "O3", "D8"),
+             probe=ProbeSpec("cumem_ipc.py", "the cuMem/IPC probe", deadline_s={"quick": 150, "full": 420},
+                             phase_deadlines={"*": 90}, ranks="one", max_gpus=2,
+                             hang_causes=("M1", "M3", "D8"), crash_causes=("M1", "D8")))
+def cumem_ipc(ctx, run) -> List[Result]:
     """checks/cumem_ipc.py in one process that sees up to two GPUs (a second for the peer-GPU cases)."""
-    from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result, probe_mode
-
-    gpus = ctx.gpu_indices()[:2]
-    mode = probe_mode(ctx)
-    outcome = launch("cumem_ipc.py", 1, python=ctx.python or sys.executable, gpus=gpus, args=["--mode", mode],
-                     deadline_s=DEADLINE_S[mode], phase_deadlines={"*": 90})
-    broken = failure_result("cumem.ipc", "gpu", outcome, what="the cuMem/IPC probe", hang_causes=("M1", "M3", "D8"),
-                            crash_causes=("M1", "D8"))
-    if broken is not None:
-        return [broken]
+    outcome = run.launch(["--mode", run.mode])
     return evaluate(outcome.ranks[0].result or {})
 
 
@@ -47,7 +37,7 @@ def evaluate(data: Dict[str, Any]) -> List[Result]:
     ev = data.get("evidence") or {}
     subs = ev.get("subtests")
     if not subs:  # the probe stopped before its sub-tests (e.g. no VMM support): its own verdict stands
-        return [Result("cumem.ipc", "gpu", status_of(data.get("status")), str(data.get("summary") or "no summary"),
+        return [verdict(status_of(data.get("status")), str(data.get("summary") or "no summary"),
                        evidence=ev, causes=list(data.get("causes") or []))]
     common = {k: ev.get(k) for k in ("privileges", "alloc_conf", "fault_hook", "driver_version", "attributes",
                                      "legacy_ipc_on_cumem_memory", "cuda_python")}
@@ -65,7 +55,7 @@ def evaluate(data: Dict[str, Any]) -> List[Result]:
                         "fail here)")
         if s["name"] == "vmm.churn":
             evidence.update(common)
-        out.append(Result("cumem.ipc", "gpu", status, summary, evidence=evidence,
+        out.append(verdict(status, summary, evidence=evidence,
                           causes=list(s.get("causes") or []) if status in (Status.FAIL, Status.WARN) else [],
                           subject=s["name"],
                           remediation=_REMEDY.get(s["name"]) if status in (Status.FAIL, Status.WARN) else None))

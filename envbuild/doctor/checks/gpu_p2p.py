@@ -1,35 +1,24 @@
 """gpu.p2p: peer access, bit-exact copies and P2P bandwidth of every GPU pair, against the NVML line rate."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import ProbeSpec, probe_check, verdict
 from envbuild.report.model import Metric, Result, Status
 
-DEADLINE_S = {"quick": 90, "full": 300}
 
-
-@check("gpu.p2p", "gpu", "P2P access matrix vs NVML, bit-exact copies both ways, uni/bidirectional GB/s vs line rate",
-       needs=("gpu", "multi_gpu", "live"), timeout_s=300, causes=("N3", "N2", "D3"), modes=("quick", "full"))
-def gpu_p2p(ctx) -> List[Result]:
+@probe_check("gpu.p2p", "gpu", "P2P access matrix vs NVML, bit-exact copies both ways, uni/bidirectional GB/s vs "
+             "line rate", needs=("gpu", "multi_gpu", "live"), causes=("N3", "N2", "D3"),
+             probe=ProbeSpec("p2p.py", "the P2P probe", deadline_s={"quick": 90, "full": 300},
+                             phase_deadlines={"init": 60, "*": 60}, ranks="one", hang_causes=("N3", "D3"),
+                             crash_causes=("N3", "D3")))
+def gpu_p2p(ctx, run) -> List[Result]:
     """One process sees every selected GPU and measures each pair (checks/p2p.py); judged here against
     the line rate computed from the NVML snapshot (envbuild/doctor/linerate.py)."""
-    from envbuild.doctor.launcher import launch
-    from envbuild.doctor.probes import failure_result, probe_mode
-
-    gpus = ctx.gpu_indices()
-    mode = probe_mode(ctx)
-    outcome = launch("p2p.py", 1, python=ctx.python or sys.executable, gpus=gpus, args=["--mode", mode],
-                     deadline_s=DEADLINE_S[mode], phase_deadlines={"init": 60, "*": 60})
-    broken = failure_result("gpu.p2p", "gpu", outcome, what="the P2P probe", hang_causes=("N3", "D3"),
-                            crash_causes=("N3", "D3"))
-    if broken is not None:
-        return [broken]
-    data = outcome.ranks[0].result or {}
+    data = run.launch(["--mode", run.mode]).ranks[0].result or {}
     if data.get("status") == "skip":
-        return [Result("gpu.p2p", "gpu", Status.SKIP, str(data.get("summary")))]
-    return evaluate(data.get("evidence") or {}, ctx.facts.nvml(), gpus)
+        return [verdict(Status.SKIP, str(data.get("summary")))]
+    return evaluate(data.get("evidence") or {}, ctx.facts.nvml(), run.gpus)
 
 
 def _nvml_index(dev: Dict[str, Any], snapshot: Dict[str, Any], gpus: Sequence[int]) -> int:
@@ -117,7 +106,7 @@ def evaluate(ev: Dict[str, Any], snapshot: Dict[str, Any], gpus: Sequence[int]) 
         status = worst(Status(s) for s in statuses)
         passed = status is Status.PASS
         summary = "; ".join(notes) if notes and not passed else _pass_summary(ga, gb, rate, by_pair, a, b, bd)
-        results.append(Result("gpu.p2p", "gpu", status, summary, evidence=evidence, metrics=metrics,
+        results.append(verdict(status, summary, evidence=evidence, metrics=metrics,
                               causes=sorted(set(causes)), subject=f"gpu{ga}<->gpu{gb}",
                               remediation=None if passed else _REMEDY))
     return results

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
 from envbuild.facts import stack_view as sv
@@ -42,7 +42,6 @@ def driver_version(ctx) -> Result:
 
     A mismatch is what a driver upgrade without a reboot leaves behind (D2): NVML fails with
     'Driver/library version mismatch' and CUDA init returns 803/999."""
-    cid = "node.driver_version"
     module = F.driver_module(ctx.facts)
     try:
         snap = ctx.facts.nvml()
@@ -53,10 +52,10 @@ def driver_version(ctx) -> Result:
         why = nvml_error[len("no NVIDIA driver: "):] if nvml_error.startswith("no NVIDIA driver: ") else nvml_error
         reason = f"no NVIDIA driver: kernel module not loaded (no /proc/driver/nvidia/version); {why}"
         if ctx.require_gpu:
-            return Result(cid, CAT, Status.FAIL, reason, causes=["D2"],
+            return verdict(Status.FAIL, reason, causes=["D2"],
                           remediation="install and load the NVIDIA driver (or run on a GPU node); "
                                       "--require-gpu makes a driverless node a failure")
-        return Result(cid, CAT, Status.SKIP, reason)
+        return verdict(Status.SKIP, reason)
 
     versions: Dict[str, Optional[str]] = {"kernel_module": module.version if module else None}
     evidence: Dict[str, Any] = {"proc_driver_version": module.line if module else None,
@@ -64,7 +63,7 @@ def driver_version(ctx) -> Result:
     if nvml_error is not None:
         evidence["nvml"] = nvml_error
         if "mismatch" in nvml_error.lower():
-            return Result(cid, CAT, Status.FAIL,
+            return verdict(Status.FAIL,
                           f"NVML refuses to start: Driver/library version mismatch (kernel module {versions['kernel_module']})",
                           evidence=evidence, causes=["D2"],
                           remediation="reboot (or unload and reload the nvidia modules) so the kernel module matches "
@@ -103,18 +102,18 @@ def driver_version(ctx) -> Result:
     odd = {k: v for k, v in known.items() if v != ref}
     kind = "open" if module and module.open_module else "proprietary" if module else "unknown"
     if module is None:
-        return Result(cid, CAT, Status.WARN,
+        return verdict(Status.WARN,
                       f"NVML answers (driver {versions.get('nvml')}) but /proc/driver/nvidia/version is absent; "
                       "cannot compare with the kernel module", evidence=evidence, causes=["D2"],
                       remediation="check that this is the host (not a container without /proc/driver) and that "
                                   "the nvidia module is loaded (lsmod | grep nvidia)")
     if odd:
         listing = ", ".join(f"{k} {v}" for k, v in known.items())
-        return Result(cid, CAT, Status.FAIL, f"driver versions disagree: {listing}", evidence=evidence,
+        return verdict(Status.FAIL, f"driver versions disagree: {listing}", evidence=evidence,
                       causes=["D2"],
                       remediation="reboot or reload the nvidia modules so the kernel module matches the user-space "
                                   "driver (libcuda, libnvidia-ml); never mix driver packages from two releases")
-    return Result(cid, CAT, Status.PASS,
+    return verdict(Status.PASS,
                   f"driver {ref} ({kind} kernel module) everywhere: " + ", ".join(sorted(known)),
                   evidence=evidence)
 
@@ -140,7 +139,6 @@ def _installed_libcuda(ctx) -> Dict[str, str]:
 @check("node.uvm_hmm", CAT, "nvidia_uvm loaded; HMM off on open kernel modules", causes=("D1", "D4"))
 def uvm_hmm(ctx) -> Result:
     """nvidia_uvm must be loaded for CUDA; HMM on the open kernel modules breaks cuInit on some kernels (D1)."""
-    cid = "node.uvm_hmm"
     module = F.driver_module(ctx.facts)
     if module is None:
         raise FactUnavailable("no NVIDIA driver: /proc/driver/nvidia/version is absent (kernel module not loaded)")
@@ -149,23 +147,23 @@ def uvm_hmm(ctx) -> Result:
     evidence: Dict[str, Any] = {"kernel": release, "open_kernel_module": module.open_module,
                                 "driver": module.version}
     if uvm_dir is None:
-        return Result(cid, CAT, Status.FAIL, "nvidia_uvm is not loaded: CUDA cannot initialise", evidence=evidence,
+        return verdict(Status.FAIL, "nvidia_uvm is not loaded: CUDA cannot initialise", evidence=evidence,
                       causes=["D4"], remediation="load it: `nvidia-modprobe -u -c 0` or `modprobe nvidia_uvm`")
     raw = F.read_optional(ctx.facts, "/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
     evidence["uvm_disable_hmm"] = raw.strip() if raw is not None else None
     disabled = P.parse_bool_param(raw) if raw is not None else None
     if raw is None:
-        return Result(cid, CAT, Status.PASS,
+        return verdict(Status.PASS,
                       f"nvidia_uvm loaded; this driver has no uvm_disable_hmm parameter (no HMM) on kernel {release}",
                       evidence=evidence)
     if not module.open_module:
-        return Result(cid, CAT, Status.PASS,
+        return verdict(Status.PASS,
                       f"nvidia_uvm loaded; proprietary module, HMM is not used (uvm_disable_hmm={raw.strip()})",
                       evidence=evidence)
     if disabled:
-        return Result(cid, CAT, Status.PASS, f"nvidia_uvm loaded; HMM disabled on the open module (kernel {release})",
+        return verdict(Status.PASS, f"nvidia_uvm loaded; HMM disabled on the open module (kernel {release})",
                       evidence=evidence)
-    return Result(cid, CAT, Status.WARN,
+    return verdict(Status.WARN,
                   f"HMM is enabled on the open kernel module {module.version} (kernel {release}): "
                   "known to break cuInit and crash at process exit on some kernels",
                   evidence=evidence, causes=["D1"],
@@ -176,29 +174,27 @@ def uvm_hmm(ctx) -> Result:
 @check("node.persistence_mode", CAT, "Persistence mode on for every GPU", causes=("D6",))
 def persistence_mode(ctx) -> Result:
     """Without persistence the driver tears GPU state down between processes; inits get slow and flaky (D6)."""
-    cid = "node.persistence_mode"
     devs = F.devices(ctx.facts)
     off = [d["index"] for d in devs if d.get("persistence_mode") is False]
     unknown = [d["index"] for d in devs if d.get("persistence_mode") is None]
     evidence = {f"gpu{d['index']}": d.get("persistence_mode") for d in devs}
     if off:
-        return Result(cid, CAT, Status.WARN, f"persistence mode is off on GPU {', '.join(map(str, off))}",
+        return verdict(Status.WARN, f"persistence mode is off on GPU {', '.join(map(str, off))}",
                       evidence=evidence, remediation="enable nvidia-persistenced (systemctl enable --now nvidia-persistenced)")
     if len(unknown) == len(devs):
         raise FactUnavailable("NVML did not report persistence mode: "
                               + devs[0].get("errors", {}).get("persistence_mode", "unknown"))
-    return Result(cid, CAT, Status.PASS, f"persistence mode on for {len(devs) - len(unknown)} GPU(s)",
+    return verdict(Status.PASS, f"persistence mode on for {len(devs) - len(unknown)} GPU(s)",
                   evidence=evidence)
 
 
 @check("node.wsl", CAT, "Not WSL (NCCL's cuMem path is not functional there)", causes=("M1", "D8"))
 def wsl(ctx) -> Result:
-    cid = "node.wsl"
     release = F.kernel_release(ctx.facts)
     if release is None:
         raise FactUnavailable("/proc/sys/kernel/osrelease is absent")
     if "microsoft" in release.lower() or "wsl" in release.lower():
-        return Result(cid, CAT, Status.WARN, f"running under WSL (kernel {release}): NCCL's cuMem allocations fail with 999",
+        return verdict(Status.WARN, f"running under WSL (kernel {release}): NCCL's cuMem allocations fail with 999",
                       evidence={"kernel": release}, causes=["M1", "D8"],
                       remediation="use a Linux host for multi-GPU runs; under WSL set NCCL_CUMEM_ENABLE=0 (NVIDIA/nccl #1653)")
-    return Result(cid, CAT, Status.PASS, f"not WSL (kernel {release})", evidence={"kernel": release})
+    return verdict(Status.PASS, f"not WSL (kernel {release})", evidence={"kernel": release})

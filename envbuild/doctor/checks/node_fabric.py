@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
@@ -63,13 +63,13 @@ def fabric_manager(ctx) -> Result:
     bad = {k: v for k, v in supported.items() if v.get("state") != "completed" or v.get("status") != "success"}
     if bad:
         listing = ", ".join(f"{k} {v['state']}/{v['status']}" for k, v in bad.items())
-        return Result(CID, CAT, Status.FAIL, f"GPU fabric registration not complete: {listing}", evidence=evidence,
+        return verdict(Status.FAIL, f"GPU fabric registration not complete: {listing}", evidence=evidence,
                       causes=["N2", "N1"],
                       remediation="start nvidia-fabricmanager at the driver's version (on VMs: the host's FM); "
                                   "if FM was restarted while GPUs were in use, reset the GPUs or reboot")
     if not switches:
         if supported:
-            return Result(CID, CAT, Status.PASS,
+            return verdict(Status.PASS,
                           f"GPU fabric registered (Completed/Success on {len(supported)} GPU(s)); no NVSwitch managed "
                           "from this OS, so the fabric manager runs elsewhere (host or hypervisor)", evidence=evidence)
         raise FactUnavailable("no NVSwitch on this node (no /dev/nvidia-nvswitch*, no NVSwitch in lspci, NVML fabric "
@@ -78,14 +78,14 @@ def fabric_manager(ctx) -> Result:
     fm_version = _fm_version(ctx)
     evidence.update({"fabricmanager_service": active, "fabricmanager_version": fm_version})
     if active != "active":
-        return Result(CID, CAT, Status.FAIL, f"NVSwitch system but nvidia-fabricmanager is {active}",
+        return verdict(Status.FAIL, f"NVSwitch system but nvidia-fabricmanager is {active}",
                       evidence=evidence, causes=["N2"],
                       remediation=f"install nvidia-fabricmanager {driver} (exactly the driver's version), "
                                   "`systemctl enable --now nvidia-fabricmanager`, then reboot")
     if fm_version is None or fm_version != driver:
-        return Result(CID, CAT, Status.FAIL,
+        return verdict(Status.FAIL,
                       f"fabric manager version {fm_version or 'unknown'} != driver {driver}", evidence=evidence,
                       causes=["N2"],
                       remediation=f"install nvidia-fabricmanager {driver} to match the driver, restart it, reboot")
-    return Result(CID, CAT, Status.PASS, f"nvidia-fabricmanager {fm_version} active, matches the driver; "
+    return verdict(Status.PASS, f"nvidia-fabricmanager {fm_version} active, matches the driver; "
                   f"fabric Completed on {len(supported)} GPU(s)", evidence=evidence)

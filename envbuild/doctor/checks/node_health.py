@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
 from envbuild.facts.source import FactUnavailable
@@ -30,7 +30,6 @@ CRITICAL_XIDS = {
        causes=("D3", "D1"))
 def kernel_log(ctx) -> Result:
     """Scan this boot's kernel log for NVRM Xid lines and GPU-fatal messages (D3); uvm_hmm traces point at D1."""
-    cid = "node.kernel_log"
     text, source = F.kernel_log(ctx.facts)
     events = P.scan_kernel_log(text)
     critical = [e for e in events if (e.kind == "xid" and e.xid in CRITICAL_XIDS)
@@ -44,22 +43,22 @@ def kernel_log(ctx) -> Result:
         first = critical[0]
         what = (f"Xid {first.xid} ({CRITICAL_XIDS[first.xid]}) on PCI {first.pci}" if first.kind == "xid"
                 else first.kind.replace("_", " "))
-        return Result(cid, CAT, Status.FAIL, f"{len(critical)} GPU-fatal kernel event(s), first: {what}",
+        return verdict(Status.FAIL, f"{len(critical)} GPU-fatal kernel event(s), first: {what}",
                       evidence=evidence, metrics=metrics, causes=["D3"],
                       remediation="drain the node, reset the GPU (nvidia-smi -r) or reboot; if it recurs, RMA. "
                                   "Runs on this GPU fail with 999 until then")
     if hmm:
-        return Result(cid, CAT, Status.WARN, f"{len(hmm)} nvidia_uvm HMM line(s) in the kernel log",
+        return verdict(Status.WARN, f"{len(hmm)} nvidia_uvm HMM line(s) in the kernel log",
                       evidence=evidence, metrics=metrics, causes=["D1"],
                       remediation="disable HMM: options nvidia_uvm uvm_disable_hmm=1, then reboot")
     if other:
         xids = sorted({e.xid for e in other if e.xid is not None})
-        return Result(cid, CAT, Status.WARN,
+        return verdict(Status.WARN,
                       f"{len(other)} non-fatal GPU kernel event(s)" + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
                       + ": usually an application fault; check the time against failed runs",
                       evidence=evidence, metrics=metrics, causes=["D3", "M5"],
                       remediation="match the timestamps with the failing job; Xid 13/31/43 come from a faulting kernel")
-    return Result(cid, CAT, Status.PASS, f"no Xid or GPU-fatal lines in {len(text.splitlines())} kernel log lines ({source})",
+    return verdict(Status.PASS, f"no Xid or GPU-fatal lines in {len(text.splitlines())} kernel log lines ({source})",
                   evidence=evidence, metrics=metrics)
 
 
@@ -92,7 +91,7 @@ def ecc(ctx) -> List[Result]:
         if (unc.get("volatile") or 0) > 0:
             problems.append(f"{unc['volatile']} uncorrectable ECC error(s) since the driver loaded")
         if problems:
-            out.append(Result("node.ecc", CAT, Status.FAIL, f"{gpu}: " + "; ".join(problems), evidence=ev,
+            out.append(verdict(Status.FAIL, f"{gpu}: " + "; ".join(problems), evidence=ev,
                               metrics=metrics, causes=["D3"], subject=gpu,
                               remediation="drain the GPU and reset it (nvidia-smi -r -i N) or reboot; "
                                           "a remap failure or repeated errors mean RMA"))
@@ -100,22 +99,22 @@ def ecc(ctx) -> List[Result]:
         readings = [d.get("ecc_mode"), unc.get("volatile"), unc.get("aggregate"), d.get("remapped_rows"),
                     pages.get("pending")]
         if all(v is None for v in readings):
-            out.append(Result("node.ecc", CAT, Status.SKIP,
+            out.append(verdict(Status.SKIP,
                               f"{gpu}: NVML gave no ECC readings ({ev['nvml_errors'] or 'not supported'})",
                               evidence=ev, subject=gpu))
             continue
         if ecc_mode and not ecc_mode.get("current"):
-            out.append(Result("node.ecc", CAT, Status.WARN, f"{gpu}: ECC is disabled; memory errors go unseen",
+            out.append(verdict(Status.WARN, f"{gpu}: ECC is disabled; memory errors go unseen",
                               evidence=ev, metrics=metrics, causes=["D3"], subject=gpu,
                               remediation="enable ECC (nvidia-smi -e 1) and reboot"))
             continue
         if (unc.get("aggregate") or 0) > 0 or (pages.get("double_bit") or 0) > 0:
-            out.append(Result("node.ecc", CAT, Status.WARN,
+            out.append(verdict(Status.WARN,
                               f"{gpu}: {unc.get('aggregate')} uncorrectable ECC error(s) in the GPU's lifetime, "
                               "none since the driver loaded and nothing pending", evidence=ev, metrics=metrics,
                               causes=["D3"], subject=gpu, remediation="watch this GPU; RMA if the count grows"))
             continue
-        out.append(Result("node.ecc", CAT, Status.PASS,
+        out.append(verdict(Status.PASS,
                           f"{gpu}: ECC on, 0 uncorrectable, no remap or retirement pending", evidence=ev,
                           metrics=metrics, subject=gpu))
     return out
@@ -131,7 +130,7 @@ def pcie_link(ctx) -> List[Result]:
         p = d.get("pcie") or {}
         wc, wm, gc, gm = p.get("width_current"), p.get("width_max"), p.get("gen_current"), p.get("gen_max")
         if wc is None or wm is None:
-            out.append(Result("node.pcie_link", CAT, Status.SKIP,
+            out.append(verdict(Status.SKIP,
                               f"{gpu}: NVML gave no PCIe width ({d.get('errors', {}).get('pcie.width_current', '?')})",
                               subject=gpu))
             continue
@@ -142,13 +141,13 @@ def pcie_link(ctx) -> List[Result]:
         gen_note = (f"; gen {gc} of {gm} now (idle GPUs downshift, not a fault)" if gc and gm and gc < gm
                     else f"; gen {gc}")
         if wc < wm:
-            out.append(Result("node.pcie_link", CAT, Status.WARN,
+            out.append(verdict(Status.WARN,
                               f"{gpu}: PCIe link trained at x{wc} of x{wm}: host<->GPU bandwidth is cut{gen_note}",
                               evidence=p, metrics=metrics, causes=["D3"], subject=gpu,
                               remediation="reseat the GPU / riser, check the slot and retimers; compare with "
                                           "`nvidia-smi -q -d PCIE` under load"))
         else:
-            out.append(Result("node.pcie_link", CAT, Status.PASS, f"{gpu}: PCIe x{wc} of x{wm}{gen_note}",
+            out.append(verdict(Status.PASS, f"{gpu}: PCIe x{wc} of x{wm}{gen_note}",
                               evidence=p, metrics=metrics, subject=gpu))
     return out
 
@@ -168,7 +167,7 @@ def nvlink(ctx) -> List[Result]:
         gpu = f"gpu{d['index']}"
         links = d.get("nvlink") or []
         if not links:
-            out.append(Result("node.nvlink", CAT, Status.SKIP,
+            out.append(verdict(Status.SKIP,
                               f"{gpu}: no NVLink reported ({d.get('errors', {}).get('nvlink', 'none')})", subject=gpu))
             continue
         active = [lk for lk in links if lk.get("active")]
@@ -183,21 +182,21 @@ def nvlink(ctx) -> List[Result]:
                                          for lk in links if lk.get("version")}),
               "remote": sorted({lk.get("remote_pci") for lk in active if lk.get("remote_pci")}), "errors": totals}
         if not active:
-            out.append(Result("node.nvlink", CAT, Status.PASS, f"{gpu}: no active NVLink ({len(links)} links present, "
+            out.append(verdict(Status.PASS, f"{gpu}: no active NVLink ({len(links)} links present, "
                               "none trained): PCIe-only GPU", evidence=ev, metrics=metrics, subject=gpu))
         elif down:
-            out.append(Result("node.nvlink", CAT, Status.WARN,
+            out.append(verdict(Status.WARN,
                               f"{gpu}: {len(down)} of {len(links)} NVLinks down (links {down[:8]})",
                               evidence=ev, metrics=metrics, causes=["D3"], subject=gpu,
                               remediation="reset the GPU or reboot; if links stay down, service the baseboard"))
         elif totals["recovery"] or totals["replay"]:
-            out.append(Result("node.nvlink", CAT, Status.WARN,
+            out.append(verdict(Status.WARN,
                               f"{gpu}: NVLink {totals['recovery']} recoveries, {totals['replay']} replays since the "
                               "driver loaded: links retrain or retransmit", evidence=ev, metrics=metrics,
                               causes=["D3"], subject=gpu,
                               remediation="watch the counters under load (nvidia-smi nvlink -e); rising counts need service"))
         else:
-            out.append(Result("node.nvlink", CAT, Status.PASS,
+            out.append(verdict(Status.PASS,
                               f"{gpu}: {len(active)}/{len(links)} NVLinks active (NVLink "
                               f"{'/'.join(ev['nvlink_versions']) or '?'}), no replays or recoveries",
                               evidence=ev, metrics=metrics, subject=gpu))
@@ -208,7 +207,6 @@ def nvlink(ctx) -> List[Result]:
 def p2p(ctx) -> Result:
     """NVML's P2P status matrix: a pair without P2P makes NCCL fall back to host memory, or hangs when ACS /
     IOMMU lets the driver think P2P works while the PCIe fabric drops it (N3)."""
-    cid = "node.p2p"
     snap = ctx.facts.nvml()
     devs = F.devices(ctx.facts)
     if len(devs) < 2:
@@ -223,9 +221,9 @@ def p2p(ctx) -> Result:
                Metric("p2p_pairs_nvlink", via_nvlink, "pairs", None, "NVML P2P status")]
     if bad:
         listing = ", ".join(f"{k}: read {v.get('read')}, write {v.get('write')}" for k, v in list(bad.items())[:4])
-        return Result(cid, CAT, Status.WARN, f"P2P unavailable on {len(bad)} of {len(matrix)} GPU pairs ({listing})",
+        return verdict(Status.WARN, f"P2P unavailable on {len(bad)} of {len(matrix)} GPU pairs ({listing})",
                       evidence=ev, metrics=metrics, causes=["N3"],
                       remediation="on PCIe systems disable ACS / set iommu=pt (NCCL docs, ACS section); "
                                   "NCCL falls back to SHM, slower but correct")
-    return Result(cid, CAT, Status.PASS, f"P2P read/write ok on all {len(matrix)} ordered GPU pairs "
+    return verdict(Status.PASS, f"P2P read/write ok on all {len(matrix)} ordered GPU pairs "
                   f"({via_nvlink} over NVLink)", evidence=ev, metrics=metrics)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
 from envbuild.facts.source import FactUnavailable
@@ -42,11 +42,11 @@ def iommu_acs(ctx) -> Result:
     iommu_off = bool(re.search(r"\b(intel_iommu|amd_iommu)=off\b|\biommu=off\b", cmdline))
     evidence: Dict[str, Any] = {"cmdline": cmdline, "iommu_units": iommu_units, "iommu_passthrough": passthrough}
     if len(devs) < 2:
-        return Result(CID, CAT, Status.PASS, "one GPU: no GPU-to-GPU P2P to break", evidence=evidence)
+        return verdict(Status.PASS, "one GPU: no GPU-to-GPU P2P to break", evidence=evidence)
     pcie_pairs = [pair for pair, st in matrix.items() if st.get("nvlink") != "ok"]
     evidence["pcie_p2p_pairs"] = pcie_pairs
     if matrix and not pcie_pairs:
-        return Result(CID, CAT, Status.PASS,
+        return verdict(Status.PASS,
                       f"all {len(matrix)} GPU pairs use NVLink P2P; IOMMU ({'on' if iommu_units else 'off'}) "
                       "and ACS affect only PCIe P2P", evidence=evidence)
     acs_on: Dict[str, str] = {}
@@ -63,17 +63,17 @@ def iommu_acs(ctx) -> Result:
         evidence["lspci"] = str(exc)
     evidence["acs_srcvalid_bridges"] = acs_on
     if acs_on:
-        return Result(CID, CAT, Status.FAIL,
+        return verdict(Status.FAIL,
                       f"ACS source validation on {len(acs_on)} bridge(s) above the GPUs ({', '.join(sorted(acs_on))}): "
                       "PCIe P2P is redirected through the root complex (hangs, corruption)", evidence=evidence,
                       causes=["N3"],
                       remediation="disable ACS on those bridges (setpci -s BDF ECAP_ACS+0x6.w=0000, or in the BIOS); "
                                   "workaround NCCL_P2P_DISABLE=1")
     if iommu_units and not passthrough and not iommu_off:
-        return Result(CID, CAT, Status.WARN,
+        return verdict(Status.WARN,
                       f"IOMMU translating ({len(iommu_units)} unit(s), no iommu=pt) with {len(pcie_pairs)} GPU pair(s) "
                       "on PCIe P2P", evidence=evidence, causes=["N3"],
                       remediation="boot with iommu=pt (or intel_iommu=off / amd_iommu=off) on bare metal")
-    return Result(CID, CAT, Status.PASS,
+    return verdict(Status.PASS,
                   f"IOMMU {'passthrough' if passthrough else 'off' if not iommu_units or iommu_off else 'on'}, "
                   "no ACS redirect above the GPUs", evidence=evidence)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
 from envbuild.facts.source import FactUnavailable
@@ -44,7 +44,6 @@ def _fmt_bytes(n: Optional[int]) -> str:
 def ptrace(ctx) -> Result:
     """PyTorch IPC of expandable-segment memory imports FDs with pidfd_getfd, which needs ptrace rights over the
     peer process: yama ptrace_scope 3 forbids it for everyone; 1-2 forbid it without CAP_SYS_PTRACE."""
-    cid = "node.ptrace"
     status = F.self_status(ctx.facts)
     raw = F.read_optional(ctx.facts, "/proc/sys/kernel/yama/ptrace_scope")
     scope = int(raw.strip()) if raw and raw.strip().isdigit() else None
@@ -55,22 +54,22 @@ def ptrace(ctx) -> Result:
     fix = ("set kernel.yama.ptrace_scope=0 (sysctl), or give the job CAP_SYS_PTRACE (--cap-add SYS_PTRACE), or "
            "keep IPC'd tensors out of expandable segments (PYTORCH_CUDA_ALLOC_CONF without expandable_segments)")
     if scope == 3:
-        return Result(cid, CAT, Status.FAIL,
+        return verdict(Status.FAIL,
                       "yama ptrace_scope=3: no process may attach to another, so pidfd_getfd-based CUDA IPC fails "
                       "(EPERM) even as root; only a reboot lowers it", evidence=ev, causes=["O3", "M3"],
                       remediation="boot with kernel.yama.ptrace_scope set to 0 or 1 (a sysctl.d file), then reboot")
     if scope in (1, 2) and not cap:
-        return Result(cid, CAT, Status.WARN,
+        return verdict(Status.WARN,
                       f"yama ptrace_scope={scope} without CAP_SYS_PTRACE (uid {user}): CUDA IPC of expandable-segment "
                       "or VMM memory between sibling processes fails with 'pidfd_getfd: Operation not permitted'",
                       evidence=ev, causes=["O3", "M3"], remediation=fix)
     if seccomp == "2" and not cap:
-        return Result(cid, CAT, Status.WARN,
+        return verdict(Status.WARN,
                       "a seccomp filter is active without CAP_SYS_PTRACE: container default profiles block pidfd_getfd",
                       evidence=ev, causes=["O3", "M3"],
                       remediation="run the container with --cap-add SYS_PTRACE or --security-opt seccomp=unconfined")
     what = "no yama" if scope is None else f"ptrace_scope={scope}"
-    return Result(cid, CAT, Status.PASS,
+    return verdict(Status.PASS,
                   f"{what}, seccomp mode {seccomp}, CAP_SYS_PTRACE {'yes' if cap else 'no'}: CUDA IPC may import FDs",
                   evidence=ev)
 
@@ -87,7 +86,6 @@ def _docker_limits(ctx) -> Tuple[Optional[str], Optional[int], Optional[str]]:
 @check("node.ulimits", CAT, "memlock, stack and nofile limits as the image's docker run sets them", causes=("O2",))
 def ulimits(ctx) -> Result:
     """/proc/self/limits against the profile's `docker run --ulimit` flags, or against sane floors without one."""
-    cid = "node.ulimits"
     limits = P.parse_limits(ctx.facts.read_text("/proc/self/limits"))
     memlock = limits.get("Max locked memory")
     stack = limits.get("Max stack size")
@@ -124,12 +122,12 @@ def ulimits(ctx) -> Result:
     fix = ("raise the limits for the job's user (limits.conf / systemd LimitMEMLOCK=infinity, LimitSTACK=64M) or "
            "launch with `ulimit -l unlimited -s 65536`, as `docker run --ulimit memlock=-1 --ulimit stack=67108864`")
     if fails:
-        return Result(cid, CAT, Status.FAIL, "; ".join(fails + warns), evidence=ev, metrics=metrics, causes=["O2"],
+        return verdict(Status.FAIL, "; ".join(fails + warns), evidence=ev, metrics=metrics, causes=["O2"],
                       remediation=fix)
     if warns:
-        return Result(cid, CAT, Status.WARN, "; ".join(warns), evidence=ev, metrics=metrics, causes=["O2"],
+        return verdict(Status.WARN, "; ".join(warns), evidence=ev, metrics=metrics, causes=["O2"],
                       remediation=fix)
-    return Result(cid, CAT, Status.PASS, f"memlock {_fmt_bytes(ml)}, stack {_fmt_bytes(st)}, hard nofile {nf}",
+    return verdict(Status.PASS, f"memlock {_fmt_bytes(ml)}, stack {_fmt_bytes(st)}, hard nofile {nf}",
                   evidence=ev, metrics=metrics)
 
 
@@ -147,11 +145,10 @@ def _gpu_process_count(ctx) -> Optional[int]:
 def dev_shm(ctx) -> Result:
     """NCCL's proxy puts its buffers in /dev/shm/nccl-* at every communicator init (always with
     NCCL_CUMEM_ENABLE=0, as slime sets). Runs killed with SIGKILL leave them behind until /dev/shm fills."""
-    cid = "node.dev_shm"
     mounts = P.parse_mounts(ctx.facts.read_text("/proc/mounts"))
     shm = [m for m in mounts if m["mountpoint"] == "/dev/shm"]
     if not shm:
-        return Result(cid, CAT, Status.FAIL, "/dev/shm is not mounted: NCCL cannot create its shared segments",
+        return verdict(Status.FAIL, "/dev/shm is not mounted: NCCL cannot create its shared segments",
                       evidence={"mounts": len(mounts)}, causes=["O1"],
                       remediation="mount a tmpfs on /dev/shm (docker: --shm-size 16g or --ipc=host)")
     opts = dict(o.split("=", 1) if "=" in o else (o, "") for o in shm[-1]["options"].split(","))
@@ -188,13 +185,13 @@ def dev_shm(ctx) -> Result:
         warns.append(f"{len(nccl)} nccl-* segment(s) present ({'GPU processes running' if gpu_procs else 'GPU use unknown'})")
     fix = "remove stale segments (rm /dev/shm/nccl-* when no job runs); give /dev/shm >= 16 GiB (--shm-size 16g / --ipc=host)"
     if problems:
-        return Result(cid, CAT, Status.FAIL, "; ".join(problems + warns), evidence=ev, metrics=metrics,
+        return verdict(Status.FAIL, "; ".join(problems + warns), evidence=ev, metrics=metrics,
                       causes=["O1"], remediation=fix)
     if warns:
-        return Result(cid, CAT, Status.WARN, "; ".join(warns), evidence=ev, metrics=metrics, causes=["O1"],
+        return verdict(Status.WARN, "; ".join(warns), evidence=ev, metrics=metrics, causes=["O1"],
                       remediation=fix)
     used = f", {used_frac:.0%} used" if used_frac is not None else ""
-    return Result(cid, CAT, Status.PASS, f"/dev/shm {_fmt_bytes(size) if size else 'size unknown'}{used}, "
+    return verdict(Status.PASS, f"/dev/shm {_fmt_bytes(size) if size else 'size unknown'}{used}, "
                   "no nccl-* segments", evidence=ev, metrics=metrics)
 
 
@@ -203,7 +200,6 @@ def dev_shm(ctx) -> Result:
 def remove_ipc(ctx) -> Result:
     """logind's RemoveIPC=yes (systemd's default) removes a regular user's /dev/shm segments and SysV IPC when
     their last session ends: a job started from ssh and left running loses NCCL's segments."""
-    cid = "node.remove_ipc"
     files = ["/etc/systemd/logind.conf"]
     for d in ("/usr/lib/systemd/logind.conf.d", "/etc/systemd/logind.conf.d", "/run/systemd/logind.conf.d"):
         files += [f"{d}/{n}" for n in sorted(F.listdir_optional(ctx.facts, d) or []) if n.endswith(".conf")]
@@ -214,16 +210,16 @@ def remove_ipc(ctx) -> Result:
     has_logind = bool(texts) or F.listdir_optional(ctx.facts, "/run/systemd/system") is not None
     ev = {"files_read": [f for f, _ in texts], "RemoveIPC": value, "set_in": where, "uid": user}
     if not has_logind:
-        return Result(cid, CAT, Status.PASS, "no systemd-logind configuration: RemoveIPC does not apply", evidence=ev)
+        return verdict(Status.PASS, "no systemd-logind configuration: RemoveIPC does not apply", evidence=ev)
     effective = True if value is None else value
     if not effective:
-        return Result(cid, CAT, Status.PASS, f"RemoveIPC=no ({where})", evidence=ev)
+        return verdict(Status.PASS, f"RemoveIPC=no ({where})", evidence=ev)
     origin = f"set in {where}" if where else "systemd's default"
     if user is not None and user < 1000:
-        return Result(cid, CAT, Status.PASS,
+        return verdict(Status.PASS,
                       f"RemoveIPC=yes ({origin}) but this runs as system uid {user}, which logind leaves alone",
                       evidence=ev)
-    return Result(cid, CAT, Status.WARN,
+    return verdict(Status.WARN,
                   f"RemoveIPC=yes ({origin}): logging out removes uid {user}'s /dev/shm segments under running jobs",
                   evidence=ev, causes=["O1"],
                   remediation="set RemoveIPC=no in /etc/systemd/logind.conf.d/ (then systemctl restart systemd-logind), "
@@ -233,14 +229,13 @@ def remove_ipc(ctx) -> Result:
 @check("node.ld_preload", CAT, "/etc/ld.so.preload injects nothing into CUDA processes", causes=("D8",))
 def ld_preload(ctx) -> Result:
     """A global preload (GPU-sharing interposers such as HAMi's libvgpu.so) wraps driver calls in every process."""
-    cid = "node.ld_preload"
     text = F.read_optional(ctx.facts, "/etc/ld.so.preload")
     if text is None:
-        return Result(cid, CAT, Status.PASS, "no /etc/ld.so.preload")
+        return verdict(Status.PASS, "no /etc/ld.so.preload")
     entries = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     if not entries:
-        return Result(cid, CAT, Status.PASS, "/etc/ld.so.preload is empty", evidence={"text": text[:200]})
-    return Result(cid, CAT, Status.WARN, f"/etc/ld.so.preload loads {', '.join(entries)} into every process",
+        return verdict(Status.PASS, "/etc/ld.so.preload is empty", evidence={"text": text[:200]})
+    return verdict(Status.WARN, f"/etc/ld.so.preload loads {', '.join(entries)} into every process",
                   evidence={"entries": entries}, causes=["D8"],
                   remediation="remove GPU interposers from /etc/ld.so.preload on training nodes "
                               "(HAMi: CUDA_DISABLE_CONTROL=true); see research D8")

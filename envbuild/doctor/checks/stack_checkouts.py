@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import Option, check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
@@ -13,7 +13,7 @@ from envbuild.report.model import Result, Status
 def _stack_with_patches(ctx) -> Tuple[Dict[str, Any], str]:
     """The probe's facts; with `--set stack.patch_dir=DIR` (a slime checkout) on a live node, re-run the
     probe with the profile's patches so `git apply --reverse --check` tells which are applied."""
-    patch_dir = ctx.options.get("stack.patch_dir")
+    patch_dir = ctx.option("stack.patch_dir")
     if not patch_dir:
         return ctx.facts.stack(), "patch state not checked: pass --set stack.patch_dir=<slime checkout>"
     if not ctx.facts.is_live:
@@ -26,7 +26,9 @@ def _stack_with_patches(ctx) -> Tuple[Dict[str, Any], str]:
 
 
 @check("stack.checkouts", "stack", "sglang and Megatron are the image's commits with slime's patches applied",
-       needs=("profile",), causes=("M4",))
+       needs=("profile",), causes=("M4",),
+       options=(Option("stack.patch_dir", "str", "", "a slime checkout: check which of its patches are applied "
+                                                     "(live env only)"),))
 def checkouts(ctx) -> Result:
     """slime's patches change sglang's weight update and Megatron's process-group reload (the paths where
     slime #1305 fails); another commit or an unpatched checkout runs different code there."""
@@ -68,10 +70,10 @@ def checkouts(ctx) -> Result:
         raise FactUnavailable("neither sglang nor Megatron is installed in this env")
     evidence = {"rows": rows, "patches": patch_note, "profile_patches": prof.patches}
     if worst == Status.PASS:
-        return Result("stack.checkouts", "stack", Status.PASS,
+        return verdict(Status.PASS,
                       "sglang/Megatron at the image's commits" + (f"; {'; '.join(notes)}" if notes else "")
                       + f" ({patch_note})", evidence=evidence)
-    return Result("stack.checkouts", "stack", worst, "; ".join(problems + notes),
+    return verdict(worst, "; ".join(problems + notes),
                   evidence=evidence, causes=["M4"],
                   remediation="check out the profile's commits and apply slime's docker/patch/<version>/*.patch "
                               "(git apply), as the image's Dockerfile does")

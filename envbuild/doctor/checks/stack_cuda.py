@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
@@ -58,7 +58,7 @@ def cuda_runtime_driver(ctx) -> Result:
         raise FactUnavailable("no CUDA runtime mapped and torch reports no CUDA version")
     majors = {sv.major_minor(m.get("api_version"))[0] for m in cudarts.values() if sv.major_minor(m.get("api_version"))}
     if len(majors) > 1:
-        return Result("stack.cuda_runtime_driver", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       "libcudart of CUDA majors " + " and ".join(str(m) for m in sorted(majors))
                       + " are mapped into one process: cu12 and cu13 pieces are mixed",
                       evidence=evidence, causes=["C6"],
@@ -68,14 +68,14 @@ def cuda_runtime_driver(ctx) -> Result:
                               f"version is unknown (runtime {runtime})")
     r, d = sv.major_minor(runtime), sv.major_minor(driver)
     if r and d and r[0] > d[0]:
-        return Result("stack.cuda_runtime_driver", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"CUDA runtime {runtime} is newer than the driver's CUDA {driver}: across majors this fails with "
                       "'CUDA driver version is insufficient for CUDA runtime version'",
                       evidence=evidence, causes=["D9", "C6", "C1"],
                       remediation=f"upgrade the driver to one that supports CUDA {runtime} (>= 580 for CUDA 13), or "
                                   "use the profile's cu12 build")
     if r and d and r > d:
-        return Result("stack.cuda_runtime_driver", "stack", Status.WARN,
+        return verdict(Status.WARN,
                       f"CUDA runtime {runtime} is newer than the driver's CUDA {driver}: minor-version compatibility "
                       "only (PTX from newer toolchains and JIT kernels can fail); the image may run a forward-compat "
                       "libcuda here instead",
@@ -83,17 +83,17 @@ def cuda_runtime_driver(ctx) -> Result:
                       remediation=f"upgrade the driver to one that supports CUDA {runtime}")
     tv = sv.major_minor(t.get("cuda"))
     if rt.get("version") and tv and sv.major_minor(rt["version"]) != tv:
-        return Result("stack.cuda_runtime_driver", "stack", Status.WARN,
+        return verdict(Status.WARN,
                       f"the mapped libcudart is CUDA {rt['version']} but torch was built for {t.get('cuda')}",
                       evidence=evidence, causes=["C10"],
                       remediation="keep the CUDA runtime from the nvidia-cuda-runtime wheel torch depends on; remove "
                                   "other libcudart directories from LD_LIBRARY_PATH")
     if len(cudarts) > 1:
-        return Result("stack.cuda_runtime_driver", "stack", Status.WARN,
+        return verdict(Status.WARN,
                       f"{len(cudarts)} libcudart copies are mapped: " + ", ".join(cudarts),
                       evidence=evidence, causes=["C9", "C10"],
                       remediation="rebuild the extensions against torch's CUDA runtime wheel")
-    return Result("stack.cuda_runtime_driver", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"CUDA runtime {runtime} on a driver supporting CUDA {driver}", evidence=evidence)
 
 
@@ -116,17 +116,17 @@ def libcuda_stub(ctx) -> Result:
            "stubs only at build time")
     for m in sv.mapped(stack, "libcuda"):
         if m.get("stub") or "returned 34" in (m.get("api_error") or ""):
-            return Result("stack.libcuda_stub", "stack", Status.FAIL,
+            return verdict(Status.FAIL,
                           f"the stub libcuda {m['path']} is loaded: every driver call returns CUDA_ERROR_STUB_LIBRARY",
                           evidence=ev, causes=["C7"], remediation=fix)
     order = ev["search_order_libcuda.so.1"]
     if order and order[0].get("stub"):
-        return Result("stack.libcuda_stub", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"the stub {order[0]['path']} is first in the loader's search for libcuda.so.1 (via "
                       f"{order[0]['origin']}): a process that loads the driver by name gets the stub",
                       evidence=ev, causes=["C7"], remediation=fix)
     where = ev["mapped"][0]["path"] if ev["mapped"] else (order[0]["path"] if order else None)
-    return Result("stack.libcuda_stub", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"libcuda is the driver's ({where})" if where else "no libcuda loaded or on the search path; no stubs",
                   evidence=ev)
 
@@ -151,7 +151,7 @@ def libcuda_compat(ctx) -> Result:
             compat = match or [dict(first)]
             how = f"first in the search for libcuda.so.1 (via {first['origin']})"
     if not compat:
-        return Result("stack.libcuda_compat", "stack", Status.PASS, "no forward-compat (cuda-compat) libcuda in use",
+        return verdict(Status.PASS, "no forward-compat (cuda-compat) libcuda in use",
                       evidence=ev)
     lib = compat[0]
     compat_ver = lib.get("file_version")
@@ -164,24 +164,24 @@ def libcuda_compat(ctx) -> Result:
     api_err = lib.get("api_error") or ""
     unsupported = [n for n in names if sv.forward_compat_supported(n) is False]
     if unsupported:
-        return Result("stack.libcuda_compat", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"the forward-compat libcuda {lib['path']} is {how}, but {unsupported[0]} does not support "
                       "forward compatibility (CUDA error 804)", evidence=ev, causes=["C8"], remediation=fix)
     if "803" in api_err or "804" in api_err:
-        return Result("stack.libcuda_compat", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"the forward-compat libcuda {lib['path']} is {how} and fails: {api_err}",
                       evidence=ev, causes=["C8"], remediation=fix)
     if kernel and compat_ver and _num(compat_ver)[:1] <= _num(kernel)[:1]:
-        return Result("stack.libcuda_compat", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"the forward-compat libcuda {compat_ver} ({lib['path']}) is {how} but is not newer than the "
                       f"kernel driver {kernel}: an unsupported driver combination (CUDA error 803)",
                       evidence=ev, causes=["C8"], remediation=fix)
     if not kernel or not compat_ver:
-        return Result("stack.libcuda_compat", "stack", Status.WARN,
+        return verdict(Status.WARN,
                       f"the forward-compat libcuda {lib['path']} is {how}; the kernel driver "
                       f"({kernel or 'unknown'}) or its version ({compat_ver or 'unknown'}) cannot be compared",
                       evidence=ev, causes=["C8", "C1"], remediation=fix)
-    return Result("stack.libcuda_compat", "stack", Status.WARN,
+    return verdict(Status.WARN,
                   f"forward compat in use: libcuda {compat_ver} on kernel driver {kernel}; it works only on datacenter "
                   "GPUs with a supported driver branch, and bare-metal envs without it run another user-mode driver "
                   "than this one", evidence=ev, causes=["C1"], remediation=fix)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Tuple
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -93,7 +93,7 @@ def env_policy(ctx) -> Result:
         evidence["image_launch_env"] = {k: v.value for k, v in ctx.profile.launch_env.items()}
     if not found:
         note = "" if ctx.profile is not None else " (pass --profile to compare with an image's launch environment)"
-        return Result("stack.env_policy", "stack", Status.PASS,
+        return verdict(Status.PASS,
                       f"{len(env)} policy variables set, none against the launch policy{note}", evidence=evidence)
     worst = max((s for s, _, _ in found), key=lambda s: s.rank)
     causes: List[str] = []
@@ -102,7 +102,7 @@ def env_policy(ctx) -> Result:
             causes += [c for c in cs if c not in causes]
     texts = [t for s, t, _ in sorted(found, key=lambda f: -f[0].rank)]
     summary = texts[0] + (f" (+{len(texts) - 1} more)" if len(texts) > 1 else "")
-    return Result("stack.env_policy", "stack", worst, summary, evidence=evidence, causes=causes,
+    return verdict(worst, summary, evidence=evidence, causes=causes,
                   remediation="start Ray from a clean environment (env -i wrapper or an explicit runtime_env) with the "
                               "image's variables: " + (", ".join(f"{k}={v.value}" for k, v in
                                                                   ctx.profile.launch_env.items())

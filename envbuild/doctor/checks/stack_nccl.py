@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -22,7 +22,7 @@ def nccl_version(ctx) -> Result:
     stack = ctx.facts.stack()
     comp = ctx.profile.components.get("nccl")
     if comp is None or not comp.version:
-        return Result("stack.nccl_version", "stack", Status.SKIP, f"profile {ctx.profile.name} pins no NCCL version")
+        return verdict(Status.SKIP, f"profile {ctx.profile.name} pins no NCCL version")
     seen = {}
     t = sv.torch_info(stack)
     if t.get("nccl_version"):
@@ -41,20 +41,20 @@ def nccl_version(ctx) -> Result:
     if not seen:
         if not t.get("present"):
             sv.require_torch(stack)
-        return Result("stack.nccl_version", "stack", Status.SKIP,
+        return verdict(Status.SKIP,
                       "no NCCL found: torch reports none, no libnccl is mapped and no NCCL wheel is installed",
                       evidence=evidence)
     bad = {k: v for k, v in seen.items() if not sv.version_matches(comp.version, v)}
     if bad:
         status = Status.FAIL if comp.severity == "fail" else Status.WARN
         where = "; ".join(f"{k} = {v}" for k, v in bad.items())
-        return Result("stack.nccl_version", "stack", status,
+        return verdict(status,
                       f"NCCL {next(iter(bad.values()))} differs from the image's {comp.version} ({where}). "
                       f"Why it matters: {NCCL_WHY}",
                       evidence=evidence, causes=["C2", "M4"],
                       remediation=f"pip install {comp.pip_name or 'nvidia-nccl-cu12'}=={comp.version} "
                                   "(and remove any other NCCL from the library path)")
-    return Result("stack.nccl_version", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"NCCL {next(iter(seen.values()))} as in {ctx.profile.name}", evidence=evidence)
 
 
@@ -73,7 +73,7 @@ def nccl_copies(ctx) -> Result:
                 "reachable": rows}
     if len(maps) > 1:
         desc = ", ".join(f"{m['path']} ({m.get('version') or '?'})" for m in maps.values())
-        return Result("stack.nccl_copies", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"{len(maps)} different libnccl files are mapped into one process: {desc}",
                       evidence=evidence, causes=["C3"],
                       remediation="keep one NCCL: remove the conda/system copy from LD_LIBRARY_PATH and the ld.so "
@@ -83,7 +83,7 @@ def nccl_copies(ctx) -> Result:
     if len(versions) > 1:
         in_use = next((m.get("version") for m in maps.values()), None)
         desc = "; ".join(f"{r['path']} = {r['version'] or '?'} via {','.join(r['origins'] or [])}" for r in rows)
-        return Result("stack.nccl_copies", "stack", Status.WARN,
+        return verdict(Status.WARN,
                       f"{len(rows)} libnccl copies with different versions are reachable ({desc}); this process maps "
                       f"{in_use or 'none'}, but a library that asks for libnccl.so.2 by name (cupy, sglang's pynccl) "
                       "can load another",
@@ -91,10 +91,10 @@ def nccl_copies(ctx) -> Result:
                       remediation="remove the extra copies or keep them off LD_LIBRARY_PATH and the ld.so cache; "
                                   "set SGLANG_NCCL_SO_PATH to the mapped copy")
     if not rows and not maps:
-        return Result("stack.nccl_copies", "stack", Status.PASS,
+        return verdict(Status.PASS,
                       "no libnccl reachable (a torch that links NCCL statically, or no NCCL at all)", evidence=evidence)
     one = next(iter(maps.values()), None) or next(iter(reach.values()))
-    return Result("stack.nccl_copies", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"one NCCL: {os.path.basename(one['path'])} {one.get('version') or ''} at {os.path.dirname(one['path'])}"
                   + (f" ({len(rows)} reachable paths, same version)" if len(rows) > 1 else ""),
                   evidence=evidence)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -102,7 +102,7 @@ def profile_match(ctx) -> Result:
     matched = sum(1 for r in rows if r["verdict"].startswith("match"))
     if status == Status.PASS:
         info = [r for r in differs if r["severity"] == "info"]
-        return Result("stack.profile_match", "stack", Status.PASS,
+        return verdict(Status.PASS,
                       f"{matched} of {len(rows)} components equal {prof.image}"
                       + (f"; informational differences: {', '.join(r['component'] for r in info)}" if info else ""),
                       evidence=evidence)
@@ -117,7 +117,7 @@ def profile_match(ctx) -> Result:
         if c not in causes:
             causes.append(c)
     first = shown[0]
-    return Result("stack.profile_match", "stack", status,
+    return verdict(status,
                   f"{len(differs)} differ, {len(missing)} missing of {len(rows)} components vs {prof.image}: "
                   + "; ".join(parts) + (f" (+{len(shown) - 5} more)" if len(shown) > 5 else "")
                   + (f". {first['component']}: {first['why']}" if first.get("why") else ""),

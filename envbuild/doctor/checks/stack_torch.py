@@ -1,7 +1,7 @@
 """torch as the environment under test sees it: importable, its CUDA build, its cuDNN, vs the profile."""
 from __future__ import annotations
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -19,11 +19,11 @@ def torch_present(ctx) -> Result:
     if t.get("cuda_tag") == "cpu" or not t.get("cuda"):
         no_gpu = ctx.nvml_unavailable_reason()
         if no_gpu is not None and not ctx.require_gpu:
-            return Result("stack.torch", "stack", Status.SKIP,
+            return verdict(Status.SKIP,
                           f"torch {t.get('version')} is a CPU-only build and this node has no usable GPU driver "
                           f"({no_gpu}); pass --python/--prefix of the GPU environment on a GPU node",
                           evidence=evidence)
-        return Result("stack.torch", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"torch {t.get('version')} is a CPU-only build: no CUDA, no NCCL",
                       evidence=evidence, causes=["C6"],
                       remediation="install the CUDA build of torch from the profile's index "
@@ -31,7 +31,7 @@ def torch_present(ctx) -> Result:
     err = (stack.get("errors") or {}).get("init")
     if err:
         evidence["init_error"] = err
-        return Result("stack.torch", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"torch {t['version']} could not initialise CUDA/NCCL: {err.splitlines()[0][:200]}",
                       evidence=evidence, causes=sv.causes_in_text(err) or ["C1", "D9"],
                       remediation="see the stack.libcuda_* and stack.cuda_runtime_driver results for the library "
@@ -42,7 +42,7 @@ def torch_present(ctx) -> Result:
             "CUDA tensor and a 1-rank NCCL group initialised" if init.get("nccl_group") else "CUDA initialised")
     else:
         what += "; no GPU visible, so CUDA and NCCL were not initialised (libraries are those `import torch` maps)"
-    return Result("stack.torch", "stack", Status.PASS, what, evidence=evidence)
+    return verdict(Status.PASS, what, evidence=evidence)
 
 
 @check("stack.torch_cuda_tag", "stack", "torch version and CUDA build equal the profile's", needs=("profile",),
@@ -60,28 +60,28 @@ def torch_cuda_tag(ctx) -> Result:
     have_cuda = sv.major_minor(t.get("cuda"))
     want_cuda = sv.major_minor(prof.cuda)
     if have_cuda is None:
-        return Result("stack.torch_cuda_tag", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"torch {t.get('version')} is a CPU-only build; the image runs {want_torch} (CUDA {prof.cuda})",
                       evidence=evidence, causes=["C6"],
                       remediation=f"install torch=={want_torch} from the cu{want_cuda[0]}{want_cuda[1]} index")
     if have_cuda and want_cuda and have_cuda[0] != want_cuda[0]:
-        return Result("stack.torch_cuda_tag", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"torch is built for CUDA {t.get('cuda')}, the image for CUDA {prof.cuda}: another CUDA major "
                       f"needs another driver and mixes cu{have_cuda[0]} with cu{want_cuda[0]} wheels",
                       evidence=evidence, causes=["C6"],
                       remediation=f"install torch=={want_torch} from the cu{want_cuda[0]}{want_cuda[1]} index")
     if have_cuda and want_cuda and have_cuda != want_cuda:
-        return Result("stack.torch_cuda_tag", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"torch is built for CUDA {t.get('cuda')}, the image for CUDA {prof.cuda}: the runtime "
                       "libraries resolve to another minor version than the image's",
                       evidence=evidence, causes=["C10"],
                       remediation=f"install torch=={want_torch} (CUDA {prof.cuda})")
     if want_torch and not sv.version_matches(want_torch, t.get("version")):
         status = Status.FAIL if comp.severity == "fail" else Status.WARN
-        return Result("stack.torch_cuda_tag", "stack", status,
+        return verdict(status,
                       f"torch {t.get('version')} differs from the image's {want_torch}: {comp.why}",
                       evidence=evidence, causes=["C9"], remediation=f"install torch=={want_torch}")
-    return Result("stack.torch_cuda_tag", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"torch {t.get('version')} (CUDA {t.get('cuda')}) as in {prof.name}", evidence=evidence)
 
 
@@ -92,7 +92,7 @@ def cudnn_version(ctx) -> Result:
     t = sv.require_torch(stack)
     comp = ctx.profile.components.get("cudnn")
     if comp is None or not comp.version:
-        return Result("stack.cudnn_version", "stack", Status.SKIP, f"profile {ctx.profile.name} pins no cuDNN version")
+        return verdict(Status.SKIP, f"profile {ctx.profile.name} pins no cuDNN version")
     seen = {}
     if t.get("cudnn_version"):
         seen["torch.backends.cudnn.version()"] = t["cudnn_version"]
@@ -104,15 +104,15 @@ def cudnn_version(ctx) -> Result:
         seen[f"pip {d['name']}"] = d["version"]
     evidence = {"profile": comp.version, "seen": seen, "source": comp.source}
     if not seen:
-        return Result("stack.cudnn_version", "stack", Status.SKIP, "torch reports no cuDNN and no libcudnn is mapped",
+        return verdict(Status.SKIP, "torch reports no cuDNN and no libcudnn is mapped",
                       evidence=evidence)
     bad = {k: v for k, v in seen.items() if not sv.version_matches(comp.version, v)}
     if bad:
         status = Status.FAIL if comp.severity == "fail" else Status.WARN
         where = "; ".join(f"{k} = {v}" for k, v in bad.items())
-        return Result("stack.cudnn_version", "stack", status,
+        return verdict(status,
                       f"cuDNN differs from the image's {comp.version} ({where}): {comp.why}",
                       evidence=evidence, causes=["C9"],
                       remediation=f"pip install {comp.pip_name or 'nvidia-cudnn-cu12'}=={comp.version}")
-    return Result("stack.cudnn_version", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"cuDNN {next(iter(seen.values()))} as in {ctx.profile.name}", evidence=evidence)

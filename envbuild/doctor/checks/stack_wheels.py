@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -25,7 +25,7 @@ def cuda_wheel_mix(ctx) -> Result:
         other = sorted(m for m in majors if m != tmajor) if tmajor is not None else sorted(majors)[1:]
         wrong = [p for m in other for p in majors[m]]
         base = f"torch is cu{tmajor}" if tmajor is not None else f"cu{sorted(majors)[0]}"
-        return Result("stack.cuda_wheel_mix", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       f"CUDA majors are mixed: {base}, but {', '.join(wrong[:6])}"
                       + (f" and {len(wrong) - 6} more" if len(wrong) > 6 else "") + f" are built for CUDA "
                       + "/".join(str(m) for m in other),
@@ -34,7 +34,7 @@ def cuda_wheel_mix(ctx) -> Result:
                                   f"cu{tmajor or sorted(majors)[0]} ones (shared files under site-packages/nvidia "
                                   "were overwritten); pin cuda-python to the same major")
     only = next(iter(majors), None)
-    return Result("stack.cuda_wheel_mix", "stack", Status.PASS,
+    return verdict(Status.PASS,
                   f"every CUDA wheel is built for CUDA {only}" if only else "no CUDA-specific wheels installed",
                   evidence=evidence)
 
@@ -61,18 +61,18 @@ def tms_hook(ctx) -> Result:
         right = [h for h in preload if f"cu{major}" in h]
         unsuffixed = [h for h in preload if "_cu1" not in h]
         if right or unsuffixed:
-            return Result("stack.tms_hook", "stack", Status.PASS,
+            return verdict(Status.PASS,
                           f"torch_memory_saver preload hook for CUDA {major}: {(right or unsuffixed)[0]}",
                           evidence=evidence)
         if preload:
-            return Result("stack.tms_hook", "stack", Status.FAIL,
+            return verdict(Status.FAIL,
                           f"torch_memory_saver has preload hooks only for another CUDA major ({', '.join(preload)}); "
                           f"torch is CUDA {t.get('cuda')}", evidence=evidence, causes=["C9"], remediation=fix)
     if not hooks:
-        return Result("stack.tms_hook", "stack", Status.FAIL,
+        return verdict(Status.FAIL,
                       "torch_memory_saver is a python-only build: no native hook library, so --offload-train fails "
                       "('Only hook_mode=preload supports pauseable CUDA Graph')",
                       evidence=evidence, causes=["C9"], remediation=fix)
-    return Result("stack.tms_hook", "stack", Status.WARN,
+    return verdict(Status.WARN,
                   f"torch_memory_saver has native hooks ({', '.join(hooks)}) but no preload hook for torch's CUDA",
                   evidence=evidence, causes=["C9"], remediation=fix)

@@ -6,9 +6,10 @@ re-created -> next step, K times, with a randomly initialised model (no weights 
 The payload is checks/train_moe_step.py; the arithmetic (layout, FLOPs, peaks, memory) lives in
 envbuild/train/ so CI checks it without torch. See docs/checks-train.md.
 
-Bad `--set train.*` values give an `error` result naming the option (exit 1), not exit 2: a
-fleet-wide `doctor --full` keeps every other check's verdict, and `error` says the verdict is not
-about the node.
+An unknown `--set train.*` key or a value of the wrong type is refused before the run (exit 2, like every
+check's options); a value that parses but cannot be laid out or run (TP 3 on 2 GPUs, CP without Transformer
+Engine) gives an `error` result naming the option (exit 1): a fleet-wide `doctor --full` keeps every other
+check's verdict, and `error` says the verdict is not about the node.
 """
 from __future__ import annotations
 
@@ -19,16 +20,15 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from envbuild.doctor.registry import check
+from envbuild.doctor.registry import Option, ProbeSpec, probe_check, verdict
 from envbuild.report.model import Metric, Result, Status
+from envbuild.train import options as train_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.train.layout import Layout
     from envbuild.train.options import TrainOptions
     from envbuild.train.presets import ModelShape
 
-CHECK_ID = "train.moe_step"
-CATEGORY = "train"
 INSTALL_HINT = "pip install megatron-core==0.19.2 (and torch_memory_saver for slime's offload path)"
 
 
@@ -39,11 +39,24 @@ class _GpuNeeds:
     needs = frozenset({"gpu"})
 
 
+def _declared_options() -> Tuple[Option, ...]:
+    """The train.* options (envbuild/train/options.py) as the doctor declares them: type, default, help."""
+    defaults = train_options.TrainOptions()
+    out = []
+    for name, help_text in train_options.HELP.items():
+        kind = ("int" if name in train_options.INTS else "choice" if name in train_options.CHOICES
+                else "bool" if name == "sp" else "float")
+        default = None if name == "steps" else getattr(defaults, name)  # steps: 3, or 10 with --full
+        out.append(Option(train_options.PREFIX + name, kind, default, help_text,
+                          choices=tuple(train_options.CHOICES.get(name, ()))))
+    return tuple(out)
+
+
 def _options_error(message: str) -> Result:
     from envbuild.train.options import HELP, PREFIX
 
     known = {f"{PREFIX}{k}": v for k, v in HELP.items()}
-    return Result(CHECK_ID, CATEGORY, Status.ERROR, f"bad option: {message}",
+    return verdict(Status.ERROR, f"bad option: {message}",
                   remediation="fix the --set value (the train.* options are listed in the evidence and in "
                               "docs/checks-train.md)", evidence={"options": known})
 
@@ -129,10 +142,15 @@ def deadline_for(opts: "TrainOptions") -> float:
     return 240.0 + 30.0 * (opts.steps + opts.plain_steps) * max(1.0, opts.layers / 8)
 
 
-@check(CHECK_ID, CATEGORY, "Qwen3-30B-A3B-shaped MoE train steps (megatron-core) in slime's train -> sync -> "
-       "offload -> resume -> group rebuild cycle", needs=(), timeout_s=1800,
-       causes=("M4", "M5", "C9", "C2"), modes=("full",))
-def train_moe_step(ctx) -> List[Result]:
+# The whole-run deadline comes from the options (deadline_for); these are its defaults by mode.
+PROBE = ProbeSpec("train_moe_step.py", "the train-step cycle", deadline_s={"quick": 420, "full": 630},
+                  phase_deadlines={"*": 300}, hang_causes=(), crash_causes=())
+
+
+@probe_check("train.moe_step", "train", "Qwen3-30B-A3B-shaped MoE train steps (megatron-core) in slime's train -> "
+             "sync -> offload -> resume -> group rebuild cycle", needs=(), probe=PROBE,
+             causes=("M4", "M5", "C9", "C2"), modes=("full",), options=_declared_options())
+def train_moe_step(ctx, run) -> List[Result]:
     """Options: --set train.layers=N train.steps=K train.tp/sp/ep/pp/cp train.seq train.mbs train.offload
     train.spec train.lr (see docs/checks-train.md)."""
     from envbuild.doctor.runner import unmet_need
@@ -158,8 +176,8 @@ def train_moe_step(ctx) -> List[Result]:
     reason = unmet_need(_GpuNeeds, ctx)
     if reason is not None:
         status = Status.FAIL if (ctx.require_gpu and ctx.facts.is_live) else Status.SKIP
-        return [Result(CHECK_ID, CATEGORY, status, reason,
-                       evidence={"layout": layout.to_dict(), "layers": opts.layers})]
+        return [verdict(status, reason,
+                        evidence={"layout": layout.to_dict(), "layers": opts.layers})]
 
     gpu = _gpu_facts(ctx)
     estimate = estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs)
@@ -172,7 +190,7 @@ def train_moe_step(ctx) -> List[Result]:
             f"{estimate['total'] / GIB:.0f} GiB per GPU, the GPUs have {capacity / GIB:.0f} GiB; "
             + (f"depth {fits} fits (--set train.layers={fits})" if fits else
                "not even one layer fits: raise train.ep or train.tp"))]
-    return [run_payload(ctx, opts, shape, layout, gpu, estimate)]
+    return [run_payload(run, opts, shape, layout, gpu, estimate)]
 
 
 def _only_teardown_hung(outcome) -> bool:
@@ -184,18 +202,17 @@ def _only_teardown_hung(outcome) -> bool:
     return finals and all(r.phase == "teardown" for r in outcome.ranks if r.rank in outcome.hung_ranks)
 
 
-def run_payload(ctx, opts: "TrainOptions", shape: "ModelShape", layout: "Layout", gpu: Dict[str, Any],
+def run_payload(probe, opts: "TrainOptions", shape: "ModelShape", layout: "Layout", gpu: Dict[str, Any],
                 estimate: Dict[str, int]) -> Result:
-    """Launch the payload on the layout's GPUs and turn what the ranks did into one Result."""
-    from envbuild.doctor.launcher import launch
+    """Launch the payload (probe: the runner's ProbeRun) on the layout's GPUs and turn what the ranks did into one
+    Result."""
     from envbuild.train.layout import padded_vocab
     from envbuild.train.memory import GIB
 
-    gpus = ctx.gpu_indices()
+    gpus = probe.gpus
     vocab = padded_vocab(shape.vocab, layout.tp)
     args = payload_args(opts, layout, shape, vocab)
-    outcome = launch("train_moe_step.py", layout.world, python=ctx.python or sys.executable, gpus=gpus,
-                     args=args, deadline_s=deadline_for(opts), phase_deadlines={"*": 300})
+    outcome = probe.launch_outcome(args, nranks=layout.world, deadline_s=deadline_for(opts))
     run = _Run(opts, shape, layout, gpu, vocab, outcome, {
         "layout": layout.to_dict(), "layers": opts.layers, "seq": opts.seq, "mbs": opts.mbs,
         "estimate_GiB": {k: round(v / GIB, 2) for k, v in estimate.items()},
@@ -204,11 +221,11 @@ def run_payload(ctx, opts: "TrainOptions", shape: "ModelShape", layout: "Layout"
     results = [r.result for r in outcome.ranks if r.result is not None]
     skipped = next((r for r in results if r.get("status") == "skip"), None)
     if skipped is not None and outcome.ok:
-        return Result(CHECK_ID, CATEGORY, Status.SKIP, str(skipped.get("summary")),
+        return verdict(Status.SKIP, str(skipped.get("summary")),
                       remediation=skipped.get("remediation") or INSTALL_HINT, evidence=run.evidence)
     refused = next((r for r in results if r.get("refused")), None)
     if refused is not None:  # the environment cannot run this layout/spec (e.g. CP without TE): no GPU work done
-        return Result(CHECK_ID, CATEGORY, Status.ERROR, str(refused.get("summary")),
+        return verdict(Status.ERROR, str(refused.get("summary")),
                       remediation=refused.get("remediation"), evidence=run.evidence)
     oom = next((r for r in results if r.get("oom")), None)
     if oom is not None:
@@ -278,7 +295,7 @@ def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
     taken = (f"; other processes held {others / GIB:.1f} GiB of the GPU when the run started"
              if others >= GIB else "")
     asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", record.get("message") or "")
-    return Result(CHECK_ID, CATEGORY, Status.FAIL,
+    return verdict(Status.FAIL,
                   f"{oom.get('summary')}{f' (asked for {asked.group(1)} more)' if asked else ''} "
                   f"({layout.describe()}){taken}; "
                   + (f"depth {fits} would fit: --set train.layers={fits}" if fits else
@@ -291,12 +308,10 @@ def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
 
 def _broken_result(run: _Run) -> Result:
     """A hang or crash: the phase and step it happened in, its causes, and what the completed cycles showed."""
-    from envbuild.doctor.probes import failure_result
     from envbuild.train.assess import PHASE_CAUSES, assess, phase_kind
 
     outcome, opts, layout = run.outcome, run.opts, run.layout
-    broken = failure_result(CHECK_ID, CATEGORY, outcome, what="the train-step cycle", hang_causes=(),
-                            crash_causes=())
+    broken = PROBE.failure(outcome)
     rank0 = run.rank0()
     steps = (rank0.get("evidence") or {}).get("steps", [])
     done = [s for s in steps if s.get("cycle")]
@@ -347,9 +362,9 @@ KNOWN_BREAKAGES = (
 def _software_error(outcome) -> Optional[Dict[str, Any]]:
     """The evidence of the first crashed rank whose exception is a Python error (the code, not the node)."""
     for r in outcome.ranks:
-        verdict = r.result or {}
-        if r.rank in outcome.crashed_ranks and verdict.get("exception") in SOFTWARE_ERRORS:
-            return dict(verdict.get("evidence") or {}, exception=verdict.get("exception"))
+        own = r.result or {}
+        if r.rank in outcome.crashed_ranks and own.get("exception") in SOFTWARE_ERRORS:
+            return dict(own.get("evidence") or {}, exception=own.get("exception"))
     return None
 
 
@@ -365,9 +380,9 @@ def _failed_phase(outcome) -> Optional[str]:
     for r in outcome.ranks:
         if r.rank not in outcome.crashed_ranks + outcome.hung_ranks:
             continue
-        verdict = r.result or {}
-        if r.phase or verdict.get("phase"):
-            return (None if verdict.get("partial") else verdict.get("phase")) or r.phase
+        own = r.result or {}
+        if r.phase or own.get("phase"):
+            return (None if own.get("partial") else own.get("phase")) or r.phase
     return None
 
 
@@ -413,7 +428,7 @@ def _verdict_result(run: _Run) -> Result:
     tokens = run.tokens_per_step()
     weight_bytes = int(ev.get("weight_bytes_per_rank") or 0)
     offloaded = (ev.get("offload_mode") or {}).get("offload") != "none"  # train.offload=none frees only comms
-    verdict = assess(steps, global_tokens=tokens, flops_per_token=flops, gpus=layout.world,
+    judged = assess(steps, global_tokens=tokens, flops_per_token=flops, gpus=layout.world,
                      peak_tflops=peak.bf16_dense_tflops if peak else None, weight_bytes=weight_bytes,
                      offloaded=offloaded)
     peaks_by_rank = {f"rank{r.rank}": max([s.get("peak_allocated_bytes") or 0
@@ -433,16 +448,16 @@ def _verdict_result(run: _Run) -> Result:
     })
     if not peak:
         evidence["mfu_note"] = f"no peak for GPU {ev.get('gpu_name')!r} in envbuild/train/peaks.py: MFU not given"
-    if outcome.hung_ranks:  # only in teardown, after every rank's verdict (_only_teardown_hung)
-        verdict.problems.append(f"rank(s) {outcome.hung_ranks} hung in teardown after their result and were killed")
-        verdict.causes = list(dict.fromkeys(verdict.causes + ["M4"]))
-        verdict.summary = "; ".join(verdict.problems)
-        verdict.status = "fail" if verdict.status == "fail" else "warn"
-    metrics = [Metric("layers", opts.layers, "layers")] + [Metric(**m) for m in verdict.metrics]
-    f = verdict.figures
+    if outcome.hung_ranks:  # only in teardown, after every rank's judged (_only_teardown_hung)
+        judged.problems.append(f"rank(s) {outcome.hung_ranks} hung in teardown after their result and were killed")
+        judged.causes = list(dict.fromkeys(judged.causes + ["M4"]))
+        judged.summary = "; ".join(judged.problems)
+        judged.status = "fail" if judged.status == "fail" else "warn"
+    metrics = [Metric("layers", opts.layers, "layers")] + [Metric(**m) for m in judged.metrics]
+    f = judged.figures
     what = (f"{f['cycles']} cycles + {f['plain']} plain steps, {opts.layers} layers, {layout.describe()}, "
             f"{opts.seq * opts.mbs} tokens/micro-batch")
-    if verdict.status == "pass":
+    if judged.status == "pass":
         parts = [what, f"loss {f['loss_first']:.2f} -> {f['loss_last']:.2f}"]
         if f["plain_s"]:
             parts.append(f"{f['plain_s']:.3f} s/step, {f['tokens_per_s']:,.0f} tok/s")
@@ -454,9 +469,9 @@ def _verdict_result(run: _Run) -> Result:
             parts.append(f"offload freed {f['released'] / GIB:.1f} GiB ({f['released'] / weight_bytes:.1f}x weights)")
         summary = "; ".join(parts)
     else:
-        summary = f"{verdict.summary} ({what})"
-    return Result(CHECK_ID, CATEGORY, Status(verdict.status), summary, evidence=evidence, metrics=metrics,
-                  causes=verdict.causes,
-                  remediation=None if verdict.status == "pass" else
+        summary = f"{judged.summary} ({what})"
+    return verdict(Status(judged.status), summary, evidence=evidence, metrics=metrics,
+                  causes=judged.causes,
+                  remediation=None if judged.status == "pass" else
                   "compare with the same run without offload (--set train.offload=none) and read the step "
                   "records in the evidence; docs/checks-train.md lists what each cause means here")

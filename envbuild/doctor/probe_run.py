@@ -1,0 +1,78 @@
+"""What a probe check is handed by the runner: its spec made concrete for this run (size, GPUs, options) and the
+one way to launch its payload.
+
+The runner owns launching: `run.launch(args)` starts the payload under envbuild/doctor/launcher.py with the
+spec's ranks, deadline for the mode and phase deadlines; a hang or a crash becomes the check's `fail` here
+(`ProbeBroken`, caught by the runner), so a check module holds only its judgement. A probe that must keep the
+verdicts of the ranks that did answer next to a broken one uses `launch_outcome` and `failure` itself.
+"""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+
+from envbuild.report.model import Result
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.launcher import LaunchOutcome
+    from envbuild.doctor.registry import Check
+
+
+class ProbeBroken(Exception):
+    """A launch that hung or crashed; carries the Result that reports it (raised by ProbeRun.launch)."""
+
+    def __init__(self, result: Result):
+        super().__init__(result.summary)
+        self.result = result
+
+
+class ProbeRun:
+    """One probe check's run: `mode` (quick/full), `gpus`, typed `option(key)`, `launch(...)`."""
+
+    def __init__(self, check: "Check", ctx: "DoctorContext"):
+        if check.probe is None:
+            raise ValueError(f"{check.id} is not a probe check")
+        self.check = check
+        self.spec = check.probe
+        self.ctx = ctx
+        # a static run that names a probe with --check gets the quick size: probes have no static variant
+        self.mode = "full" if ctx.mode == "full" else "quick"
+        gpus = ctx.gpu_indices()
+        self.gpus: List[int] = gpus[: self.spec.max_gpus] if self.spec.max_gpus else gpus
+
+    @property
+    def deadline_s(self) -> float:
+        return float(self.spec.deadline_s[self.mode])
+
+    def option(self, key: str) -> Any:
+        """The typed value of one of this check's declared options: the user's `--set`, else its default."""
+        return self.ctx.option(key)
+
+    def launch_outcome(self, args: Sequence[str] = (), *, nranks: Optional[int] = None,
+                       deadline_s: Optional[float] = None, phase_deadlines: Optional[Dict[str, float]] = None,
+                       env: Optional[Dict[str, str]] = None, per_rank_env: Optional[List[Dict[str, str]]] = None,
+                       run_dir: Optional[str] = None) -> "LaunchOutcome":
+        """Run the payload and return what every rank did, hangs and crashes included. Arguments left out come
+        from the spec (ranks, the mode's deadline, phase deadlines)."""
+        from envbuild.doctor.launcher import launch
+
+        if nranks is None:
+            nranks = len(self.gpus) if self.spec.ranks == "per_gpu" else 1
+        return launch(self.spec.payload, nranks, python=self.ctx.python or sys.executable, gpus=self.gpus,
+                      args=list(args), deadline_s=self.deadline_s if deadline_s is None else deadline_s,
+                      backend=self.spec.backend, env=env, per_rank_env=per_rank_env,
+                      phase_deadlines=dict(self.spec.phase_deadlines if phase_deadlines is None else phase_deadlines),
+                      run_dir=run_dir)
+
+    def launch(self, args: Sequence[str] = (), **kw: Any) -> "LaunchOutcome":
+        """launch_outcome, but a hang or a crash raises ProbeBroken with its `fail`: the check never sees it."""
+        outcome = self.launch_outcome(args, **kw)
+        broken = self.failure(outcome)
+        if broken is not None:
+            raise ProbeBroken(broken)
+        return outcome
+
+    def failure(self, outcome: "LaunchOutcome", **kw: Any) -> Optional[Result]:
+        """The spec's hang/crash result of `outcome` (ProbeSpec.failure), or None when every rank answered."""
+        return self.spec.failure(outcome, **kw)

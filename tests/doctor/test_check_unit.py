@@ -1,0 +1,86 @@
+"""The check unit as the runner executes it: a probe check declares a spec, the runner launches the payload,
+turns a hang or a crash into the check's `fail`, and stamps the check's id and category on every result."""
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from envbuild.doctor.context import DoctorContext
+from envbuild.doctor.registry import Check, ProbeSpec, all_checks, verdict
+from envbuild.doctor.runner import run_check
+from envbuild.facts.source import FactSource
+from envbuild.report.model import Status
+
+PAYLOADS = Path(__file__).resolve().parents[1] / "payloads"
+
+
+class TwoGpuFacts(FactSource):
+    """A live node whose NVML reports two GPUs (the payloads here are torch-free and never touch them)."""
+
+    is_live = True
+    description = "fake live node"
+
+    def nvml(self) -> Dict[str, Any]:
+        return {"device_count": 2}
+
+
+def probe(payload: str, judge, **spec: Any) -> Check:
+    spec.setdefault("deadline_s", {"quick": 30, "full": 30})
+    return Check(id="comm.t", category="comm", title="t", fn=judge, needs=frozenset({"gpu"}), causes=("M4",),
+                 probe=ProbeSpec(str(PAYLOADS / payload), "the test probe", backend="none", **spec))
+
+
+def judge_every_rank(ctx, run):
+    outcome = run.launch(["all"])
+    return [verdict(Status.PASS, r.result["summary"], subject=f"rank{r.rank}") for r in outcome.ranks]
+
+
+def test_a_probe_runs_one_rank_per_gpu_and_every_result_carries_the_checks_id():
+    results = run_check(probe("ok_payload.py", judge_every_rank), DoctorContext(facts=TwoGpuFacts(), python=sys.executable))
+    assert [r.subject for r in results] == ["rank0", "rank1"]
+    assert all(r.check_id == "comm.t" and r.category == "comm" and r.status is Status.PASS for r in results)
+
+
+def test_a_hang_never_reaches_the_judgement_it_is_the_runners_fail_with_the_specs_causes():
+    judged = []
+    chk = probe("hang_payload.py", lambda ctx, run: judged.append(run.launch()) or [],
+                phase_deadlines={"collective": 1.0}, hang_causes=("M4", "D7"))
+    [res] = run_check(chk, DoctorContext(facts=TwoGpuFacts(), python=sys.executable))
+    assert judged == []
+    assert res.check_id == "comm.t" and res.status is Status.FAIL
+    assert res.summary.startswith("the test probe hung: rank 1 hung in phase 'collective'")
+    assert res.causes == ["M4", "D7"] and res.evidence["leftover_pids"] == []
+
+
+def test_a_crash_is_a_fail_naming_the_rank_and_the_error():
+    chk = probe("crash_payload.py", lambda ctx, run: run.launch() and [], crash_causes=("D3",))
+    [res] = run_check(chk, DoctorContext(facts=TwoGpuFacts(), python=sys.executable))
+    assert res.status is Status.FAIL and "rank 1" in res.summary and "999" in res.summary
+    assert res.causes == ["D3"] and res.check_id == "comm.t"
+
+
+def test_the_mode_picks_the_deadline_from_the_spec():
+    seen = {}
+
+    def judge(ctx, run):
+        seen[ctx.mode] = (run.mode, run.deadline_s)
+        return verdict(Status.PASS, "ok")
+
+    chk = probe("ok_payload.py", judge, deadline_s={"quick": 7, "full": 70})
+    for mode in ("static", "quick", "full"):
+        run_check(chk, DoctorContext(facts=TwoGpuFacts(), mode=mode, python=sys.executable))
+    assert seen == {"static": ("quick", 7.0), "quick": ("quick", 7.0), "full": ("full", 70.0)}
+
+
+def test_every_probe_declares_its_deadlines_in_one_place():
+    probes = [c for c in all_checks() if c.probe is not None]
+    assert len(probes) >= 8
+    for c in probes:
+        assert set(c.probe.deadline_s) == {"quick", "full"}, c.id
+        assert not hasattr(c, "timeout_s")
+
+
+def test_a_spec_without_both_deadlines_is_refused():
+    with pytest.raises(ValueError, match="deadline_s needs exactly"):
+        ProbeSpec("x.py", "x", deadline_s={"quick": 5})
