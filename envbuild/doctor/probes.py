@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
-from envbuild.doctor.registry import DEFAULT_HANG_CAUSES, verdict
+from envbuild.doctor.verdict import DEFAULT_HANG_CAUSES, verdict
 from envbuild.report.model import Metric, Result, Status
 
 STACK_CHARS = 3000

@@ -14,8 +14,9 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from envbuild.doctor.verdict import DEFAULT_HANG_CAUSES, verdict
 from envbuild.errors import EnvbuildError
-from envbuild.report.model import CATEGORIES, Result, Status, category_rank
+from envbuild.report.model import CATEGORIES, Result, category_rank
 
 __all__ = ["CATEGORIES", "category_rank", "Check", "Option", "OptionError", "ProbeSpec", "check", "probe_check",
            "verdict", "discover", "all_checks", "select", "declared_options", "validate_options", "RENAMED"]
@@ -29,11 +30,6 @@ PROBE_MODES = ("quick", "full")  # a probe has no static size: a static run that
 RENAMED: Dict[str, str] = {}
 
 CheckFn = Callable[..., Union[Result, List[Result]]]
-
-
-def verdict(status: Status, summary: str, **fields: Any) -> Result:
-    """A Result of the running check: the runner fills in its id and category, so a check never restates them."""
-    return Result("", "", status, summary, **fields)
 
 
 class OptionError(EnvbuildError):
@@ -87,11 +83,6 @@ class Option:
             return [int(s) for s in text.split(",") if s.strip()]
         except ValueError:
             raise bad from None
-
-
-# A hang in a collective or in communicator setup: per-step communicator churn (M4) or a GPU held by a
-# stale process (D7) are the causes research/error999.md §2 names for it.
-DEFAULT_HANG_CAUSES = ("M4", "D7")
 
 
 @dataclass(frozen=True)
