@@ -87,7 +87,7 @@ def run_ours(sizes, gpus, budget_ms: float, min_iters: int) -> dict:
     from envbuild.doctor.launcher import launch
 
     t0 = time.perf_counter()
-    out = launch("nccl_collectives.py", len(gpus), python=sys.executable, gpus=gpus, backend="nccl",
+    out = launch("comm_nccl_collectives.py", len(gpus), python=sys.executable, gpus=gpus, backend="nccl",
                  args=["--ops", "all_reduce", "--sizes", ",".join(map(str, sizes)), "--check-dtypes", "",
                        "--budget-ms", str(budget_ms), "--min-iters", str(min_iters)],
                  deadline_s=240, phase_deadlines={"init": 90, "*": 60})
@@ -128,7 +128,7 @@ def _verdict(ok: bool) -> str:
 
 def report_lines(result: dict) -> List[str]:
     """What the benchmark prints: a busbw table, then one line per goal with its verdict."""
-    from envbuild.doctor.checks.comm_nccl import size_label
+    from envbuild.doctor.checks.comm_nccl_collectives import size_label
 
     ours, theirs = result["ours"], result["nccl_tests"]
     lo, hi = result["goals"]["busbw_ratio"]

@@ -27,7 +27,7 @@ MODES = ("static", "quick", "full")
 PROBE_MODES = ("quick", "full")  # a probe has no static size: a static run that names it gets the quick one
 
 # Ids a check had before it got its category's prefix; `--check OLD` runs the new one (docs/README.md).
-RENAMED: Dict[str, str] = {}
+RENAMED = {"cumem.ipc": "gpu.cumem_ipc", "weight.sync": "comm.weight_sync", "offload.cycle": "comm.offload_cycle"}
 
 CheckFn = Callable[..., Union[Result, List[Result]]]
 
@@ -139,6 +139,10 @@ def _register(id: str, category: str, title: str, fn: CheckFn, needs: Iterable[s
               modes: Iterable[str], options: Sequence[Option], probe: Optional[ProbeSpec]) -> None:
     if category not in CATEGORIES:
         raise ValueError(f"check {id}: unknown category {category!r}")
+    if not id.startswith(category + "."):
+        raise ValueError(f"check {id}: the id must start with its category {category!r}")
+    if probe is not None and probe.payload != id.replace(".", "_") + ".py":
+        raise ValueError(f"check {id}: its payload must be checks/{id.replace('.', '_')}.py, not {probe.payload}")
     unknown = set(needs) - NEEDS
     if unknown:
         raise ValueError(f"check {id}: unknown needs {sorted(unknown)}")

@@ -109,6 +109,7 @@ def run_doctor(opts: DoctorOptions) -> int:
         return 0
     validate_options(opts.options)  # an undeclared key or a malformed value: exit 2 before any work
     select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
+    _note_renamed(opts.checks + opts.skips)
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
     facts = open_source(opts.root, python=python)
@@ -129,6 +130,16 @@ def run_doctor(opts: DoctorOptions) -> int:
     _write_reports(report, opts)
     terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)
+
+
+def _note_renamed(patterns: List[str]) -> None:
+    """An old check id still selects its check; say once, on stderr, what it is called now."""
+    import click
+
+    from envbuild.doctor.registry import RENAMED
+
+    for old in dict.fromkeys(p for p in patterns if p in RENAMED):
+        click.echo(f"envbuild: note: check {old} was renamed to {RENAMED[old]}", err=True)
 
 
 def _write_reports(report: "Report", opts: DoctorOptions) -> None:

@@ -1,5 +1,7 @@
 """The check unit as the runner executes it: a probe check declares a spec, the runner launches the payload,
 turns a hang or a crash into the check's `fail`, and stamps the check's id and category on every result."""
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict
@@ -84,3 +86,53 @@ def test_every_probe_declares_its_deadlines_in_one_place():
 def test_a_spec_without_both_deadlines_is_refused():
     with pytest.raises(ValueError, match="deadline_s needs exactly"):
         ProbeSpec("x.py", "x", deadline_s={"quick": 5})
+
+
+def test_cli_skips_the_probes_with_a_reason_without_a_gpu(tmp_path):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present: this test is about nodes without one")
+    except Exception:
+        pass
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--quick", "--check", "gpu.p2p", "--check",
+                           "cumem.ipc", "--check", "offload.cycle", "--check", "weight.sync", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert sorted(r["check_id"] for r in results) == ["comm.offload_cycle", "comm.weight_sync", "gpu.cumem_ipc",
+                                                       "gpu.p2p"]  # the old ids it was asked for run the renamed checks
+    assert {r["status"] for r in results} == {"skip"}
+    assert all("driver" in r["summary"] or "GPU" in r["summary"] for r in results)
+
+
+@pytest.mark.parametrize("old, new", [("weight.sync", "comm.weight_sync"), ("offload.cycle", "comm.offload_cycle"),
+                                      ("cumem.ipc", "gpu.cumem_ipc")])
+def test_an_old_id_selects_the_renamed_check_and_says_so(old, new, tmp_path, no_gpu_env):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--check", old, "--json", str(out), "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"check {old} was renamed to {new}" in proc.stderr
+    assert [r["check_id"] for r in json.loads(out.read_text())["results"]] == [new]
+
+
+def test_one_name_everywhere_id_module_payload_and_test_file():
+    repo = Path(__file__).resolve().parents[2]
+    for c in all_checks():
+        stem = c.id.replace(".", "_")
+        assert c.id.startswith(c.category + "."), c.id
+        if c.probe is not None:
+            assert c.probe.payload == stem + ".py" and (repo / "checks" / c.probe.payload).is_file(), c.id
+            assert c.fn.__module__ == f"envbuild.doctor.checks.{stem}", c.id
+            assert (repo / "tests" / "doctor" / f"test_{stem}.py").is_file(), c.id
+
+
+def test_a_check_whose_id_is_not_prefixed_by_its_category_is_refused():
+    from envbuild.doctor.registry import check
+
+    with pytest.raises(ValueError, match="must start with its category"):
+        check("weight.sync", "comm", "t")(lambda ctx: None)

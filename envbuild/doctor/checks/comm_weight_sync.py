@@ -1,7 +1,7 @@
-"""weight.sync: slime's NCCL-broadcast and CUDA-IPC weight updates, plus the cross-rank comparisons that
+"""comm.weight_sync: slime's NCCL-broadcast and CUDA-IPC weight updates, plus the cross-rank comparisons that
 explain their failures: NCCL_CUMEM_ENABLE across the weight-sync group (C5) and the libnccl each rank maps (C3).
 
-The comparisons are made here, from what every rank reported about itself (checks/weight_sync.py writes
+The comparisons are made here, from what every rank reported about itself (checks/comm_weight_sync.py writes
 a first record before NCCL starts), from the NCCL log each rank wrote to the NCCL_DEBUG_FILE given here
 (parsed by envbuild/doctor/nccl_log.py), and from the environment the launcher gave each rank when a rank
 died before reporting, so a mismatch is named whether or not NCCL then errors or hangs.
@@ -25,10 +25,10 @@ OPTIONS = (
 )
 
 
-@probe_check("weight.sync", "comm", "Weight update train -> rollout: NCCL broadcast in a late group and CUDA IPC "
+@probe_check("comm.weight_sync", "comm", "Weight update train -> rollout: NCCL broadcast in a late group and CUDA IPC "
              "handoff, bit-exact, GB/s; NCCL env and libnccl compared across ranks", needs=("gpu", "live"),
              causes=("C5", "C3", "M3"), options=OPTIONS,
-             probe=ProbeSpec("weight_sync.py", "the weight-sync probe", deadline_s={"quick": 120, "full": 420},
+             probe=ProbeSpec("comm_weight_sync.py", "the weight-sync probe", deadline_s={"quick": 120, "full": 420},
                              phase_deadlines={"init": 90, "*": 90}, hang_causes=("C5", "C3", "M4"),
                              crash_causes=("C5", "C3")))
 def weight_sync(ctx, run) -> List[Result]:
@@ -71,7 +71,7 @@ def parse_env_list(text: str) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:
-            raise EnvbuildError(f"weight.sync env {item!r}: expected NAME=VALUE[,NAME=VALUE]")
+            raise EnvbuildError(f"comm.weight_sync env {item!r}: expected NAME=VALUE[,NAME=VALUE]")
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out

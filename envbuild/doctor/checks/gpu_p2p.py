@@ -9,11 +9,11 @@ from envbuild.report.model import Metric, Result, Status
 
 @probe_check("gpu.p2p", "gpu", "P2P access matrix vs NVML, bit-exact copies both ways, uni/bidirectional GB/s vs "
              "line rate", needs=("gpu", "multi_gpu", "live"), causes=("N3", "N2", "D3"),
-             probe=ProbeSpec("p2p.py", "the P2P probe", deadline_s={"quick": 90, "full": 300},
+             probe=ProbeSpec("gpu_p2p.py", "the P2P probe", deadline_s={"quick": 90, "full": 300},
                              phase_deadlines={"init": 60, "*": 60}, ranks="one", hang_causes=("N3", "D3"),
                              crash_causes=("N3", "D3")))
 def gpu_p2p(ctx, run) -> List[Result]:
-    """One process sees every selected GPU and measures each pair (checks/p2p.py); judged here against
+    """One process sees every selected GPU and measures each pair (checks/gpu_p2p.py); judged here against
     the line rate computed from the NVML snapshot (envbuild/doctor/linerate.py)."""
     data = run.launch(["--mode", run.mode]).ranks[0].result or {}
     if data.get("status") == "skip":

@@ -31,7 +31,7 @@ from _harness import Probe, exact_fill, exact_sum, mismatches, parse_mode, word_
 
 SIZES = {"quick": {"tensors": 4, "tensor_bytes": 512 << 20, "cycles": 3},
          "full": {"tensors": 8, "tensor_bytes": 1 << 30, "cycles": 10}}
-RELEASE_FRACTION = 0.90  # at least this share of the region must come back on pause (see docs/checks-gpu.md)
+RELEASE_FRACTION = 0.90  # at least this share of the region must come back on pause (see docs/checks-comm.md)
 REEXEC_FLAG = "ENVBUILD_TMS_PRELOADED"
 OPTIONS = {"backend": ("auto", "tms", "cumem"), "hook": ("preload", "torch")}  # first = default
 
@@ -237,7 +237,7 @@ def main(p: Probe) -> None:
     p.evidence.update({"cycles": cycles, "free_drift_bytes": drift})
     released = min(c["released_bytes"] for c in cycles)
     p.metric("released_fraction", round(released / region_bytes, 4), "ratio",
-             expect=f">= {RELEASE_FRACTION}", source="docs/checks-gpu.md#offloadcycle")
+             expect=f">= {RELEASE_FRACTION}", source="docs/checks-comm.md#commoffload_cycle")
     p.metric("resume_s_max", max(c["resume_s"] for c in cycles), "s")
     p.metric("pause_s_max", max(c["pause_s"] for c in cycles), "s")
     if drift > 256 << 20:

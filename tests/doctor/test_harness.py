@@ -6,6 +6,7 @@ run under tests/torch_env.py's python.
 """
 import importlib
 import json
+import sys
 
 import pytest
 
@@ -108,3 +109,17 @@ def test_exact_fills_sum_exactly_in_bf16_and_fp32(torch_env, tmp_path):
     proc = subprocess.run([python, "-c", EXACT_FILLS_PROGRAM, str(payload_dir())], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0 and "EXACT OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("payload", ["gpu_p2p.py", "gpu_cumem_ipc.py", "comm_weight_sync.py", "comm_offload_cycle.py"])
+def test_a_mode_typo_is_a_one_line_usage_error(payload, tmp_path):
+    """argparse's message and exit 2 (what the launcher shows as the rank's crash), before torch is
+    imported and without a traceback; a bad --mode used to end in KeyError: 'quik'."""
+    import os
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(payload_dir() / payload), "--mode", "quik"], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, ENVBUILD_RUN_DIR=str(tmp_path)))
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --mode: invalid choice: 'quik' (choose from 'quick', 'full')" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,14 +1,13 @@
-"""comm.nccl_collectives and comm.nccl_churn: NCCL between the selected GPUs, run by the env's torch.
+"""comm.nccl_collectives: NCCL collectives between the selected GPUs, run by the env's torch.
 
-Both launch one process per GPU (checks/nccl_collectives.py, checks/nccl_churn.py) under the
-hang-proof launcher. The judging is kept in plain functions (judge_collectives, judge_churn) so a
-recorded GPU run can be replayed by the tests.
+One process per GPU runs checks/comm_nccl_collectives.py under the hang-proof launcher. The judging is kept
+in a plain function (judge_collectives) so a recorded GPU run can be replayed by the tests. The deadlines and
+the phase-deadline option are shared with comm.nccl_churn (envbuild/doctor/checks/comm_nccl_churn.py).
 
 Their `--set` options are declared below (`envbuild doctor --list-options` prints them).
 """
 from __future__ import annotations
 
-import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -28,7 +27,6 @@ SIZES = {
 }
 BUDGET_MS = {"quick": 40.0, "full": 80.0}
 DEADLINE_S = {"quick": 120.0, "full": 300.0}
-CHURN = {"quick": dict(cycles=4, groups=20), "full": dict(cycles=12, groups=20)}
 PHASE_DEADLINE = Option("comm.phase_deadline_s", "int", 60,
                         "the longest a rank may stay in one phase before it counts as hung (init: at least 90)")
 
@@ -41,7 +39,7 @@ P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "
                      "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY")
 
 
-def _phase_deadlines(seconds: int) -> Dict[str, float]:
+def phase_deadlines(seconds: int) -> Dict[str, float]:
     """NCCL init may take long on a cold node; any other phase is one collective or one rebuild."""
     return {"init": max(90.0, float(seconds)), "*": float(seconds)}
 
@@ -65,8 +63,8 @@ def warn_causes(warnings: List[str]) -> List[str]:
     return []
 
 
-COLLECTIVES = ProbeSpec("nccl_collectives.py", "NCCL collectives", deadline_s=DEADLINE_S,
-                        phase_deadlines=_phase_deadlines(PHASE_DEADLINE.default))
+COLLECTIVES = ProbeSpec("comm_nccl_collectives.py", "NCCL collectives", deadline_s=DEADLINE_S,
+                        phase_deadlines=phase_deadlines(PHASE_DEADLINE.default))
 
 
 @probe_check("comm.nccl_collectives", "comm",
@@ -91,7 +89,7 @@ def nccl_collectives(ctx, run) -> List[Result]:
         per_rank = [nccl_log.rank_log_env(run_dir, k) for k in range(len(gpus))]
         outcome = run.launch_outcome(["--sizes", ",".join(map(str, sizes)), "--budget-ms", str(BUDGET_MS[run.mode])],
                                      run_dir=run_dir, env={"NCCL_CUMEM_ENABLE": cumem}, per_rank_env=per_rank,
-                                     phase_deadlines=_phase_deadlines(run.option("comm.phase_deadline_s")))
+                                     phase_deadlines=phase_deadlines(run.option("comm.phase_deadline_s")))
         log = nccl_log.parse_files(p for k in range(len(gpus)) for p in nccl_log.rank_log_paths(run_dir, k))
         results.append(judge_collectives(outcome, log, lr, cumem=cumem, gpus=gpus))
     return results
@@ -199,76 +197,10 @@ def _requested(row: Dict[str, Any]) -> int:
 
 
 def size_label(b: int) -> str:
-    """64MiB, 1GiB, 4096B: how metric names spell a size (checks/nccl_collectives.py's fmt_size, which the
+    """64MiB, 1GiB, 4096B: how metric names spell a size (checks/comm_nccl_collectives.py's fmt_size, which the
     payload keeps its own copy of because it cannot import envbuild)."""
     b = int(b)
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if b >= 1 << k and b % (1 << k) == 0:
             return f"{b >> k}{unit}"
     return f"{b}B"
-
-
-CHURN_PROBE = ProbeSpec("nccl_churn.py", "communicator churn", deadline_s=DEADLINE_S,
-                        phase_deadlines=_phase_deadlines(PHASE_DEADLINE.default), hang_causes=("M4", "D7"),
-                        crash_causes=("M4",))
-
-
-@probe_check("comm.nccl_churn", "comm",
-             "NCCL communicator churn: K cycles of ~20 subgroups built, used and destroyed; memory and FD leaks",
-             needs=("gpu", "multi_gpu"), causes=("M4",), probe=CHURN_PROBE,
-             options=(Option("comm.churn_cycles", "int", None, "destroy/rebuild cycles (default: 4, 12 with --full)"),
-                      PHASE_DEADLINE))
-def nccl_churn(ctx, run) -> Result:
-    """slime's ReloadableProcessGroup pattern (research/error999.md M4) under NCCL_CUMEM_ENABLE=0 (slime's
-    default)."""
-    cfg = CHURN[run.mode]
-    cycles = run.option("comm.churn_cycles")
-    cycles = cfg["cycles"] if cycles is None else cycles
-    outcome = run.launch_outcome(["--cycles", str(cycles), "--groups", str(cfg["groups"])],
-                                 env={"NCCL_CUMEM_ENABLE": os.environ.get("NCCL_CUMEM_ENABLE", "0")},
-                                 phase_deadlines=_phase_deadlines(run.option("comm.phase_deadline_s")))
-    return judge_churn(outcome)
-
-
-def judge_churn(outcome: "LaunchOutcome") -> Result:
-    """The verdict of one churn run: hang/crash, wrong results, then memory and FD growth per cycle against the
-    thresholds (a plain function so the gloo tests and recorded runs replay it)."""
-    from envbuild.doctor.probes import merged_result
-    from envbuild.doctor.thresholds import (CHURN_FD_SLOPE_FAIL, CHURN_FD_SLOPE_WARN, CHURN_MEM_SLOPE_FAIL_MIB,
-                                            CHURN_MEM_SLOPE_WARN_MIB, CHURN_SOURCE)
-
-    broken = CHURN_PROBE.failure(outcome)
-    if broken is not None:
-        return broken
-    res = merged_result(outcome, metric_ranks=None)
-    if res.status in (Status.FAIL, Status.ERROR):
-        return res
-    status, problems = Status.PASS, []
-    limits = {"gpu_mem_growth_per_cycle": (CHURN_MEM_SLOPE_WARN_MIB, CHURN_MEM_SLOPE_FAIL_MIB, "MiB"),
-              "fd_growth_per_cycle": (CHURN_FD_SLOPE_WARN, CHURN_FD_SLOPE_FAIL, "fds")}
-    for m in res.metrics:
-        base = m.name.split(".", 1)[-1]
-        if base not in limits:
-            continue
-        warn, fail, unit = limits[base]
-        m.expect, m.source = f"< {warn:g} {unit}/cycle (fail >= {fail:g})", CHURN_SOURCE
-        what = "free GPU memory fell" if unit == "MiB" else "open file descriptors grew"
-        if m.value >= fail:
-            status = Status.FAIL
-            problems.append(f"{m.name.split('.')[0]}: {what} by {m.value:g} {unit} per cycle (leak)")
-        elif m.value >= warn and status is not Status.FAIL:
-            status = Status.WARN
-            problems.append(f"{m.name.split('.')[0]}: {what} by {m.value:g} {unit} per cycle")
-    ev0 = (outcome.ranks[0].result or {}).get("evidence", {})
-    res.status = status
-    if problems:
-        res.summary = "; ".join(problems)
-        res.causes = ["M4"]
-        res.remediation = "upgrade NCCL (leak fixes in 2.28.x) or keep communicators alive across steps"
-    else:
-        med = next((m.value for m in res.metrics if m.name.endswith("cycle_s_median")), None)
-        res.summary = (f"{ev0.get('cycles')} cycles x {ev0.get('groups_per_cycle')} communicators rebuilt on "
-                       f"{len(outcome.ranks)} GPUs, no growth in GPU memory or FDs"
-                       + (f"; {med:g} s per cycle" if med is not None else ""))
-    res.evidence["wall_s"] = outcome.wall_s
-    return res

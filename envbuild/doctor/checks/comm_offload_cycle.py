@@ -1,4 +1,4 @@
-"""offload.cycle: pause/resume model-sized memory K times (torch_memory_saver or raw cuMem) with live NCCL groups."""
+"""comm.offload_cycle: pause/resume model-sized memory K times (torch_memory_saver or raw cuMem) with live NCCL groups."""
 from __future__ import annotations
 
 from typing import List
@@ -13,14 +13,14 @@ OPTIONS = (
 )
 
 
-@probe_check("offload.cycle", "comm", "Offload/resume cycles with communicators alive: memory released, data and "
+@probe_check("comm.offload_cycle", "comm", "Offload/resume cycles with communicators alive: memory released, data and "
              "collectives exact after every resume", needs=("gpu", "live"), causes=("C9", "M5", "M3"),
              options=OPTIONS,
-             probe=ProbeSpec("offload_cycle.py", "the offload/resume probe", deadline_s={"quick": 120, "full": 420},
+             probe=ProbeSpec("comm_offload_cycle.py", "the offload/resume probe", deadline_s={"quick": 120, "full": 420},
                              phase_deadlines={"init": 90, "*": 90}, hang_causes=("M5", "M4", "C9"),
                              crash_causes=("C9", "M5")))
 def offload_cycle(ctx, run) -> List[Result]:
-    """One rank per GPU runs checks/offload_cycle.py; one Result for the group, metrics of every rank."""
+    """One rank per GPU runs checks/comm_offload_cycle.py; one Result for the group, metrics of every rank."""
     from envbuild.doctor.probes import merged_result
 
     outcome = run.launch(["--mode", run.mode, "--backend", run.option("offload.backend"),

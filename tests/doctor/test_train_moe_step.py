@@ -69,7 +69,7 @@ def _probe(ctx):
 
 def _run_in_this_python(monkeypatch, world=2, **env):
     """Launch the real payload with this (torch-free, megatron-free) python through the check's code."""
-    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.checks.train_moe_step import run_payload
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
     from envbuild.train.options import parse_options
@@ -106,14 +106,14 @@ def test_replayed_hang_after_leaking_cycles_names_rebuild_and_m4(monkeypatch):
     from pathlib import Path
 
     from envbuild.doctor import launcher
-    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.checks.train_moe_step import run_payload
     from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
     from envbuild.train.options import parse_options
     from envbuild.train.presets import get_preset
 
-    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
+    rec = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
                       / "train-moe-tp2sp-move.json").read_text())["results"][0]["evidence"]
     partial = {"status": "error", "partial": True, "summary": "stopped after step 4",
                "evidence": {"steps": rec["steps"], "weight_bytes_per_rank": 1_868_000_000}}
@@ -139,7 +139,7 @@ def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monk
     """First lent-machine run (docs/gpu-runs/train-moe-first-tp2sp.json): both ranks raised in `build`
     (torch's norm refused sequence parallel) and their phase files said `teardown`."""
     from envbuild.doctor import launcher
-    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.checks.train_moe_step import run_payload
     from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
@@ -168,7 +168,7 @@ def _replay(monkeypatch, ranks, world=2, options=None, gpu=None, **outcome_kw):
     """run_payload with the launcher replaced by a recorded or built outcome; by default EP 2 on 2 GPUs,
     2 layers."""
     from envbuild.doctor import launcher
-    from envbuild.doctor.checks.train_moe import run_payload
+    from envbuild.doctor.checks.train_moe_step import run_payload
     from envbuild.doctor.launcher import LaunchOutcome
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
@@ -236,7 +236,7 @@ def test_replayed_deadline_with_every_rank_moving_is_a_warning_not_a_hang(monkey
 
     from envbuild.doctor.launcher import RankOutcome
 
-    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
+    rec = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
                       / "train-moe-ep2-final.json").read_text())["results"][0]["evidence"]
     partial = {"status": "error", "partial": True, "summary": "stopped after step 3",
                "evidence": {"steps": rec["steps"], "weight_bytes_per_rank": 2_360_000_000}}
@@ -257,7 +257,7 @@ def test_a_deadline_while_a_rank_sat_in_one_phase_longer_than_a_cycle_stays_a_ha
 
     from envbuild.doctor.launcher import RankOutcome
 
-    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs"
+    rec = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
                       / "train-moe-ep2-final.json").read_text())["results"][0]["evidence"]
     partial = {"status": "error", "partial": True, "summary": "stopped", "evidence": {"steps": rec["steps"]}}
     ranks = [RankOutcome(rank=k, returncode=-15, result=partial, phase="rebuild 4", stderr_tail="", log_path="",
@@ -354,7 +354,7 @@ def test_replayed_oom_on_a_gpu_another_process_held(monkeypatch):
     ran (train-moe-held-fit.json)."""
     from pathlib import Path
 
-    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "train-moe-held.json")
+    rec = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "train-moe-held.json")
                      .read_text())["results"][0]["evidence"]
     verdict = {"status": "fail", "oom": True, "phase": "train 0", "rank": 0,
                "summary": "out of memory in phase 'train 0' at depth 6",
@@ -372,7 +372,7 @@ def test_replayed_oom_at_the_deepest_depth_the_preflight_lets_through(monkeypatc
     the depth the estimate (with its NCCL overhead) fits in 90 % of the GPU."""
     from pathlib import Path
 
-    rec = json.loads((Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "train-moe-big1.json")
+    rec = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "train-moe-big1.json")
                      .read_text())["results"][0]["evidence"]
     verdict = {"status": "fail", "oom": True, "phase": "plain 1", "rank": 0,
                "summary": "out of memory in phase 'plain 1' at depth 8",

@@ -1,4 +1,4 @@
-"""cumem.ipc: cuMem churn, POSIX-FD / legacy / torch.multiprocessing / fabric sharing between processes."""
+"""gpu.cumem_ipc: cuMem churn, POSIX-FD / legacy / torch.multiprocessing / fabric sharing between processes."""
 from __future__ import annotations
 
 from typing import Any, Dict, List
@@ -15,13 +15,13 @@ _REMEDY = {
 }
 
 
-@probe_check("cumem.ipc", "gpu", "cuMem map/unmap churn at GB sizes; cuMem, legacy and torch IPC between processes",
+@probe_check("gpu.cumem_ipc", "gpu", "cuMem map/unmap churn at GB sizes; cuMem, legacy and torch IPC between processes",
              needs=("gpu", "live"), causes=("M1", "M3", "O3", "D8"),
-             probe=ProbeSpec("cumem_ipc.py", "the cuMem/IPC probe", deadline_s={"quick": 150, "full": 420},
+             probe=ProbeSpec("gpu_cumem_ipc.py", "the cuMem/IPC probe", deadline_s={"quick": 150, "full": 420},
                              phase_deadlines={"*": 90}, ranks="one", max_gpus=2,
                              hang_causes=("M1", "M3", "D8"), crash_causes=("M1", "D8")))
 def cumem_ipc(ctx, run) -> List[Result]:
-    """checks/cumem_ipc.py in one process that sees up to two GPUs (a second for the peer-GPU cases)."""
+    """checks/gpu_cumem_ipc.py in one process that sees up to two GPUs (a second for the peer-GPU cases)."""
     outcome = run.launch(["--mode", run.mode])
     return evaluate(outcome.ranks[0].result or {})
 

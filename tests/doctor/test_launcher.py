@@ -15,7 +15,7 @@ from envbuild.doctor.launcher import group_members, launch
 from envbuild.doctor.probes import failure_result
 from envbuild.report.model import Status
 
-PAYLOADS = Path(__file__).resolve().parent / "payloads"
+PAYLOADS = Path(__file__).resolve().parents[1] / "payloads"
 
 
 def run(name, nranks=2, **kw):

@@ -1,4 +1,4 @@
-"""The IPC plumbing of cumem.ipc / weight.sync without a GPU: a memfd stands in for a cuMem POSIX-FD handle.
+"""The IPC plumbing of gpu.cumem_ipc / comm.weight_sync without a GPU: a memfd stands in for a cuMem POSIX-FD handle.
 
 What is real here: two processes, an AF_UNIX socketpair, SCM_RIGHTS, and the seccomp filter that the
 M3/O3 fault run installs in a consumer (pidfd_getfd -> EPERM, as Docker's default profile does).

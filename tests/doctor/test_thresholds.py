@@ -8,7 +8,7 @@ from envbuild.doctor import nccl_log
 from envbuild.doctor.linerate import line_rate, nvlink_rates_from_smi
 from envbuild.doctor.thresholds import collective_band
 
-BUNDLE = Path(__file__).resolve().parent / "fixtures" / "bundles" / "h200x2"
+BUNDLE = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "h200x2"
 SMI = """GPU 0: NVIDIA H200 (UUID: GPU-aaaa)
 \t Link 0: 26.562 GB/s
 \t Link 1: 26.562 GB/s
@@ -92,7 +92,7 @@ def test_nccl_log_digest():
     assert dict(log.transports) == {"P2P/CUMEM": 2, "NET": 1, "P2P/IPC": 1, "SHM": 1}  # repeat counted once
     assert log.env_overrides == {"NCCL_CUMEM_ENABLE": "1"}
     assert nccl_log.fallback_kinds(log) == ["NET", "SHM"]
-    from envbuild.doctor.checks.comm_nccl import warn_causes
+    from envbuild.doctor.checks.comm_nccl_collectives import warn_causes
 
     assert warn_causes(log.warnings) == ["M1"]
 
@@ -105,8 +105,8 @@ def test_parse_files_merges_ranks_and_skips_missing(tmp_path):
 
 
 # --- replays of the recorded 2xH200 run (docs/gpu-runs/h5-*.json, NCCL_DEBUG logs in tests/fixtures/nccl) ---
-REPO = Path(__file__).resolve().parent.parent
-NCCL_LOGS = Path(__file__).resolve().parent / "fixtures" / "nccl"
+REPO = Path(__file__).resolve().parents[2]
+NCCL_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
 
 def recorded_outcome(json_name, subject):
@@ -132,7 +132,7 @@ def test_recorded_nccl_logs_name_the_transport_each_setting_used():
 
 
 def test_replayed_healthy_run_passes_and_p2p_disabled_run_fails_with_c4(h200):
-    from envbuild.doctor.checks.comm_nccl import judge_collectives
+    from envbuild.doctor.checks.comm_nccl_collectives import judge_collectives
     from envbuild.report.model import Status
 
     lr = line_rate(h200, [0, 1])
