@@ -128,7 +128,7 @@ def _verdict(ok: bool) -> str:
 
 def report_lines(result: dict) -> List[str]:
     """What the benchmark prints: a busbw table, then one line per goal with its verdict."""
-    from envbuild.doctor.checks.comm_nccl_collectives import size_label
+    from envbuild.data.checks._common import size_label
 
     ours, theirs = result["ours"], result["nccl_tests"]
     lo, hi = result["goals"]["busbw_ratio"]

@@ -16,6 +16,8 @@ import os
 import re
 from typing import Dict, List, Optional
 
+from _common import library_name, mapped_paths, nccl_version_string
+
 # Real libraries only: libnccl.so, libnccl.so.2, libnccl.so.2.28.3 (not libnccl-net plugins).
 _LIB_PATTERNS = {
     "libnccl": re.compile(r"^libnccl\.so(\.\d+)*$"),
@@ -35,14 +37,9 @@ def mapped_libs(maps_text: str) -> Dict[str, List[str]]:
     A "(deleted)" suffix is kept, because a library replaced on disk while mapped is worth seeing.
     """
     out: Dict[str, List[str]] = {k: [] for k in _LIB_PATTERNS}
-    for line in maps_text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6 or not parts[5].startswith("/"):
-            continue
-        path = parts[5].strip()
-        base = os.path.basename(path.replace(" (deleted)", ""))
+    for path in mapped_paths(maps_text):
         for key, pat in _LIB_PATTERNS.items():
-            if pat.match(base) and path not in out[key]:
+            if pat.match(library_name(path)):
                 out[key].append(path)
     return out
 
@@ -56,14 +53,7 @@ def nccl_version_of(path: str) -> Optional[str]:
             return None
     except (OSError, AttributeError):
         return None
-    return format_nccl_version(v.value)
-
-
-def format_nccl_version(code: int) -> str:
-    """NCCL_VERSION_CODE -> "X.Y.Z" (codes >= 10000 are X*10000 + Y*100 + Z since 2.9; older X*1000+Y*100+Z)."""
-    if code >= 10000:
-        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
-    return f"{code // 1000}.{(code % 1000) // 100}.{code % 100}"
+    return nccl_version_string(v.value)
 
 
 def comm_env(environ: Optional[Dict[str, str]] = None) -> Dict[str, Optional[str]]:

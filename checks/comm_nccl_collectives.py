@@ -26,6 +26,7 @@ import os
 import time
 from typing import Any, Dict, List
 
+from _common import size_label
 from _harness import Probe, Timer, algbw_busbw, exact_fill, exact_sum, fill_value_bound, mismatches, op_bytes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
@@ -153,7 +154,7 @@ def measure(p: Probe, coll: Collectives, op: str, size: int, dtype, args, wrong:
     per_iter = agree_max(dist, torch, (first.seconds + rest.seconds) / iters, p.device)
     s_bytes = op_bytes(op, numel * inp.element_size(), n)
     algbw, busbw = algbw_busbw(op, s_bytes, per_iter, n)
-    p.metric(f"{op}.busbw.{fmt_size(size)}", round(busbw, 2), "GB/s")
+    p.metric(f"{op}.busbw.{size_label(size)}", round(busbw, 2), "GB/s")
     # where this rank's wall time for the size went: fill + checked run + compare, then the timing
     p.evidence.setdefault("time_split", []).append(
         {"op": op, "requested": size, "check_s": round(t_checked - t0, 5),
@@ -199,7 +200,7 @@ def main(p: Probe) -> None:
         # Largest first: torch's caching allocator then serves every smaller size from the blocks the
         # largest one allocated, instead of new cudaMallocs at each size.
         for size in sorted(sizes, reverse=True):
-            with p.phase(f"{op} {fmt_size(size)}"):
+            with p.phase(f"{op} {size_label(size)}"):
                 rows.append(measure(p, coll, op, size, dtype, args, wrong))
     p.evidence["measure_s"] = round(time.perf_counter() - t_measure0, 3)
     p.evidence["rows"] = sorted(rows, key=lambda r: (ops.index(r["op"]), r["requested"]))
@@ -210,13 +211,6 @@ def main(p: Probe) -> None:
     else:
         p.finish("pass", f"{len(ops)} collectives exact at {len(sizes)} sizes on {n} ranks",
                  exact_limit=fill_value_bound("bfloat16", n))
-
-
-def fmt_size(b: int) -> str:
-    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if b >= 1 << k and b % (1 << k) == 0:
-            return f"{b >> k}{unit}"
-    return f"{b}B"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import argparse
 import ctypes
 import time
 
+from _common import library_name, mapped_paths
 from _harness import Probe
 
 CUDA_ERROR_NAMES = {0: "CUDA_SUCCESS", 3: "CUDA_ERROR_NOT_INITIALIZED", 34: "CUDA_ERROR_STUB_LIBRARY",
@@ -46,7 +47,7 @@ def cu_init(p: Probe) -> int:
     p.evidence["cuinit"] = CUDA_ERROR_NAMES.get(rc, f"CUresult {rc}")
     try:
         with open("/proc/self/maps") as fh:
-            paths = sorted({ln.split()[-1] for ln in fh if "libcuda.so" in ln and "/" in ln})
+            paths = sorted(p for p in mapped_paths(fh.read()) if library_name(p).startswith("libcuda.so"))
         p.evidence["libcuda"] = paths
     except OSError:
         pass

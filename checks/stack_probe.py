@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 
+from _common import cudnn_version_string, cuda_version_string, mapped_paths, nccl_version_string
+
 PAYLOAD_VERSION = 1
 LIB_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda", "libnvidia-ml")
 # Libraries whose reachable copies are inventoried (libnvidia-ml only matters when mapped).
@@ -77,43 +79,24 @@ def nccl_string_version(path):
             mm.close()
 
 
-def decode_cuda_version(v):
-    """12090 -> '12.9' (the encoding of cudaRuntimeGetVersion / cuDriverGetVersion)."""
-    return "%d.%d" % (v // 1000, (v % 1000) // 10) if v else None
-
-
-def decode_nccl_code(v):
-    """ncclGetVersion code: 22809 -> '2.28.9' (major*10000+minor*100+patch from 2.9 on)."""
-    if v >= 10000:
-        return "%d.%d.%d" % (v // 10000, (v % 10000) // 100, v % 100)
-    return "%d.%d.%d" % (v // 1000, (v % 1000) // 100, v % 100)
-
-
-def decode_cudnn(v):
-    """cudnnGetVersion: 91900 -> '9.19.0' (major*10000+minor*100+patch since cuDNN 9)."""
-    if v >= 90000:
-        return "%d.%d.%d" % (v // 10000, (v % 10000) // 100, v % 100)
-    return "%d.%d.%d" % (v // 1000, (v % 1000) // 100, v % 100)
-
-
 def api_version(family, handle):
     """Ask a loaded library for its version through its C API. Returns (raw code, decoded string, error)."""
     out = ctypes.c_int(0)
     if family == "libnccl":
         rc = handle.ncclGetVersion(ctypes.byref(out))
-        return (out.value, decode_nccl_code(out.value), None) if rc == 0 else (None, None, "ncclGetVersion returned %d" % rc)
+        return (out.value, nccl_version_string(out.value), None) if rc == 0 else (None, None, "ncclGetVersion returned %d" % rc)
     if family == "libcudart":
         rc = handle.cudaRuntimeGetVersion(ctypes.byref(out))
-        return (out.value, decode_cuda_version(out.value), None) if rc == 0 else (None, None, "cudaRuntimeGetVersion returned %d" % rc)
+        return (out.value, cuda_version_string(out.value), None) if rc == 0 else (None, None, "cudaRuntimeGetVersion returned %d" % rc)
     if family == "libcuda":
         rc = handle.cuDriverGetVersion(ctypes.byref(out))
         if rc == 0:
-            return out.value, decode_cuda_version(out.value), None
+            return out.value, cuda_version_string(out.value), None
         return None, None, "cuDriverGetVersion returned %d%s" % (rc, " (CUDA_ERROR_STUB_LIBRARY: a stub libcuda)" if rc == 34 else "")
     if family == "libcudnn":
         handle.cudnnGetVersion.restype = ctypes.c_size_t
         v = int(handle.cudnnGetVersion())
-        return v, decode_cudnn(v), None
+        return v, cudnn_version_string(v), None
     return None, None, "no version API for %s" % family
 
 
@@ -140,22 +123,16 @@ def version_of_file(family, path):
 
 def read_maps():
     """Every mapped file of the families above, from /proc/self/maps, in first-mapped order."""
-    seen, out = set(), []
+    out = []
     with open("/proc/self/maps") as fh:
-        for line in fh:
-            parts = line.split(None, 5)
-            if len(parts) < 6:
-                continue
-            path = parts[5].strip()
-            if not path.startswith("/") or path in seen:
-                continue
-            fam = family_of(os.path.basename(path))
-            if fam is None:
-                continue
-            seen.add(path)
-            entry = {"family": fam, "path": path, "realpath": os.path.realpath(path)}
-            entry.update(path_flags(path))
-            out.append(entry)
+        paths = mapped_paths(fh.read())
+    for path in paths:
+        fam = family_of(os.path.basename(path))
+        if fam is None:
+            continue
+        entry = {"family": fam, "path": path, "realpath": os.path.realpath(path)}
+        entry.update(path_flags(path))
+        out.append(entry)
     return out
 
 
@@ -531,7 +508,7 @@ def probe_torch(result, errors, init_state):
     result["torch"] = t
     try:
         v = torch.cuda.nccl.version()
-        t["nccl_version"] = ".".join(str(x) for x in v[:3]) if isinstance(v, tuple) else decode_nccl_code(int(v))
+        t["nccl_version"] = ".".join(str(x) for x in v[:3]) if isinstance(v, tuple) else nccl_version_string(int(v))
         if isinstance(v, tuple) and len(v) > 3 and v[3]:
             t["nccl_version_suffix"] = str(v[3])
     except Exception as exc:
@@ -539,7 +516,7 @@ def probe_torch(result, errors, init_state):
     try:
         cv = torch.backends.cudnn.version()
         t["cudnn_version_code"] = cv
-        t["cudnn_version"] = decode_cudnn(cv) if cv else None
+        t["cudnn_version"] = cudnn_version_string(cv) if cv else None
     except Exception as exc:
         t["cudnn_error"] = "%s: %s" % (type(exc).__name__, exc)
     init_state["phase"] = "torch.cuda.is_available"

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from envbuild.data.checks._common import library_name, mapped_paths
+
 UNLIMITED = None  # a limit of "unlimited" is None in parsed limits
 
 
@@ -37,15 +39,7 @@ def version_from_soname(path: str, stem: str) -> Optional[str]:
 
 def mapped_libraries(maps_text: str, stem: str) -> List[str]:
     """Distinct paths of a library (e.g. 'libnvidia-ml') in a /proc/<pid>/maps text, in load order."""
-    seen: List[str] = []
-    for ln in maps_text.splitlines():
-        parts = ln.split(None, 5)
-        if len(parts) == 6:
-            path = parts[5].strip()
-            base = path.rsplit("/", 1)[-1]
-            if base.startswith(stem + ".so") and path not in seen:
-                seen.append(path)
-    return seen
+    return [p for p in mapped_paths(maps_text) if library_name(p).startswith(stem + ".so")]
 
 
 def parse_limits(text: str) -> Dict[str, Tuple[Optional[int], Optional[int], str]]:

@@ -110,12 +110,6 @@ def torch_cuda_major(stack: Dict[str, Any]) -> Optional[int]:
     return None
 
 
-def cuda_code_to_str(code: Optional[int]) -> Optional[str]:
-    if not code:
-        return None
-    return f"{code // 1000}.{(code % 1000) // 10}"
-
-
 def major_minor(v: Optional[str]) -> Optional[Tuple[int, int]]:
     if not v:
         return None

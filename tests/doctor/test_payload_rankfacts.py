@@ -1,10 +1,11 @@
-"""The payloads' stdlib-only helpers (checks/_rankfacts.py), imported from the payload folder the way the
+"""The payloads' stdlib-only helpers (checks/_rankfacts.py, checks/_common.py), imported from the payload folder the way the
 payloads import them."""
 import sys
 
 from envbuild.paths import payload_dir
 
 sys.path.insert(0, str(payload_dir()))
+import _common  # noqa: E402  (payload helper shared with envbuild, stdlib only)
 import _rankfacts  # noqa: E402  (payload helper, stdlib only)
 
 
@@ -25,8 +26,8 @@ def test_mapped_libs_lists_each_copy_once_and_skips_plugins():
                                "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"]
     assert libs["libcuda"] == ["/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"]
     assert libs["libcudart"][0].endswith("libcudart.so.13 (deleted)")
-    assert _rankfacts.format_nccl_version(22809) == "2.28.9"
-    assert _rankfacts.format_nccl_version(2708) == "2.7.8"
+    assert _common.nccl_version_string(22809) == "2.28.9"
+    assert _common.nccl_version_string(2708) == "2.7.8"
 
 
 def test_privileges_and_alloc_conf_parsing():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from envbuild.data.checks._common import size_label
 from envbuild.doctor.registry import Option, ProbeSpec, probe_check
 from envbuild.report.model import Result, Status
 
@@ -194,13 +195,3 @@ def _requested(row: Dict[str, Any]) -> int:
     below it when the rank count does not divide it (all_gather of 64 MiB in fp32 on 3 GPUs moves 4 B less);
     rows recorded before the payload wrote "requested" had S equal to it."""
     return int(row.get("requested", row["size"]))
-
-
-def size_label(b: int) -> str:
-    """64MiB, 1GiB, 4096B: how metric names spell a size (checks/comm_nccl_collectives.py's fmt_size, which the
-    payload keeps its own copy of because it cannot import envbuild)."""
-    b = int(b)
-    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if b >= 1 << k and b % (1 << k) == 0:
-            return f"{b >> k}{unit}"
-    return f"{b}B"

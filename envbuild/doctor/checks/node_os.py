@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from envbuild.data.checks._common import human_bytes
 from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
@@ -32,12 +33,7 @@ SHM_FULL = 0.90
 
 
 def _fmt_bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "unlimited"
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= size:
-            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
-    return f"{n} B"
+    return "unlimited" if n is None else human_bytes(n)
 
 
 @check("node.ptrace", CAT, "ptrace_scope, seccomp and CAP_SYS_PTRACE allow CUDA IPC of VMM memory", causes=("O3", "M3"))

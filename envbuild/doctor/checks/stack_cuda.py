@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from envbuild.data.checks._common import cuda_version_string
 from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import stack_view as sv
@@ -21,7 +22,7 @@ def _driver_cuda(ctx, stack: Dict[str, Any]) -> Tuple[Optional[str], str]:
     except FactUnavailable:
         code = None
     if code:
-        return sv.cuda_code_to_str(int(code)), "NVML nvmlSystemGetCudaDriverVersion"
+        return cuda_version_string(int(code)), "NVML nvmlSystemGetCudaDriverVersion"
     return None, ""
 
 

@@ -1,0 +1,72 @@
+"""Stdlib-only helpers shared by both sides: the payloads (checks/*.py, run by the python of the environment
+under test, which may not have envbuild) and envbuild itself (which imports this very file as
+`envbuild.data.checks._common`: envbuild/data/checks is checks/, shipped as package data).
+
+What is here is what both sides parse or print the same way: /proc/<pid>/maps, the version codes of NCCL,
+CUDA and cuDNN, and size labels. Keep it stdlib-only and free of envbuild imports.
+"""
+from typing import List, Optional
+
+
+def mapped_paths(maps_text: str) -> List[str]:
+    """The distinct files of a /proc/<pid>/maps text, in first-mapped order (a file mapped in several segments
+    counts once; anonymous and [special] mappings are left out; a " (deleted)" suffix is kept, because a
+    library replaced on disk while mapped is worth seeing)."""
+    seen = set()
+    out = []
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            continue
+        path = parts[5].strip()
+        if path.startswith("/") and path not in seen:
+            seen.add(path)
+            out.append(path)
+    return out
+
+
+def library_name(path: str) -> str:
+    """The file name of a mapped path without a " (deleted)" suffix: '/x/libnccl.so.2 (deleted)' -> 'libnccl.so.2'."""
+    return path.replace(" (deleted)", "").rsplit("/", 1)[-1]
+
+
+def nccl_version_string(code: int) -> str:
+    """ncclGetVersion / NCCL_VERSION_CODE -> "X.Y.Z": X*10000 + Y*100 + Z since NCCL 2.9 (22809 -> 2.28.9),
+    X*1000 + Y*100 + Z before (2708 -> 2.7.8)."""
+    if code >= 10000:
+        return "%d.%d.%d" % (code // 10000, (code % 10000) // 100, code % 100)
+    return "%d.%d.%d" % (code // 1000, (code % 1000) // 100, code % 100)
+
+
+def cuda_version_string(code: Optional[int]) -> Optional[str]:
+    """cudaRuntimeGetVersion / cuDriverGetVersion / NVML's CUDA driver version: 12090 -> "12.9"; None for 0."""
+    return "%d.%d" % (code // 1000, (code % 1000) // 10) if code else None
+
+
+def cudnn_version_string(code: int) -> str:
+    """cudnnGetVersion: 91900 -> "9.19.0" (major*10000 + minor*100 + patch since cuDNN 9; *1000 before)."""
+    if code >= 90000:
+        return "%d.%d.%d" % (code // 10000, (code % 10000) // 100, code % 100)
+    return "%d.%d.%d" % (code // 1000, (code % 1000) // 100, code % 100)
+
+
+_UNITS = (("GiB", 30), ("MiB", 20), ("KiB", 10))
+
+
+def size_label(b: int) -> str:
+    """64MiB, 1GiB, 4096B: an exact size as metric names and phases spell it (no rounding, so a label names one
+    size)."""
+    b = int(b)
+    for unit, k in _UNITS:
+        if b >= 1 << k and b % (1 << k) == 0:
+            return "%d%s" % (b >> k, unit)
+    return "%dB" % b
+
+
+def human_bytes(n: int) -> str:
+    """A size for a person to read: "64 MiB", "15.6 GiB", "512 B"."""
+    for unit, k in _UNITS:
+        size = 1 << k
+        if n >= size:
+            return "%d %s" % (n // size, unit) if n % size == 0 else "%.1f %s" % (n / size, unit)
+    return "%d B" % n
