@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 # Layer of each top-level part of envbuild; an import may only go to the same package or a lower layer.
+# Inputs as data (the profile, the causes, the train arithmetic) sit under the facts read against them; the
+# result model and its renderers under the doctor that fills them.
 LAYERS = {
     "errors": 0, "fsutil": 0, "paths": 0, "hashing": 0, "tomlcompat": 0, "__init__": 0,
-    "facts": 1, "knowledge": 1,
-    "profile": 2, "report": 2, "train": 2,
+    "profile": 1, "knowledge": 1, "train": 1,
+    "facts": 2, "report": 2,
     "lock": 3, "doctor": 3,
     "install": 4, "pack": 4, "explain": 4, "fleet": 4,
     "commands": 5,
@@ -51,6 +53,11 @@ def graph(root: Path) -> Dict[str, Set[str]]:
 def part(mod: str) -> str:
     parts = mod.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
+
+
+def package_edges(pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """The distinct (package, package) pairs of module-level edges."""
+    return sorted({(part(a), part(b)) for a, b in pairs})
 
 
 def back_edges(edges: Dict[str, Set[str]]) -> List[Tuple[str, str]]:
@@ -99,7 +106,7 @@ if __name__ == "__main__":
     g = graph(root)
     be, cy = back_edges(g), cycles(g)
     print(f"{sum(len(v) for v in g.values())} imports between {len(g)} modules; "
-          f"{len(be)} back-edge(s), {len(cy)} cycle(s)")
+          f"{len(be)} back-edge(s) between modules ({len(package_edges(be))} between packages), {len(cy)} cycle(s)")
     for a, b in be:
         print(f"  back-edge {a} -> {b}")
     for c in cy:

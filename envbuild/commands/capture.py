@@ -46,20 +46,16 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
 def capture_node(directory: str, python: str, quiet: bool = False, argv: Optional[List[str]] = None) -> int:
     """Run the static checks through a recorder, save the bundle and its report; exit code 0 (a capture that
     finds failures still succeeded: the failures are in the report)."""
-    import datetime as _dt
     import platform
     import socket
-    import time
     from pathlib import Path
 
     from envbuild import __version__
     from envbuild.doctor.context import DoctorContext
-    from envbuild.doctor.runner import run_selected
-    from envbuild.doctor.session import gpu_inventory, host_facts
+    from envbuild.doctor.session import run_session
     from envbuild.errors import EnvbuildError
     from envbuild.facts.source import FactUnavailable, LiveSource, RecordingSource
     from envbuild.report.json_report import write_json
-    from envbuild.report.model import Report
     from envbuild.report.terminal import verdict_line
 
     out = Path(directory)
@@ -67,21 +63,22 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
         raise EnvbuildError(f"--node {out}: exists and is not an empty directory; choose a new path")
     rec = RecordingSource(LiveSource("/", python=python))
     ctx = DoctorContext(facts=rec, mode="static", python=python)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.monotonic()
-    # NVML first (before the stack probe starts a CUDA process, so its process list shows the node at rest),
-    # then the stack facts: both go into the bundle whole, whichever checks read them today.
-    for read in (rec.nvml, rec.stack):
-        try:
-            read()
-        except FactUnavailable:
-            pass
-    results = run_selected(ctx)
-    host = host_facts(rec)
-    gpus = gpu_inventory(rec)
+
+    def read_whole() -> None:
+        # NVML first (before the stack probe starts a CUDA process, so its process list shows the node at rest),
+        # then the stack facts: both go into the bundle whole, whichever checks read them today.
+        for read in (rec.nvml, rec.stack):
+            try:
+                read()
+            except FactUnavailable:
+                pass
+
+    report = run_session(ctx, before=read_whole,
+                         options={"mode": "static", "python": python, "root": None, "capture": str(out)})
+    host = report.host
     meta: Dict[str, Any] = {
         "hostname": host.get("hostname") or socket.gethostname(),
-        "captured_at": started,
+        "captured_at": report.started_at,
         "envbuild_version": __version__,
         "kernel": host.get("kernel") or platform.release(),
         "argv": list(argv if argv is not None else sys.argv),
@@ -89,9 +86,6 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     }
     meta["trimmed"] = trim_kernel_logs(rec)
     rec.save(out, meta)
-    report = Report(host=host, gpus=gpus, results=results, profile=None,
-                    options={"mode": "static", "python": python, "root": None, "capture": str(out)},
-                    started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
     write_json(report, out / ".envbuild" / "report.json")
     files = [p for p in out.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)

@@ -7,14 +7,15 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.doctor.context import DoctorContext
     from envbuild.facts.source import FactSource
-    from envbuild.report.model import Report
+    from envbuild.report.model import Report, Result
 
 
 @dataclass
@@ -89,15 +90,32 @@ def gpu_inventory(facts: "FactSource") -> List[Dict[str, Any]]:
     return [{k: d.get(k) for k in keys if k in d} for d in snap.get("devices", [])]
 
 
+def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Sequence[str] = (), *,
+                options: Dict[str, Any], on_result: Optional[Callable[["Result"], None]] = None,
+                before: Optional[Callable[[], None]] = None) -> "Report":
+    """Run the checks of ctx.mode matching `patterns` on ctx.facts and return the Report (host, GPUs, results,
+    timing): what `envbuild doctor` writes, and what `envbuild capture --node` saves beside its bundle.
+    `before` runs inside the timed run, before the checks (capture reads NVML and the stack first)."""
+    from envbuild.doctor.runner import run_selected
+    from envbuild.report.model import Report
+
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    if before is not None:
+        before()
+    results = run_selected(ctx, patterns, skips, on_result=on_result)
+    return Report(host=host_facts(ctx.facts), gpus=gpu_inventory(ctx.facts), results=results,
+                  profile=ctx.profile.name if ctx.profile else None, options=options, started_at=started,
+                  duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
+
+
 def run_doctor(opts: DoctorOptions) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import declared_options, select, validate_options
-    from envbuild.doctor.runner import run_selected
     from envbuild.facts.source import open_source
     from envbuild.profile import load_profile
     from envbuild.report import terminal
-    from envbuild.report.model import Report
 
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
@@ -115,18 +133,11 @@ def run_doctor(opts: DoctorOptions) -> int:
     facts = open_source(opts.root, python=python)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.monotonic()
     live = terminal.LiveProgress(enabled=not opts.quiet)
     with live:
-        results = run_selected(ctx, opts.checks, opts.skips, on_result=live.update)
-    report = Report(
-        host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
-        profile=profile.name if profile else None,
-        options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks, "skips": opts.skips,
-                 "strict": opts.strict, "python": python, "root": opts.root, "set": opts.options},
-        started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__,
-    )
+        report = run_session(ctx, opts.checks, opts.skips, on_result=live.update, options={
+            "mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks, "skips": opts.skips, "strict": opts.strict,
+            "python": python, "root": opts.root, "set": opts.options})
     _write_reports(report, opts)
     terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)

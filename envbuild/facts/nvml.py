@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from envbuild.facts.source import FactUnavailable
+from envbuild.facts.errors import FactUnavailable
 
 MIB = 1024 * 1024
 

@@ -22,13 +22,11 @@ import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, List, Optional
 
+from envbuild.facts.errors import FactUnavailable  # noqa: F401  (re-exported: every reader of a source catches it)
+
 BUNDLE_MARKER = ".envbuild/bundle.json"
 BUNDLE_FORMAT = 1
 _MAX_READ = 4 * 1024 * 1024  # node files the checks read are small; a cap keeps a runaway file from filling memory
-
-
-class FactUnavailable(Exception):
-    """A fact that cannot be read here; str(exc) says why (shown as the reason of a `skip`)."""
 
 
 def _norm(path: str) -> str:

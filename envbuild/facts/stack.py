@@ -55,7 +55,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from envbuild.facts.source import FactUnavailable
+from envbuild.facts.errors import FactUnavailable
 from envbuild.paths import payload_dir
 
 DEFAULT_TIMEOUT_S = 180.0

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from envbuild.facts.source import FactUnavailable
+from envbuild.facts.errors import FactUnavailable
 
 
 def canonical(name: str) -> str:
@@ -218,14 +218,3 @@ def require_torch(stack: Dict[str, Any]) -> Dict[str, Any]:
         raise FactUnavailable(f"torch is not importable with {exe} ({t.get('error', 'not installed')}); "
                               "pass --python/--prefix of the environment under test")
     return t
-
-
-def causes_in_text(text: str) -> List[str]:
-    """Cause ids whose exact log signatures occur in `text` (an error the probe recorded)."""
-    from envbuild.knowledge import load_causes
-
-    found = []
-    for cause in load_causes().values():
-        if any(sig and sig in text for sig in cause.signatures):
-            found.append(cause.id)
-    return found

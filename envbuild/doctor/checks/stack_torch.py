@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from envbuild.doctor.registry import check, verdict
+from envbuild.doctor.signatures import causes_in_text
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -33,7 +34,7 @@ def torch_present(ctx) -> Result:
         evidence["init_error"] = err
         return verdict(Status.FAIL,
                       f"torch {t['version']} could not initialise CUDA/NCCL: {err.splitlines()[0][:200]}",
-                      evidence=evidence, causes=sv.causes_in_text(err) or ["C1", "D9"],
+                      evidence=evidence, causes=causes_in_text(err) or ["C1", "D9"],
                       remediation="see the stack.libcuda_* and stack.cuda_runtime_driver results for the library "
                                   "that was loaded; re-run with NCCL_DEBUG=INFO for the failing call")
     what = f"torch {t['version']} (CUDA {t['cuda']}, NCCL {t.get('nccl_version') or '?'}, cuDNN {t.get('cudnn_version') or '?'})"
