@@ -66,8 +66,11 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
         bundle_obj = open_bundle(Path(bundle))
         mirrors = [bundle_obj.channel_dir]
         lockfiles = lockfiles or str(bundle_obj.lock_dir)
-    base = lockset.lockfiles_base(lockfiles)
-    profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
+    from envbuild.profile import load_profile, lockfiles_base, select_profile
+
+    base = lockfiles_base(lockfiles)
+    profile = load_profile(select_profile(base, profile_name), base)
+    recipe = profile.require_recipe()
     folder = profile.directory
     lock_path = folder / condalock.LOCK_FILE
     if not lock_path.is_file():

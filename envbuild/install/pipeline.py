@@ -44,7 +44,7 @@ class CreateJob:
     """Everything create needs, resolved before any work starts (so --dry-run can show it)."""
 
     profile: Any  # envbuild.profile.Profile
-    recipe: Any  # envbuild.lock.recipe.Recipe
+    recipe: Any  # envbuild.profile.Recipe
     target: Path
     platform: str
     backend: str
