@@ -64,10 +64,15 @@ def select_profile(base: Path, name: Optional[str]) -> str:
     return names[0]
 
 
-def load_profile(name_or_path: str, base: Optional[Path] = None) -> Profile:
-    """A profile by name (in `base`, default lockfiles_base()) or by a path to a profile.toml."""
+def profile_path(name_or_path: str, lockfiles: Optional[Union[str, Path]] = None) -> Path:
+    """The profile.toml of a profile name (in lockfiles_base(lockfiles)) or of a path to a profile.toml."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.is_file():
-        return load_profile_file(candidate)
-    base = base if base is not None else lockfiles_base()
-    return load_profile_file(base / select_profile(base, name_or_path) / PROFILE_FILE)
+        return candidate
+    base = lockfiles_base(lockfiles)
+    return base / select_profile(base, name_or_path) / PROFILE_FILE
+
+
+def load_profile(name_or_path: str, lockfiles: Optional[Union[str, Path]] = None) -> Profile:
+    """The validated profile `name_or_path` names (see profile_path)."""
+    return load_profile_file(profile_path(name_or_path, lockfiles))
