@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import click
 
+from envbuild.install import backends
+
 
 @click.command("create")
 @click.option("--profile", "-p", "profile_name", default=None, help="Profile to build (default: the only one).")
@@ -16,8 +18,8 @@ import click
               help="Env name: a prefix under $ENVBUILD_ENVS_DIR or ~/.envbuild/envs (default: the profile name).")
 @click.option("--bundle", "bundle", default=None, metavar="FILE", help="Offline bundle from `envbuild pack`.")
 @click.option("--dry-run", is_flag=True, help="Show the plan (what, how big, from where) and stop.")
-@click.option("--backend", type=click.Choice(["rattler", "micromamba", "conda"]), default="rattler",
-              show_default=True, help="Conda layer installer; micromamba/conda must be on PATH.")
+@click.option("--backend", type=click.Choice(backends.NAMES), default=backends.DEFAULT, show_default=True,
+              help="Installer of the base layer (envbuild.install.backends); micromamba/conda must be on PATH.")
 @click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
 @click.option("--lockfiles", default=None, metavar="DIR",
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
@@ -66,8 +68,12 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
         bundle_obj = open_bundle(Path(bundle))
         mirrors = [bundle_obj.channel_dir]
         lockfiles = lockfiles or str(bundle_obj.lock_dir)
-    base = lockset.lockfiles_base(lockfiles)
-    profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
+    from envbuild.profile import load_profile, lockfiles_base, select_profile
+
+    backends.require(backend)
+    base = lockfiles_base(lockfiles)
+    profile = load_profile(select_profile(base, profile_name), base)
+    recipe = profile.require_recipe()
     folder = profile.directory
     lock_path = folder / condalock.LOCK_FILE
     if not lock_path.is_file():

@@ -21,11 +21,12 @@ def lock(profiles, check, lockfiles, only) -> int:
 
     from envbuild.errors import EnvbuildError
     from envbuild.lock import lockset
+    from envbuild.profile import lockfiles_base, select_profiles
 
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False, soft_wrap=True, markup=False)
-    base = lockset.lockfiles_base(lockfiles)
-    names = lockset.select_profiles(base, tuple(profiles))
+    base = lockfiles_base(lockfiles)
+    names = select_profiles(base, tuple(profiles))
     if not names:
         raise EnvbuildError(f"no profiles in {base}")
     stale = failed = 0
@@ -47,8 +48,10 @@ def lock(profiles, check, lockfiles, only) -> int:
 
 def _lock_one(base, name, out, err, layers) -> None:
     from envbuild.lock import lockset
+    from envbuild.profile import load_profile
 
-    profile, recipe = lockset.load(base, name)
+    profile = load_profile(name, base)
+    recipe = profile.require_recipe()
     with err.status(f"{name}: solving") as status:
         outputs = lockset.compute(profile, recipe, progress=status.update, layers=layers)
     written = lockset.write(outputs, layers)
@@ -62,8 +65,10 @@ def _check_one(base, name, out, err) -> int:
     """1 when stale (diff printed), 0 when fresh."""
     from envbuild.errors import EnvbuildError
     from envbuild.lock import lockset
+    from envbuild.profile import load_profile
 
-    profile, recipe = lockset.load(base, name)
+    profile = load_profile(name, base)
+    recipe = profile.require_recipe()
     spec = lockset.spec_outputs(profile, recipe)
     reasons = lockset.stale_reasons(profile, recipe, spec)
     if not reasons:

@@ -44,10 +44,10 @@ class CreateJob:
     """Everything create needs, resolved before any work starts (so --dry-run can show it)."""
 
     profile: Any  # envbuild.profile.Profile
-    recipe: Any  # envbuild.lock.recipe.Recipe
+    recipe: Any  # envbuild.profile.Recipe
     target: Path
     platform: str
-    backend: str
+    backend: str  # a name in envbuild.install.backends.NAMES
     lock_files: Dict[str, Path]  # name -> path of each lock this env is built from
     conda: List[Any]  # LockedConda to install
     planned: List[Any]  # conda_layer.PlannedArchive
@@ -74,7 +74,7 @@ def lock_key(lock_files: Dict[str, Path], recipe) -> str:
 
 def run(job: CreateJob, ui) -> Dict[str, Any]:
     """Run (or resume) every phase; returns the manifest. `ui` gives progress bars and messages."""
-    from envbuild.install import activation, conda_layer, manifest
+    from envbuild.install import activation, backends, conda_layer, manifest
     from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
 
@@ -108,13 +108,16 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                 verified.update(conda_layer.fetch_and_verify(job.planned))
 
             def conda() -> None:
-                archives = [verified[p.filename] for p in job.conda]
-                if job.backend == "rattler":
-                    with ui.bar("link conda packages (rattler)", len(archives)) as advance:
-                        conda_layer.install(job.backend, archives, prefix, job.target, advance=advance)
+                backend = backends.get(job.backend)
+                request = backends.BaseRequest(staging=prefix, target=job.target,
+                                               archives=[verified[p.filename] for p in job.conda],
+                                               python=job.profile.python, cache=conda_layer.cache_dir())
+                if backend.PER_PACKAGE_PROGRESS:
+                    with ui.bar(f"link conda packages ({job.backend})", len(request.archives)) as advance:
+                        backend.install(request, advance)
                 else:
-                    with ui.spinner(f"linking {len(archives)} conda packages ({job.backend})"):
-                        conda_layer.install(job.backend, archives, prefix, job.target)
+                    with ui.spinner(f"linking {len(request.archives)} conda packages ({job.backend})"):
+                        backend.install(request)
 
             phase("conda", conda)
         layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))

@@ -10,56 +10,19 @@ changed, not when a channel published something newer. The scheduled CI lock job
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
 from envbuild.fsutil import atomic_write_text
 from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
-from envbuild.lock.recipe import Recipe, parse_recipe
 from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
 
 if TYPE_CHECKING:
-    from envbuild.profile import Profile
+    from envbuild.profile import Profile, Recipe
 
 PIP_LOCK_FILE = "requirements.lock.txt"
-
-
-def lockfiles_base(option: Optional[str] = None) -> Path:
-    """The lockfiles folder: --lockfiles, else $ENVBUILD_LOCKFILES, else the checkout's/package's lockfiles/."""
-    from envbuild.paths import lockfiles_dir
-
-    chosen = option or os.environ.get("ENVBUILD_LOCKFILES")
-    base = Path(chosen).expanduser() if chosen else lockfiles_dir()
-    if not base.is_dir():
-        raise EnvbuildError(f"lockfiles folder {base} does not exist")
-    return base
-
-
-def select_profiles(base: Path, names: Tuple[str, ...]) -> List[str]:
-    """`names` checked against the profiles in `base` (an unknown one is an error naming the known ones);
-    all of them when `names` is empty."""
-    from envbuild.profile import profile_names
-
-    known = profile_names(base)
-    for n in names:
-        if n not in known:
-            raise EnvbuildError(f"unknown profile {n!r} in {base}; known profiles: {', '.join(known) or '(none)'}")
-    return list(names) or known
-
-
-def select_profile(base: Path, name: Optional[str]) -> str:
-    """The one profile `create` or `pack` works on: `name`, else the only profile in `base`.
-
-    Both commands act on a single env, so with no --profile and several profiles they refuse rather than
-    guess.
-    """
-    names = select_profiles(base, (name,) if name else ())
-    if not name and len(names) != 1:
-        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
-    return names[0]
 
 
 @dataclass
@@ -68,14 +31,6 @@ class LockOutputs:
     folder: Path
     files: Dict[str, str] = field(default_factory=dict)  # filename -> text
     hashes: Dict[str, str] = field(default_factory=dict)  # platform -> content hash
-
-
-def load(base: Path, name: str) -> Tuple[Profile, Recipe]:
-    """(Profile, Recipe) of a profile folder."""
-    from envbuild.profile import load_profile
-
-    profile = load_profile(name, base=base)
-    return profile, parse_recipe(profile)
 
 
 def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:

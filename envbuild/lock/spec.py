@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Dict, List
 
-from envbuild.lock.recipe import Recipe
+from envbuild.profile.recipe import Recipe
 
 if TYPE_CHECKING:
     import jinja2

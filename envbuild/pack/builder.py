@@ -113,11 +113,12 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
     """
     from envbuild.install.source_builds import wheel_cache_dir
-    from envbuild.lock import lockset
     from envbuild.pack.bundle import write_manifest, write_tar
+    from envbuild.profile import load_profile, lockfiles_base, select_profile
 
-    base = lockset.lockfiles_base(lockfiles)
-    profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
+    base = lockfiles_base(lockfiles)
+    profile = load_profile(select_profile(base, profile_name), base)
+    recipe = profile.require_recipe()
     output = Path(output).absolute()
     output.parent.mkdir(parents=True, exist_ok=True)
     summary = PackSummary(output=output)
