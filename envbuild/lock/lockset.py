@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 from envbuild.errors import EnvbuildError
 from envbuild.fsutil import atomic_write_text
 from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
-from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
+from envbuild.lock.pip_outputs import FILES as PIP_FILES, PIP_LOCK_FILE
+from envbuild.lock.spec import render_spec, virtual_packages
 
 if TYPE_CHECKING:
     from envbuild.profile import Profile, Recipe
 
-PIP_LOCK_FILE = "requirements.lock.txt"
 
 
 @dataclass
@@ -37,9 +37,9 @@ def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
     """The rendered spec files and the content hash per platform (no solve, no network)."""
     out = LockOutputs(profile=profile.name, folder=profile.directory)
     out.files.update(render_spec(recipe, profile.name, profile_file=profile.path.name))
-    spec = dict(out.files)
-    for p in recipe.platforms:
-        out.hashes[p] = content_hash(spec, p)
+    from envbuild.lock.condalock_interop import condalock_content_hashes
+
+    out.hashes.update(condalock_content_hashes(dict(out.files), recipe.platforms))  # conda-lock's own hash
     return out
 
 
@@ -64,6 +64,13 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
     from envbuild.lock.conda_solve import solve_platform
 
     out = spec_outputs(profile, recipe)
+    spec_files = sorted(out.files)
+    if recipe.pip.requirements and "pip" in layers:
+        if progress:
+            progress(f"{profile.name}: resolving pip layer (uv)")
+        from envbuild.lock.pip_outputs import pip_lock_files
+
+        out.files.update(pip_lock_files(profile, recipe))
     if "conda" in layers:
         where = spec_locations(profile, recipe)
         solved = {}
@@ -75,37 +82,28 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
         for p in recipe.platforms:
             custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
                                                                  sorted(virtual_packages(recipe, p).items()))
-        out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
-    if recipe.pip.requirements and "pip" in layers:
-        if progress:
-            progress(f"{profile.name}: resolving pip layer")
-        out.files[PIP_LOCK_FILE] = _pip_lock(profile, recipe)
+        sources = [f for f in spec_files if f.startswith("environment")]
+        out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, sources, custom)
+    lock_text = out.files.get(LOCK_FILE)
+    if lock_text is None and "pip" in layers and (out.folder / LOCK_FILE).is_file():
+        lock_text = (out.folder / LOCK_FILE).read_text(encoding="utf-8")  # --only pip: refresh its pip entries
+    if lock_text is not None:
+        from envbuild.lock.condalock_interop import with_pip_entries
+        from envbuild.lock.pip_outputs import entries_for_condalock
+
+        pip_entries = entries_for_condalock(out.files, out.folder) if recipe.pip.requirements else []
+        out.files[LOCK_FILE] = with_pip_entries(lock_text, pip_entries, recipe.platforms)
     return out
-
-
-def _pip_lock(profile: Profile, recipe: Recipe) -> str:
-    """The pip layer lock text from the pip resolver (envbuild.lock.pip_lock), for the first platform.
-
-    The Python version is the profile's `python`; the platform tags follow the recipe's __glibc.
-    """
-    try:
-        from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
-    except ImportError as exc:
-        raise EnvbuildError(f"{profile.name}: the recipe has pip requirements but the pip resolver "
-                            f"(envbuild.lock.pip_lock) is not available: {exc}") from exc
-    platform = recipe.platforms[0]
-    glibc = virtual_packages(recipe, platform).get("__glibc", "2.28")
-    return resolve_pip_lock(recipe.pip.requirements, recipe.pip.indexes, python_version=profile.python,
-                            platform_tags=platform_tags_for(platform, glibc))
 
 
 def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
     """Write changed files atomically, drop a pip lock the recipe no longer asks for; returns what changed."""
     written = []
-    orphan = outputs.folder / PIP_LOCK_FILE
-    if "pip" in layers and PIP_LOCK_FILE not in outputs.files and orphan.is_file():
-        orphan.unlink()
-        written.append(f"{PIP_LOCK_FILE} (removed)")
+    for name in PIP_FILES:
+        orphan = outputs.folder / name
+        if "pip" in layers and PIP_LOCK_FILE not in outputs.files and orphan.is_file():
+            orphan.unlink()
+            written.append(f"{name} (removed)")
     for fname, text in sorted(outputs.files.items()):
         path = outputs.folder / fname
         if path.is_file() and path.read_text(encoding="utf-8") == text:
@@ -130,7 +128,7 @@ def stale_reasons(profile: Profile, recipe: Recipe, spec: LockOutputs) -> List[s
                            f"!= {h[:12]})")
     for p in sorted(set(have) - set(spec.hashes)):
         reasons.append(f"{LOCK_FILE}: platform {p} is no longer in the recipe")
-    for fname in (ENV_SPEC, VPKG_SPEC):
+    for fname in sorted(spec.files):
         path = folder / fname
         if not path.is_file() or path.read_text(encoding="utf-8") != spec.files[fname]:
             reasons.append(f"{fname}: differs from the profile's [recipe]")
@@ -138,6 +136,11 @@ def stale_reasons(profile: Profile, recipe: Recipe, spec: LockOutputs) -> List[s
         reasons.append(f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements")
     if not recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
         reasons.append(f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements")
+    if recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
+        from envbuild.lock.pip_lockfile import read_pip_lock
+
+        if not read_pip_lock(folder / PIP_LOCK_FILE):
+            reasons.append(f"{PIP_LOCK_FILE} pins no package but the recipe has pip requirements")
     return reasons
 
 

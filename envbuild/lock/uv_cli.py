@@ -52,7 +52,7 @@ def uv_env(cache_dir: Optional[Path] = None) -> Dict[str, str]:
     env["NO_PROXY"] = env["no_proxy"] = no_proxy
     if cache_dir is not None:
         env["UV_CACHE_DIR"] = str(cache_dir)
-    elif "UV_CACHE_DIR" not in env and os.environ.get("ENVBUILD_CACHE_DIR"):
+    elif os.environ.get("ENVBUILD_CACHE_DIR"):  # envbuild keeps every cache of its own under this one
         env["UV_CACHE_DIR"] = str(Path(os.environ["ENVBUILD_CACHE_DIR"]) / "uv")
     return env
 

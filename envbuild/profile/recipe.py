@@ -29,7 +29,7 @@ KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-
 # Every key each table may hold; a typo is an error with a 'did you mean', never a silently dropped setting.
 RECIPE_KEYS = ("platforms", "virtual_packages", "conda", "pip", "git", "build", "activation")
 CONDA_KEYS = ("channels", "specs", "optional")
-PIP_KEYS = ("indexes", "requirements")
+PIP_KEYS = ("indexes", "requirements", "exclude_newer")
 PIP_INDEX_KEYS = ("name", "url", "packages")
 GIT_KEYS = ("name", "url", "commit", "patches", "install", "subdir")
 BUILD_KEYS = ("name", "git", "env", "pip_args")
@@ -57,6 +57,7 @@ class PipIndex:
 class PipLayer:
     indexes: List[PipIndex] = field(default_factory=list)
     requirements: List[str] = field(default_factory=list)
+    exclude_newer: str = ""  # RFC 3339 upload cutoff for uv (--exclude-newer): a re-lock picks the same files
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,12 @@ def _pip(r: Reader, raw: Dict[str, Any]) -> PipLayer:
         indexes.append(PipIndex(name=name, url=url, packages=list(pkgs)))
     if len({i.name for i in indexes}) != len(indexes):
         raise r.fail(table, "indexes", "index names must be unique")
-    pip = PipLayer(indexes=indexes, requirements=r.strings(data, table, "requirements"))
+    cutoff = data.get("exclude_newer", "")
+    if hasattr(cutoff, "isoformat"):  # an unquoted TOML date/time
+        cutoff = cutoff.isoformat().replace("+00:00", "Z")
+    if not isinstance(cutoff, str) or (cutoff and not re.match(r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2}))?$", cutoff)):
+        raise r.fail(table, "exclude_newer", f"{cutoff!r} is not an RFC 3339 time (2026-11-30T00:00:00Z) or a date")
+    pip = PipLayer(indexes=indexes, requirements=r.strings(data, table, "requirements"), exclude_newer=cutoff)
     if pip.requirements and not indexes:
         raise r.fail(table, "indexes", "requirements given but no index to resolve them from")
     return pip
