@@ -20,10 +20,12 @@ from envbuild.install import backends
 @click.option("--dry-run", is_flag=True, help="Show the plan (what, how big, from where) and stop.")
 @click.option("--backend", type=click.Choice(backends.NAMES), default=backends.DEFAULT, show_default=True,
               help="Installer of the base layer (envbuild.install.backends); micromamba/conda must be on PATH.")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="--backend venv: the interpreter (of the profile's Python version) the env is built on.")
 @click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
 @click.option("--lockfiles", default=None, metavar="DIR",
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
-def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lockfiles) -> int:
+def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, force, lockfiles) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
     from envbuild.errors import EnvbuildError
     from envbuild.install import manifest, pipeline
@@ -32,7 +34,7 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lock
     ui = CreateUI()
     if prefix and env_name:
         raise EnvbuildError("give --prefix or --name, not both")
-    job = _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles)
+    job = _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles, python)
     ui.plan(job)
     if dry_run:
         return 0
@@ -52,7 +54,7 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lock
     return 0
 
 
-def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
+def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles, python=None):
     """Everything the plan shows, read and checked before anything is written."""
     import os
     from pathlib import Path
@@ -70,44 +72,62 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
         lockfiles = lockfiles or str(bundle_obj.lock_dir)
     from envbuild.profile import load_profile, lockfiles_base, select_profile
 
-    backends.require(backend)
+    chosen = backends.require(backend)
     base = lockfiles_base(lockfiles)
     profile = load_profile(select_profile(base, profile_name), base)
     recipe = profile.require_recipe()
     folder = profile.directory
-    lock_path = folder / condalock.LOCK_FILE
-    if not lock_path.is_file():
-        raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}`")
-    lock = condalock.read_lock(lock_path)
-
+    lock_files = {}
+    conda, interpreter = [], None
     from rattler import Platform
 
     platform = str(Platform.current())
-    if platform not in lock.metadata.platforms:
-        raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
-                            f"{', '.join(lock.metadata.platforms)}")
-    # the same content hash `envbuild lock` wrote; "" (never a stored hash) for a platform the recipe dropped
-    if lock.metadata.content_hash.get(platform) != lockset.spec_outputs(profile, recipe).hashes.get(platform, ""):
-        raise EnvbuildError(f"{lock_path} is stale against {profile.path} (the recipe changed since it was "
-                            f"locked); run `envbuild lock --profile {profile.name}`")
-    categories = ["main"] + sorted(recipe.conda.optional)
-    conda = condalock.locked_conda(lock, platform, categories)
-    lock_files = {condalock.LOCK_FILE: lock_path}
+    if chosen.USES_CONDA_LOCK:
+        lock_path = folder / condalock.LOCK_FILE
+        if not lock_path.is_file():
+            raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}`")
+        lock = condalock.read_lock(lock_path)
+        if platform not in lock.metadata.platforms:
+            raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
+                                f"{', '.join(lock.metadata.platforms)}")
+        # the same content hash `envbuild lock` wrote; "" (never a stored hash) for a platform the recipe dropped
+        if lock.metadata.content_hash.get(platform) != lockset.spec_outputs(profile, recipe).hashes.get(platform, ""):
+            raise EnvbuildError(f"{lock_path} is stale against {profile.path} (the recipe changed since it was "
+                                f"locked); run `envbuild lock --profile {profile.name}`")
+        categories = ["main"] + sorted(recipe.conda.optional)
+        conda = condalock.locked_conda(lock, platform, categories)
+        lock_files[condalock.LOCK_FILE] = lock_path
+    elif python and backend != "venv":
+        raise EnvbuildError("--python is for --backend venv")
     pip_lock = folder / lockset.PIP_LOCK_FILE
     if pip_lock.is_file():
         lock_files[lockset.PIP_LOCK_FILE] = pip_lock
+    if not chosen.USES_CONDA_LOCK:  # a PyPI-only backend: the pip lock is the whole env
+        if not pip_lock.is_file():
+            raise EnvbuildError(f"{pip_lock} does not exist; run `envbuild lock --profile {profile.name} --only pip`")
+        from envbuild.install.pip_layer import read_locked_entries
+
+        names = [e.canonical_name for e in read_locked_entries(pip_lock)]
+        interpreter = chosen.check_request(python, profile.python, profile.name, names,
+                                           bool(recipe.git or recipe.builds))
     if prefix:
         target = Path(prefix).expanduser()
     else:
         envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
         target = envs / (env_name or profile.name)
     target = target.absolute()
-    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "conda-meta").is_dir())):
+    built = (target / "conda-meta").is_dir() or (target / "envbuild" / "manifest.json").is_file()
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not built)):
         raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
                             f"(choose another --prefix/--name or remove it yourself)")
     job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target, platform=platform,
                              backend=backend, lock_files=lock_files, conda=conda,
                              planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
-                             pip_lock=lock_files.get(lockset.PIP_LOCK_FILE), bundle=bundle_obj)
+                             pip_lock=lock_files.get(lockset.PIP_LOCK_FILE), bundle=bundle_obj,
+                             interpreter=interpreter)
     job.key = pipeline.lock_key(lock_files, recipe)
+    if interpreter is not None:  # another interpreter is another env
+        import hashlib
+
+        job.key = hashlib.sha256(f"{job.key}\0{interpreter}".encode()).hexdigest()
     return job

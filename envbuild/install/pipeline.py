@@ -52,6 +52,7 @@ class CreateJob:
     conda: List[Any]  # LockedConda to install
     planned: List[Any]  # conda_layer.PlannedArchive
     pip_lock: Optional[Path] = None
+    interpreter: Optional[Path] = None  # --backend venv: the --python it builds on
     bundle: Optional[Any] = None
     key: str = ""
     timings: Dict[str, float] = field(default_factory=dict)
@@ -111,7 +112,8 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                 backend = backends.get(job.backend)
                 request = backends.BaseRequest(staging=prefix, target=job.target,
                                                archives=[verified[p.filename] for p in job.conda],
-                                               python=job.profile.python, cache=conda_layer.cache_dir())
+                                               python=job.profile.python, cache=conda_layer.cache_dir(),
+                                               interpreter=job.interpreter)
                 if backend.PER_PACKAGE_PROGRESS:
                     with ui.bar(f"link conda packages ({job.backend})", len(request.archives)) as advance:
                         backend.install(request, advance)

@@ -25,11 +25,11 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
+from typing import Optional, Sequence
 
 from envbuild.errors import EnvbuildError
 
-NAMES = ("rattler", "micromamba", "conda")  # the PyPI-only `venv` backend joins here (issue 15)
+NAMES = ("rattler", "micromamba", "conda", "venv")  # venv: the PyPI-only backend (issue 15)
 DEFAULT = "rattler"
 
 
@@ -42,6 +42,7 @@ class BaseRequest:
     archives: Sequence[Path]  # verified conda archives in lock order (empty when USES_CONDA_LOCK is False)
     python: str  # the profile's Python version ("3.12"), for a backend that picks its own interpreter
     cache: Path  # envbuild's cache root; a backend keeps its own caches under it
+    interpreter: Optional[Path] = None  # create --python: the interpreter a PyPI-only backend builds on
 
 
 def get(name: str) -> ModuleType:
