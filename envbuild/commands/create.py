@@ -68,7 +68,7 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles, python=
         from envbuild.pack.bundle import open_bundle
 
         bundle_obj = open_bundle(Path(bundle))
-        mirrors = [bundle_obj.channel_dir]
+        mirrors = list(bundle_obj.channel_dirs)
         lockfiles = lockfiles or str(bundle_obj.lock_dir)
     from envbuild.profile import load_profile, lockfiles_base, select_profile
 
