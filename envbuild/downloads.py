@@ -98,13 +98,18 @@ def fetch_one(item: Download, progress: Optional[Callable[[int], None]] = None) 
             with _open(item.url, offset) as resp:
                 if offset and getattr(resp, "status", 200) != 206:  # the server ignored Range: start over
                     sha, md5, offset = hashlib.sha256(), hashlib.md5(), 0
+                length = resp.headers.get("Content-Length")
+                total = offset
                 with open(part, "ab" if offset else "wb") as out:
                     for chunk in iter(lambda: resp.read(CHUNK), b""):
                         out.write(chunk)
                         sha.update(chunk)
                         md5.update(chunk)
+                        total += len(chunk)
                         if progress:
                             progress(len(chunk))
+                if length is not None and total < offset + int(length):  # the connection dropped: resume
+                    raise ConnectionError(f"connection closed after {total} of {offset + int(length)} bytes")
             ok = True
             break
         except urllib.error.HTTPError as exc:
@@ -120,7 +125,8 @@ def fetch_one(item: Download, progress: Optional[Callable[[int], None]] = None) 
         if attempt + 1 < RETRIES:
             time.sleep(min(8.0, 0.5 * 2 ** attempt))
     if not ok:
-        reason = getattr(last, "reason", None) or last
+        reason = f"HTTP {last.code} {last.reason}" if isinstance(last, urllib.error.HTTPError) else (
+            getattr(last, "reason", None) or last)
         raise EnvbuildError(f"{dest.name}: cannot download {_redact(item.url)}: {reason} "
                             f"(after {attempt + 1} attempt(s); a rerun resumes from {part.name})"
                             if part.is_file() else f"{dest.name}: cannot download {_redact(item.url)}: {reason}")
