@@ -91,7 +91,12 @@ def _chosen_sha(entry: LockedWheel, source: str) -> str:
     if named:
         return named[0]
     local = _local_path(source)
-    return sha256_file(local) if local is not None and local.is_file() else ""
+    if local is None or not local.is_file():
+        return ""
+    got = sha256_file(local)  # which of the locked hashes is this file's: it must be one of them
+    if got not in entry.hashes:
+        raise WheelHashMismatch(entry.filename, f"{entry.name}=={entry.version}", list(entry.hashes), got)
+    return got
 
 
 def install_entries(
@@ -106,9 +111,13 @@ def install_entries(
     links = [Path(f) for f in find_links]
     sources: Dict[str, str] = {e.canonical_name: _source(e, links, offline) for e in entries}
     lines = []
+    chosen_of: Dict[str, str] = {}
     for e in entries:
-        hashes = " ".join(f"--hash=sha256:{h}" for h in e.hashes)
-        lines.append(f"{e.canonical_name} @ {sources[e.canonical_name]} {hashes}")
+        chosen = chosen_of[e.canonical_name] = _chosen_sha(e, sources[e.canonical_name])
+        if chosen:  # a direct reference takes the one hash of its file (uv refuses several)
+            lines.append(f"{e.canonical_name} @ {sources[e.canonical_name]} --hash=sha256:{chosen}")
+        else:  # an old lock without per-file hashes: the pinned version from the index, any locked hash
+            lines.append(f"{e.canonical_name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes))
     with tempfile.TemporaryDirectory(prefix="envbuild-uvinstall-") as tmp:
         req = Path(tmp) / "requirements.txt"
         req.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -116,7 +125,7 @@ def install_entries(
                "--quiet", "-r", str(req)]
         if offline:
             cmd += ["--offline", "--no-index"]
-        else:  # indexes are not searched (every line is a direct reference); given so their credentials apply
+        else:  # direct references search no index; given so their credentials apply (and for `name==v` lines)
             for url in index_urls:
                 cmd += ["--index", url]
         proc = run_uv(cmd, cache_dir=cache_dir)
@@ -126,7 +135,7 @@ def install_entries(
         if mismatch is not None:
             raise mismatch
         raise EnvbuildError(f"uv could not install the pip layer into {python}: {one_line(proc.stderr)}")
-    return sorted((InstalledWheel(name=e.name, version=e.version, sha256=_chosen_sha(e, sources[e.canonical_name]),
+    return sorted((InstalledWheel(name=e.name, version=e.version, sha256=chosen_of[e.canonical_name],
                                   file=e.filename) for e in entries), key=lambda w: w.name.lower())
 
 
