@@ -59,7 +59,8 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
 
     from envbuild.errors import EnvbuildError
     from envbuild.install import conda_layer, pipeline
-    from envbuild.lock import condalock, lockset
+    from envbuild.lock import condalock
+    from envbuild.lock.freshness import PIP_LOCK_FILE, require_fresh
 
     bundle_obj, mirrors = None, []
     if bundle:
@@ -76,8 +77,7 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     recipe = profile.require_recipe()
     folder = profile.directory
     lock_path = folder / condalock.LOCK_FILE
-    if not lock_path.is_file():
-        raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}`")
+    require_fresh(profile, recipe)
     lock = condalock.read_lock(lock_path)
 
     from rattler import Platform
@@ -86,16 +86,12 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     if platform not in lock.metadata.platforms:
         raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
                             f"{', '.join(lock.metadata.platforms)}")
-    # the same content hash `envbuild lock` wrote; "" (never a stored hash) for a platform the recipe dropped
-    if lock.metadata.content_hash.get(platform) != lockset.spec_outputs(profile, recipe).hashes.get(platform, ""):
-        raise EnvbuildError(f"{lock_path} is stale against {profile.path} (the recipe changed since it was "
-                            f"locked); run `envbuild lock --profile {profile.name}`")
     categories = ["main"] + sorted(recipe.conda.optional)
     conda = condalock.locked_conda(lock, platform, categories)
     lock_files = {condalock.LOCK_FILE: lock_path}
-    pip_lock = folder / lockset.PIP_LOCK_FILE
+    pip_lock = folder / PIP_LOCK_FILE
     if pip_lock.is_file():
-        lock_files[lockset.PIP_LOCK_FILE] = pip_lock
+        lock_files[PIP_LOCK_FILE] = pip_lock
     if prefix:
         target = Path(prefix).expanduser()
     else:
@@ -108,6 +104,6 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
     job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target, platform=platform,
                              backend=backend, lock_files=lock_files, conda=conda,
                              planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
-                             pip_lock=lock_files.get(lockset.PIP_LOCK_FILE), bundle=bundle_obj)
+                             pip_lock=lock_files.get(PIP_LOCK_FILE), bundle=bundle_obj)
     job.key = pipeline.lock_key(lock_files, recipe)
     return job

@@ -4,8 +4,7 @@ Outputs per profile folder: environment.yml + virtual-packages.yml (the rendered
 (conda-lock v1), and requirements.lock.txt (the pip layer, from envbuild.lock.pip_lock) when the recipe has
 pip requirements. Nothing time- or host-dependent goes in, so identical input gives byte-identical output.
 
-Staleness is judged on inputs (conda-lock's content_hash): a lock is stale when what the profile asks for
-changed, not when a channel published something newer. The scheduled CI lock job picks those up.
+Whether what is on disk is fresh is envbuild.lock.freshness's rule; this module writes the seals it checks.
 """
 from __future__ import annotations
 
@@ -16,13 +15,13 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
 from envbuild.fsutil import atomic_write_text
-from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
-from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
+from envbuild.lock.condalock import LOCK_FILE, render_lock
+from envbuild.lock.freshness import (CONDA_SEAL_KEY, PIP_LOCK_FILE, conda_entries_digest_of_text, seal_pip_lock,
+                                     spec_hashes)
+from envbuild.lock.spec import ENV_SPEC, virtual_packages
 
 if TYPE_CHECKING:
     from envbuild.profile import Profile, Recipe
-
-PIP_LOCK_FILE = "requirements.lock.txt"
 
 
 @dataclass
@@ -35,12 +34,8 @@ class LockOutputs:
 
 def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
     """The rendered spec files and the content hash per platform (no solve, no network)."""
-    out = LockOutputs(profile=profile.name, folder=profile.directory)
-    out.files.update(render_spec(recipe, profile.name, profile_file=profile.path.name))
-    spec = dict(out.files)
-    for p in recipe.platforms:
-        out.hashes[p] = content_hash(spec, p)
-    return out
+    files, hashes = spec_hashes(profile, recipe)
+    return LockOutputs(profile=profile.name, folder=profile.directory, files=dict(files), hashes=hashes)
 
 
 def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
@@ -75,11 +70,13 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
         for p in recipe.platforms:
             custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
                                                                  sorted(virtual_packages(recipe, p).items()))
+        text = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
+        custom[CONDA_SEAL_KEY] = conda_entries_digest_of_text(text)  # the seal freshness checks entries against
         out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
     if recipe.pip.requirements and "pip" in layers:
         if progress:
             progress(f"{profile.name}: resolving pip layer")
-        out.files[PIP_LOCK_FILE] = _pip_lock(profile, recipe)
+        out.files[PIP_LOCK_FILE] = seal_pip_lock(_pip_lock(profile, recipe))
     return out
 
 
@@ -113,32 +110,6 @@ def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
         atomic_write_text(path, text)
         written.append(fname)
     return written
-
-
-def stale_reasons(profile: Profile, recipe: Recipe, spec: LockOutputs) -> List[str]:
-    """Why the lock on disk does not match the profile; empty when fresh. Never solves."""
-    folder = profile.directory
-    lock_path = folder / LOCK_FILE
-    if not lock_path.is_file():
-        return [f"{lock_path} does not exist"]
-    reasons = []
-    lock = read_lock(lock_path)
-    have = dict(lock.metadata.content_hash)
-    for p, h in sorted(spec.hashes.items()):
-        if have.get(p) != h:
-            reasons.append(f"{LOCK_FILE}: inputs for {p} changed (content hash {have.get(p, 'missing')[:12]} "
-                           f"!= {h[:12]})")
-    for p in sorted(set(have) - set(spec.hashes)):
-        reasons.append(f"{LOCK_FILE}: platform {p} is no longer in the recipe")
-    for fname in (ENV_SPEC, VPKG_SPEC):
-        path = folder / fname
-        if not path.is_file() or path.read_text(encoding="utf-8") != spec.files[fname]:
-            reasons.append(f"{fname}: differs from the profile's [recipe]")
-    if recipe.pip.requirements and not (folder / PIP_LOCK_FILE).is_file():
-        reasons.append(f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements")
-    if not recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
-        reasons.append(f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements")
-    return reasons
 
 
 def unified_diff(folder: Path, files: Dict[str, str], label: str) -> str:
