@@ -25,22 +25,17 @@ from envbuild.install import backends
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
 def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lockfiles) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
-    from envbuild.errors import EnvbuildError
-    from envbuild.install import manifest, pipeline
+    from envbuild.install import pipeline
     from envbuild.install.create_ui import CreateUI
+    from envbuild.install.resolve import resolve_job
 
     ui = CreateUI()
-    if prefix and env_name:
-        raise EnvbuildError("give --prefix or --name, not both")
-    job = _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles)
+    job = resolve_job(profile_name, prefix=prefix, env_name=env_name, bundle=bundle, backend=backend,
+                      lockfiles=lockfiles)
     ui.plan(job)
     if dry_run:
         return 0
-    existing = manifest.read(job.target)
-    if existing and existing.get("lock_key") == job.key and not force:
-        from envbuild.install.staging import Staging
-
-        Staging(job.target, job.key).tidy()
+    if not force and pipeline.already_built(job):
         ui.note(f"{job.target} is already built from these locks; nothing to do (--force rebuilds)")
         return 0
     try:
@@ -50,60 +45,3 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, force, lock
         return 130
     ui.done(job)
     return 0
-
-
-def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
-    """Everything the plan shows, read and checked before anything is written."""
-    import os
-    from pathlib import Path
-
-    from envbuild.errors import EnvbuildError
-    from envbuild.install import conda_layer, pipeline
-    from envbuild.lock import condalock
-    from envbuild.lock.freshness import PIP_LOCK_FILE, require_fresh
-
-    bundle_obj, mirrors = None, []
-    if bundle:
-        from envbuild.pack.bundle import open_bundle
-
-        bundle_obj = open_bundle(Path(bundle))
-        mirrors = [bundle_obj.channel_dir]
-        lockfiles = lockfiles or str(bundle_obj.lock_dir)
-    from envbuild.profile import load_profile, lockfiles_base, select_profile
-
-    backends.require(backend)
-    base = lockfiles_base(lockfiles)
-    profile = load_profile(select_profile(base, profile_name), base)
-    recipe = profile.require_recipe()
-    folder = profile.directory
-    lock_path = folder / condalock.LOCK_FILE
-    require_fresh(profile, recipe)
-    lock = condalock.read_lock(lock_path)
-
-    from rattler import Platform
-
-    platform = str(Platform.current())
-    if platform not in lock.metadata.platforms:
-        raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
-                            f"{', '.join(lock.metadata.platforms)}")
-    categories = ["main"] + sorted(recipe.conda.optional)
-    conda = condalock.locked_conda(lock, platform, categories)
-    lock_files = {condalock.LOCK_FILE: lock_path}
-    pip_lock = folder / PIP_LOCK_FILE
-    if pip_lock.is_file():
-        lock_files[PIP_LOCK_FILE] = pip_lock
-    if prefix:
-        target = Path(prefix).expanduser()
-    else:
-        envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
-        target = envs / (env_name or profile.name)
-    target = target.absolute()
-    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "conda-meta").is_dir())):
-        raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
-                            f"(choose another --prefix/--name or remove it yourself)")
-    job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target, platform=platform,
-                             backend=backend, lock_files=lock_files, conda=conda,
-                             planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
-                             pip_lock=lock_files.get(PIP_LOCK_FILE), bundle=bundle_obj)
-    job.key = pipeline.lock_key(lock_files, recipe)
-    return job

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, List, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-from envbuild.errors import EnvbuildError
+from envbuild.errors import EnvbuildError, read_input_text
 from envbuild.lock.condalock import LOCK_FILE, read_lock
 from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from envbuild.profile import Profile, Recipe
 
 PIP_LOCK_FILE = "requirements.lock.txt"
+LAYERS = ("conda", "pip")  # what a lock folder holds; `envbuild lock --only` and a backend pick among them
 CONDA_SEAL_KEY = "envbuild.entries_sha256"
 PIP_SEAL_PREFIX = "# sealed by envbuild lock: sha256:"
 
@@ -72,53 +74,52 @@ def spec_hashes(profile: Profile, recipe: Recipe) -> tuple:
     return files, {p: content_hash(dict(files), p) for p in recipe.platforms}
 
 
-def stale_reasons(profile: Profile, recipe: Recipe) -> List[str]:
-    """Why the locks in the profile's folder are not fresh for it; empty when fresh.
+def stale_reasons(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYERS) -> List[str]:
+    """Why the locks of `layers` in the profile's folder are not fresh for it; empty when fresh.
 
     A lock that cannot be parsed raises InputFileError naming its file and line (bad input, not staleness).
     """
-    from envbuild.errors import read_input_text
-
-    folder = profile.directory
     files, hashes = spec_hashes(profile, recipe)
-    lock_path = folder / LOCK_FILE
-    reasons: List[str] = []
-    if not lock_path.is_file():
-        reasons.append(f"{LOCK_FILE} does not exist")
-    else:
-        lock = read_lock(lock_path)
-        have = dict(lock.metadata.content_hash)
-        for p, h in sorted(hashes.items()):
-            if have.get(p) != h:
-                reasons.append(f"{LOCK_FILE}: inputs for {p} changed (content hash {have.get(p, 'missing')[:12]} "
-                               f"!= {h[:12]})")
-        for p in sorted(set(have) - set(hashes)):
-            reasons.append(f"{LOCK_FILE}: platform {p} is no longer in the recipe")
-        seal = (lock.metadata.custom_metadata or {}).get(CONDA_SEAL_KEY)
-        if seal is None:
-            reasons.append(f"{LOCK_FILE}: has no seal ({CONDA_SEAL_KEY}); it was not written by `envbuild lock`")
-        elif seal != conda_entries_digest(lock):
-            reasons.append(f"{LOCK_FILE}: its package entries were edited after `envbuild lock` wrote them "
-                           f"(seal {seal[:12]} != entries {conda_entries_digest(lock)[:12]})")
+    folder = profile.directory
+    reasons = _conda_reasons(folder, hashes) if "conda" in layers else []
     for fname in (ENV_SPEC, VPKG_SPEC):
         path = folder / fname
         if not path.is_file() or read_input_text(path, "rendered spec") != files[fname]:
             reasons.append(f"{fname}: differs from the profile's [recipe]")
-    pip_path = folder / PIP_LOCK_FILE
-    if recipe.pip.requirements and not pip_path.is_file():
-        reasons.append(f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements")
-    elif not recipe.pip.requirements and pip_path.is_file():
-        reasons.append(f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements")
-    elif pip_path.is_file():
-        problem = _pip_seal_problem(read_input_text(pip_path, "pip lock"))
-        if problem:
-            reasons.append(f"{PIP_LOCK_FILE}: {problem}")
+    return reasons + _pip_reasons(folder, bool(recipe.pip.requirements))
+
+
+def _conda_reasons(folder: Path, hashes: Dict[str, str]) -> List[str]:
+    lock_path = folder / LOCK_FILE
+    if not lock_path.is_file():
+        return [f"{LOCK_FILE} does not exist"]
+    lock = read_lock(lock_path)
+    have = dict(lock.metadata.content_hash)
+    reasons = [f"{LOCK_FILE}: inputs for {p} changed (content hash {have.get(p, 'missing')[:12]} != {h[:12]})"
+               for p, h in sorted(hashes.items()) if have.get(p) != h]
+    reasons += [f"{LOCK_FILE}: platform {p} is no longer in the recipe" for p in sorted(set(have) - set(hashes))]
+    seal, entries = (lock.metadata.custom_metadata or {}).get(CONDA_SEAL_KEY), conda_entries_digest(lock)
+    if seal is None:
+        reasons.append(f"{LOCK_FILE}: has no seal ({CONDA_SEAL_KEY}); it was not written by `envbuild lock`")
+    elif seal != entries:
+        reasons.append(f"{LOCK_FILE}: its package entries were edited after `envbuild lock` wrote them "
+                       f"(seal {seal[:12]} != entries {entries[:12]})")
     return reasons
 
 
-def require_fresh(profile: Profile, recipe: Recipe) -> None:
+def _pip_reasons(folder: Path, wanted: bool) -> List[str]:
+    path = folder / PIP_LOCK_FILE
+    if wanted and not path.is_file():
+        return [f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements"]
+    if not wanted and path.is_file():
+        return [f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements"]
+    problem = _pip_seal_problem(read_input_text(path, "pip lock")) if wanted else None
+    return [f"{PIP_LOCK_FILE}: {problem}"] if problem else []
+
+
+def require_fresh(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYERS) -> None:
     """Raise StaleLock (exit 2) naming the reasons and the fix when the profile's locks are not fresh."""
-    reasons = stale_reasons(profile, recipe)
+    reasons = stale_reasons(profile, recipe, layers)
     if reasons:
         raise StaleLock(f"the lock in {profile.directory} is stale against {profile.path}: {'; '.join(reasons)}; "
                         f"run `envbuild lock --profile {profile.name}`")

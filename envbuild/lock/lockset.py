@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 from envbuild.errors import EnvbuildError
 from envbuild.fsutil import atomic_write_text
 from envbuild.lock.condalock import LOCK_FILE, render_lock
-from envbuild.lock.freshness import (CONDA_SEAL_KEY, PIP_LOCK_FILE, conda_entries_digest_of_text, seal_pip_lock,
+from envbuild.lock.freshness import (CONDA_SEAL_KEY, LAYERS, PIP_LOCK_FILE, conda_entries_digest_of_text, seal_pip_lock,
                                      spec_hashes)
 from envbuild.lock.spec import ENV_SPEC, virtual_packages
 
@@ -48,9 +48,6 @@ def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
                 where[spec] = f"{profile.path}:{i + 1}"
                 break
     return where
-
-
-LAYERS = ("conda", "pip")
 
 
 def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str], None]] = None,
