@@ -40,14 +40,14 @@ def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
 
 def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
     """spec -> 'profile.toml:LINE' so a solve error can point at the line that asked for a package."""
-    lines = profile.path.read_text(encoding="utf-8").splitlines()
-    where: Dict[str, str] = {}
-    for spec in recipe.conda.specs + [s for g in recipe.conda.optional.values() for s in g]:
-        for i, line in enumerate(lines):
-            if f'"{spec}"' in line or f"'{spec}'" in line:
-                where[spec] = f"{profile.path}:{i + 1}"
-                break
-    return where
+    from envbuild.errors import read_input_text
+    from envbuild.profile.toml_lines import key_lines
+
+    lines = key_lines(read_input_text(profile.path, "profile"))
+    paths = [(("recipe", "conda", "specs", i), s) for i, s in enumerate(recipe.conda.specs)]
+    paths += [(("recipe", "conda", "optional", g, i), s) for g, specs in recipe.conda.optional.items()
+              for i, s in enumerate(specs)]
+    return {spec: f"{profile.path}:{lines[path]}" for path, spec in paths if path in lines}
 
 
 def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str], None]] = None,
