@@ -27,22 +27,17 @@ from envbuild.install import backends
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
 def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, force, lockfiles) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
-    from envbuild.errors import EnvbuildError
-    from envbuild.install import manifest, pipeline
+    from envbuild.install import pipeline
     from envbuild.install.create_ui import CreateUI
+    from envbuild.install.resolve import resolve_job
 
     ui = CreateUI()
-    if prefix and env_name:
-        raise EnvbuildError("give --prefix or --name, not both")
-    job = _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles, python)
+    job = resolve_job(profile_name, prefix=prefix, env_name=env_name, bundle=bundle, backend=backend,
+                      lockfiles=lockfiles, python=python)
     ui.plan(job)
     if dry_run:
         return 0
-    existing = manifest.read(job.target)
-    if existing and existing.get("lock_key") == job.key and not force:
-        from envbuild.install.staging import Staging
-
-        Staging(job.target, job.key).tidy()
+    if not force and pipeline.already_built(job):
         ui.note(f"{job.target} is already built from these locks; nothing to do (--force rebuilds)")
         return 0
     try:
@@ -52,82 +47,3 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, for
         return 130
     ui.done(job)
     return 0
-
-
-def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles, python=None):
-    """Everything the plan shows, read and checked before anything is written."""
-    import os
-    from pathlib import Path
-
-    from envbuild.errors import EnvbuildError
-    from envbuild.install import conda_layer, pipeline
-    from envbuild.lock import condalock, lockset
-
-    bundle_obj, mirrors = None, []
-    if bundle:
-        from envbuild.pack.bundle import open_bundle
-
-        bundle_obj = open_bundle(Path(bundle))
-        mirrors = list(bundle_obj.channel_dirs)
-        lockfiles = lockfiles or str(bundle_obj.lock_dir)
-    from envbuild.profile import load_profile, lockfiles_base, select_profile
-
-    chosen = backends.require(backend)
-    base = lockfiles_base(lockfiles)
-    profile = load_profile(select_profile(base, profile_name), base)
-    recipe = profile.require_recipe()
-    folder = profile.directory
-    lock_files = {}
-    conda, interpreter = [], None
-    from rattler import Platform
-
-    platform = str(Platform.current())
-    if chosen.USES_CONDA_LOCK:
-        lock_path = folder / condalock.LOCK_FILE
-        if not lock_path.is_file():
-            raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}`")
-        lock = condalock.read_lock(lock_path)
-        if platform not in lock.metadata.platforms:
-            raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
-                                f"{', '.join(lock.metadata.platforms)}")
-        # the same content hash `envbuild lock` wrote; "" (never a stored hash) for a platform the recipe dropped
-        if lock.metadata.content_hash.get(platform) != lockset.spec_outputs(profile, recipe).hashes.get(platform, ""):
-            raise EnvbuildError(f"{lock_path} is stale against {profile.path} (the recipe changed since it was "
-                                f"locked); run `envbuild lock --profile {profile.name}`")
-        categories = ["main"] + sorted(recipe.conda.optional)
-        conda = condalock.locked_conda(lock, platform, categories)
-        lock_files[condalock.LOCK_FILE] = lock_path
-    elif python and backend != "venv":
-        raise EnvbuildError("--python is for --backend venv")
-    pip_lock = folder / lockset.PIP_LOCK_FILE
-    if pip_lock.is_file():
-        lock_files[lockset.PIP_LOCK_FILE] = pip_lock
-    if not chosen.USES_CONDA_LOCK:  # a PyPI-only backend: the pip lock is the whole env
-        if not pip_lock.is_file():
-            raise EnvbuildError(f"{pip_lock} does not exist; run `envbuild lock --profile {profile.name} --only pip`")
-        from envbuild.install.pip_layer import read_locked_entries
-
-        names = [e.canonical_name for e in read_locked_entries(pip_lock)]
-        interpreter = chosen.check_request(python, profile.python, profile.name, names,
-                                           bool(recipe.git or recipe.builds))
-    if prefix:
-        target = Path(prefix).expanduser()
-    else:
-        envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
-        target = envs / (env_name or profile.name)
-    target = target.absolute()
-    built = (target / "conda-meta").is_dir() or (target / "envbuild" / "manifest.json").is_file()
-    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not built)):
-        raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
-                            f"(choose another --prefix/--name or remove it yourself)")
-    job = pipeline.CreateJob(profile=profile, recipe=recipe, target=target, platform=platform,
-                             backend=backend, lock_files=lock_files, conda=conda,
-                             planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
-                             pip_lock=lock_files.get(lockset.PIP_LOCK_FILE), bundle=bundle_obj,
-                             interpreter=interpreter)
-    job.key = pipeline.lock_key(lock_files, recipe)
-    if interpreter is not None:  # another interpreter is another env
-        import hashlib
-
-        job.key = hashlib.sha256(f"{job.key}\0{interpreter}".encode()).hexdigest()
-    return job

@@ -65,12 +65,12 @@ def _check_one(base, name, out, err) -> int:
     """1 when stale (diff printed), 0 when fresh."""
     from envbuild.errors import EnvbuildError
     from envbuild.lock import lockset
+    from envbuild.lock.freshness import stale_reasons
     from envbuild.profile import load_profile
 
     profile = load_profile(name, base)
     recipe = profile.require_recipe()
-    spec = lockset.spec_outputs(profile, recipe)
-    reasons = lockset.stale_reasons(profile, recipe, spec)
+    reasons = stale_reasons(profile, recipe)
     if not reasons:
         out.print(f"{name}: fresh")
         return 0
@@ -83,7 +83,7 @@ def _check_one(base, name, out, err) -> int:
             files = lockset.compute(profile, recipe, progress=status.update).files
     except EnvbuildError as exc:
         out.print(f"  (could not re-solve here, showing the input difference only: {exc})")
-        files = spec.files
+        files = lockset.spec_outputs(profile, recipe).files
     out.out(lockset.unified_diff(profile.directory, files, label), end="")
     out.print(f"{name}: run `envbuild lock --profile {name}` to refresh")
     return 1

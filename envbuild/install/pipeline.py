@@ -73,6 +73,19 @@ def lock_key(lock_files: Dict[str, Path], recipe) -> str:
     return h.hexdigest()
 
 
+def already_built(job: CreateJob) -> bool:
+    """True when the target was built from exactly these locks (its manifest's lock key); then a leftover
+    staging prefix of the same key is tidied away, because there is nothing left to resume."""
+    from envbuild.install import manifest
+    from envbuild.install.staging import Staging
+
+    existing = manifest.read(job.target)
+    if not existing or existing.get("lock_key") != job.key:
+        return False
+    Staging(job.target, job.key).tidy()
+    return True
+
+
 def run(job: CreateJob, ui) -> Dict[str, Any]:
     """Run (or resume) every phase; returns the manifest. `ui` gives progress bars and messages."""
     from envbuild.install import activation, backends, conda_layer, manifest

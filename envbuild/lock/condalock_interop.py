@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 from envbuild.lock.pip_lockfile import LockedWheel
 
@@ -39,8 +39,10 @@ def condalock_content_hashes(spec_files: Dict[str, str], platforms: Sequence[str
         return dict(sorted(compute_content_hashes(spec, vpr).items()))
 
 
-def with_pip_entries(lock_text: str, entries: Sequence[LockedWheel], platforms: Sequence[str]) -> str:
-    """`lock_text` (a conda-lock.yml) with its pip entries replaced by `entries` for every platform.
+def with_pip_entries(lock_text: str, entries: Sequence[LockedWheel], platforms: Sequence[str],
+                     custom: Optional[Dict[str, str]] = None) -> str:
+    """`lock_text` (a conda-lock.yml) with its pip entries replaced by `entries` for every platform, and
+    `custom` merged into metadata.custom_metadata (the freshness seal).
 
     Each entry is the file envbuild installs (url + sha256) in category main, the form conda-lock writes
     for a pip dependency; `conda-lock render --kind explicit` turns them into `# pip name @ url#sha256=`.
@@ -62,5 +64,7 @@ def with_pip_entries(lock_text: str, entries: Sequence[LockedWheel], platforms: 
                                              platform=platform, dependencies={}, url=e.url,
                                              hash=HashModel(sha256=sha), categories={"main"}))
         lock.package = kept
+        if custom:
+            lock.metadata.custom_metadata = dict(sorted({**(lock.metadata.custom_metadata or {}), **custom}.items()))
         write_conda_lock_file(lock, path, metadata_choices=None, include_help_text=True)
         return path.read_text(encoding="utf-8")

@@ -1,11 +1,10 @@
 """Everything `envbuild lock` writes for one profile, computed in memory, then written or diffed.
 
-Outputs per profile folder: environment.yml + virtual-packages.yml (the rendered input), conda-lock.yml
-(conda-lock v1), and requirements.lock.txt (the pip layer, from envbuild.lock.pip_lock) when the recipe has
-pip requirements. Nothing time- or host-dependent goes in, so identical input gives byte-identical output.
+Outputs per profile folder: environment.yml (+ environment.<group>.yml) + virtual-packages.yml (the rendered
+input), conda-lock.yml (conda-lock v1, with the pip layer as its pip entries), and requirements.lock.txt +
+pylock.toml (the pip layer, from envbuild.lock.pip_outputs) when the recipe has pip requirements. Nothing time- or host-dependent goes in, so identical input gives byte-identical output.
 
-Staleness is judged on inputs (conda-lock's content_hash): a lock is stale when what the profile asks for
-changed, not when a channel published something newer. The scheduled CI lock job picks those up.
+Whether what is on disk is fresh is envbuild.lock.freshness's rule; this module writes the seals it checks.
 """
 from __future__ import annotations
 
@@ -14,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
-from envbuild.errors import EnvbuildError
 from envbuild.fsutil import atomic_write_text
-from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
-from envbuild.lock.pip_outputs import FILES as PIP_FILES, PIP_LOCK_FILE
-from envbuild.lock.spec import render_spec, virtual_packages
+from envbuild.lock.condalock import LOCK_FILE, render_lock
+from envbuild.lock.freshness import (CONDA_SEAL_KEY, LAYERS, PIP_LOCK_FILE, conda_entries_digest_of_text, seal_pip_lock,
+                                     spec_hashes)
+from envbuild.lock.pip_outputs import FILES as PIP_FILES
+from envbuild.lock.spec import virtual_packages
 
 if TYPE_CHECKING:
     from envbuild.profile import Profile, Recipe
-
 
 
 @dataclass
@@ -35,27 +34,20 @@ class LockOutputs:
 
 def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
     """The rendered spec files and the content hash per platform (no solve, no network)."""
-    out = LockOutputs(profile=profile.name, folder=profile.directory)
-    out.files.update(render_spec(recipe, profile.name, profile_file=profile.path.name))
-    from envbuild.lock.condalock_interop import condalock_content_hashes
-
-    out.hashes.update(condalock_content_hashes(dict(out.files), recipe.platforms))  # conda-lock's own hash
-    return out
+    files, hashes = spec_hashes(profile, recipe)
+    return LockOutputs(profile=profile.name, folder=profile.directory, files=dict(files), hashes=hashes)
 
 
 def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
     """spec -> 'profile.toml:LINE' so a solve error can point at the line that asked for a package."""
-    lines = profile.path.read_text(encoding="utf-8").splitlines()
-    where: Dict[str, str] = {}
-    for spec in recipe.conda.specs + [s for g in recipe.conda.optional.values() for s in g]:
-        for i, line in enumerate(lines):
-            if f'"{spec}"' in line or f"'{spec}'" in line:
-                where[spec] = f"{profile.path}:{i + 1}"
-                break
-    return where
+    from envbuild.errors import read_input_text
+    from envbuild.profile.toml_lines import key_lines
 
-
-LAYERS = ("conda", "pip")
+    lines = key_lines(read_input_text(profile.path, "profile"))
+    paths = [(("recipe", "conda", "specs", i), s) for i, s in enumerate(recipe.conda.specs)]
+    paths += [(("recipe", "conda", "optional", g, i), s) for g, specs in recipe.conda.optional.items()
+              for i, s in enumerate(specs)]
+    return {spec: f"{profile.path}:{lines[path]}" for path, spec in paths if path in lines}
 
 
 def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str], None]] = None,
@@ -64,13 +56,6 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
     from envbuild.lock.conda_solve import solve_platform
 
     out = spec_outputs(profile, recipe)
-    spec_files = sorted(out.files)
-    if recipe.pip.requirements and "pip" in layers:
-        if progress:
-            progress(f"{profile.name}: resolving pip layer (uv)")
-        from envbuild.lock.pip_outputs import pip_lock_files
-
-        out.files.update(pip_lock_files(profile, recipe))
     if "conda" in layers:
         where = spec_locations(profile, recipe)
         solved = {}
@@ -82,18 +67,32 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
         for p in recipe.platforms:
             custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
                                                                  sorted(virtual_packages(recipe, p).items()))
-        sources = [f for f in spec_files if f.startswith("environment")]
+        sources = sorted(f for f in out.files if f.startswith("environment"))
         out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, sources, custom)
+    if recipe.pip.requirements and "pip" in layers:
+        if progress:
+            progress(f"{profile.name}: resolving pip layer (uv)")
+        from envbuild.lock.pip_outputs import pip_lock_files
+
+        files = pip_lock_files(profile, recipe)
+        files[PIP_LOCK_FILE] = seal_pip_lock(files[PIP_LOCK_FILE])
+        out.files.update(files)
     lock_text = out.files.get(LOCK_FILE)
     if lock_text is None and "pip" in layers and (out.folder / LOCK_FILE).is_file():
         lock_text = (out.folder / LOCK_FILE).read_text(encoding="utf-8")  # --only pip: refresh its pip entries
     if lock_text is not None:
-        from envbuild.lock.condalock_interop import with_pip_entries
-        from envbuild.lock.pip_outputs import entries_for_condalock
-
-        pip_entries = entries_for_condalock(out.files, out.folder) if recipe.pip.requirements else []
-        out.files[LOCK_FILE] = with_pip_entries(lock_text, pip_entries, recipe.platforms)
+        out.files[LOCK_FILE] = _with_pip_layer(lock_text, out, recipe)
     return out
+
+
+def _with_pip_layer(lock_text: str, out: LockOutputs, recipe: Recipe) -> str:
+    """conda-lock.yml with the pip layer as conda-lock pip entries, sealed over all its entries."""
+    from envbuild.lock.condalock_interop import with_pip_entries
+    from envbuild.lock.pip_outputs import entries_for_condalock
+
+    entries = entries_for_condalock(out.files, out.folder) if recipe.pip.requirements else []
+    text = with_pip_entries(lock_text, entries, recipe.platforms)
+    return with_pip_entries(text, entries, recipe.platforms, {CONDA_SEAL_KEY: conda_entries_digest_of_text(text)})
 
 
 def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
@@ -111,37 +110,6 @@ def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
         atomic_write_text(path, text)
         written.append(fname)
     return written
-
-
-def stale_reasons(profile: Profile, recipe: Recipe, spec: LockOutputs) -> List[str]:
-    """Why the lock on disk does not match the profile; empty when fresh. Never solves."""
-    folder = profile.directory
-    lock_path = folder / LOCK_FILE
-    if not lock_path.is_file():
-        return [f"{lock_path} does not exist"]
-    reasons = []
-    lock = read_lock(lock_path)
-    have = dict(lock.metadata.content_hash)
-    for p, h in sorted(spec.hashes.items()):
-        if have.get(p) != h:
-            reasons.append(f"{LOCK_FILE}: inputs for {p} changed (content hash {have.get(p, 'missing')[:12]} "
-                           f"!= {h[:12]})")
-    for p in sorted(set(have) - set(spec.hashes)):
-        reasons.append(f"{LOCK_FILE}: platform {p} is no longer in the recipe")
-    for fname in sorted(spec.files):
-        path = folder / fname
-        if not path.is_file() or path.read_text(encoding="utf-8") != spec.files[fname]:
-            reasons.append(f"{fname}: differs from the profile's [recipe]")
-    if recipe.pip.requirements and not (folder / PIP_LOCK_FILE).is_file():
-        reasons.append(f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements")
-    if not recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
-        reasons.append(f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements")
-    if recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
-        from envbuild.lock.pip_lockfile import read_pip_lock
-
-        if not read_pip_lock(folder / PIP_LOCK_FILE):
-            reasons.append(f"{PIP_LOCK_FILE} pins no package but the recipe has pip requirements")
-    return reasons
 
 
 def unified_diff(folder: Path, files: Dict[str, str], label: str) -> str:
