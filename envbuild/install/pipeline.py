@@ -113,6 +113,8 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
             return result
 
         def fetch() -> None:
+            if not job.planned:  # a PyPI-only backend: no conda archive to fetch
+                return
             with ui.bar("fetch + verify archives", len(job.planned)) as advance:
                 verified.update(conda_layer.fetch_and_verify(job.planned, advance=lambda _item: advance()))
 
@@ -131,7 +133,9 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                     with ui.bar(f"link conda packages ({job.backend})", len(request.archives)) as advance:
                         backend.install(request, advance)
                 else:
-                    with ui.spinner(f"linking {len(request.archives)} conda packages ({job.backend})"):
+                    what = (f"linking {len(request.archives)} conda packages" if backend.USES_CONDA_LOCK
+                            else f"base env on {job.interpreter}")
+                    with ui.spinner(f"{what} ({job.backend})"):
                         backend.install(request)
 
             phase("conda", conda)
