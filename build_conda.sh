@@ -78,6 +78,14 @@ if [ ! -x "$venv/bin/envbuild" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]
     st=0; bundle_tool "$bundle" "$tool" || st=$?
     case "$st" in 0) use_tool=yes ;; 3) ;; *) exit 2 ;; esac
   fi
+  # envbuild needs from the venv's pip only `pip install -e` of a pyproject-only project (PEP 660: pip >= 21.3)
+  # and --require-hashes; locking and the env's pip layer run uv (a pinned dependency), never this pip. A stock
+  # venv's pip is fine from Python 3.9.9 on (ensurepip 21.2.4 before that is too old): upgrade only then.
+  if ! "$venv/bin/python" -c 'import sys, pip; v = tuple(int(x) for x in pip.__version__.split(".")[:2]); sys.exit(v < (21, 3))' 2>/dev/null; then
+    from_tool=(); [ "$use_tool" = yes ] && from_tool=(--no-index --find-links "$tool")
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check ${from_tool[@]+"${from_tool[@]}"} 'pip>=23.2.1' \
+      || { echo "build_conda.sh: the venv's pip is older than 21.3 and could not be upgraded (pip>=23.2.1)" >&2; exit 2; }
+  fi
   if [ "$use_tool" = yes ]; then  # air-gapped: envbuild's dependencies from the bundle, hash-checked
     pipi=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$tool")
     "${pipi[@]}" --require-hashes --no-deps -r "$tool/requirements.lock.txt"

@@ -1,6 +1,8 @@
 """Time `envbuild lock` and each phase of `envbuild create` on the fixture profile (offline, local channel).
 
     python benchmarks/bench_lock_create.py [--packages 200] [--size-kib 64]
+    python benchmarks/bench_lock_create.py --pip-layer --python PY3.12 [...]   # the pip layer vs uv and pip
+                                                                             # alone on real PyPI (bench_pip_layer.py)
 
 The fixture channel gets N filler packages (random, incompressible payloads of --size-kib each) so that
 fetch/verify, linking and manifest hashing have real work. Anchor, measured in the same run: copying
@@ -32,6 +34,10 @@ def envbuild(args, env):
 
 
 def main() -> int:
+    if "--pip-layer" in sys.argv:
+        from bench_pip_layer import main as pip_layer
+
+        return pip_layer([x for x in sys.argv[1:] if x != "--pip-layer"])
     ap = argparse.ArgumentParser()
     ap.add_argument("--packages", type=int, default=200)
     ap.add_argument("--size-kib", type=int, default=64)

@@ -30,9 +30,19 @@ def read_input_text(path: Union[str, Path], what: str) -> str:
     """The UTF-8 text of an input file; one that cannot be read is an InputFileError naming it and `what` it is."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from exc
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputFileError(path, f"the {what} is UTF-16 (it starts with a UTF-16 byte-order mark); "
+                                   "save it as UTF-8", 1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise InputFileError(path, f"the {what} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                                   "save it as UTF-8", line) from None
+    return text[1:] if text.startswith("\ufeff") else text  # a UTF-8 byte-order mark is harmless: dropped
 
 
 def parse_input_toml(path: Union[str, Path], text: str) -> Dict[str, Any]:
@@ -43,6 +53,8 @@ def parse_input_toml(path: Union[str, Path], text: str) -> Dict[str, Any]:
 
     try:
         return toml.loads(text)
+    except RecursionError:
+        raise InputFileError(path, "malformed TOML: arrays or tables nested too deeply to read") from None
     except toml.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
         if line is None:

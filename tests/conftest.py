@@ -19,3 +19,13 @@ def no_gpu_env(monkeypatch):
     """Hide any GPU driver so live runs behave like the CI machine."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     return dict(os.environ)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_uv_cache(tmp_path_factory):
+    """uv's cache for this test session only: loopback index URLs (127.0.0.1:<port>) are reused by other
+    runs' servers with other packages, so a shared ~/.cache/uv could answer with another run's pages."""
+    if "UV_CACHE_DIR" not in os.environ:
+        os.environ["UV_CACHE_DIR"] = str(tmp_path_factory.mktemp("uv-cache"))
+    os.environ.setdefault("UV_HTTP_RETRIES", "0")  # a closed loopback port fails at once, not after backoff
+    yield

@@ -25,6 +25,13 @@ def _parse_sets(values: Tuple[str, ...]) -> Dict[str, str]:
     return out
 
 
+def _profile_file(name: Optional[str]) -> Optional[str]:
+    """--profile through the one profile store ($ENVBUILD_LOCKFILES, else envbuild's lockfiles/)."""
+    from envbuild.profile import profile_path
+
+    return str(profile_path(name)) if name else None
+
+
 @click.command("doctor")
 @click.option("--profile", "profile_name", metavar="NAME", help="Compare the env with this reference-image profile.")
 @click.option("--python", "python", metavar="PATH", help="Python of the environment under test (default: this one).")
@@ -56,7 +63,7 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
     from envbuild.doctor.session import DoctorOptions, run_doctor
 
     opts = DoctorOptions(
-        profile=profile_name, python=python, prefix=prefix, root=root, mode=mode or "static",
+        profile=_profile_file(profile_name), python=python, prefix=prefix, root=root, mode=mode or "static",
         gpus=_parse_gpus(gpus), checks=list(checks), skips=list(skips), list_only=list_only,
         list_options=list_options, strict=strict,
         require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,

@@ -21,11 +21,12 @@ def lock(profiles, check, lockfiles, only) -> int:
 
     from envbuild.errors import EnvbuildError
     from envbuild.lock import lockset
+    from envbuild.profile import lockfiles_base, select_profiles
 
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False, soft_wrap=True, markup=False)
-    base = lockset.lockfiles_base(lockfiles)
-    names = lockset.select_profiles(base, tuple(profiles))
+    base = lockfiles_base(lockfiles)
+    names = select_profiles(base, tuple(profiles))
     if not names:
         raise EnvbuildError(f"no profiles in {base}")
     stale = failed = 0
@@ -47,8 +48,10 @@ def lock(profiles, check, lockfiles, only) -> int:
 
 def _lock_one(base, name, out, err, layers) -> None:
     from envbuild.lock import lockset
+    from envbuild.profile import load_profile
 
-    profile, recipe = lockset.load(base, name)
+    profile = load_profile(name, base)
+    recipe = profile.require_recipe()
     with err.status(f"{name}: solving") as status:
         outputs = lockset.compute(profile, recipe, progress=status.update, layers=layers)
     written = lockset.write(outputs, layers)
@@ -62,10 +65,12 @@ def _check_one(base, name, out, err) -> int:
     """1 when stale (diff printed), 0 when fresh."""
     from envbuild.errors import EnvbuildError
     from envbuild.lock import lockset
+    from envbuild.lock.freshness import stale_reasons
+    from envbuild.profile import load_profile
 
-    profile, recipe = lockset.load(base, name)
-    spec = lockset.spec_outputs(profile, recipe)
-    reasons = lockset.stale_reasons(profile, recipe, spec)
+    profile = load_profile(name, base)
+    recipe = profile.require_recipe()
+    reasons = stale_reasons(profile, recipe)
     if not reasons:
         out.print(f"{name}: fresh")
         return 0
@@ -78,7 +83,7 @@ def _check_one(base, name, out, err) -> int:
             files = lockset.compute(profile, recipe, progress=status.update).files
     except EnvbuildError as exc:
         out.print(f"  (could not re-solve here, showing the input difference only: {exc})")
-        files = spec.files
+        files = lockset.spec_outputs(profile, recipe).files
     out.out(lockset.unified_diff(profile.directory, files, label), end="")
     out.print(f"{name}: run `envbuild lock --profile {name}` to refresh")
     return 1

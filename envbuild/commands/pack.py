@@ -26,10 +26,16 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
     """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks."""
     from pathlib import Path
 
+    from envbuild.lock.freshness import require_fresh
     from envbuild.pack.builder import make_bundle
+    from envbuild.profile import load_profile, lockfiles_base, select_profile
+
+    base = lockfiles_base(lockfiles)
+    profile = load_profile(select_profile(base, profile_name), base)
+    require_fresh(profile, profile.require_recipe())  # a stale bundle would be found out only on the air-gapped node
 
     note = (lambda _m: None) if quiet else (lambda m: click.echo(f"pack: {m}", err=True))
-    s = make_bundle(profile_name, Path(output), lockfiles=lockfiles,
+    s = make_bundle(profile.name, Path(output), lockfiles=str(base),
                     wheel_cache=Path(wheel_cache) if wheel_cache else None, note=note,
                     tool_python=tool_python, tool_index=tool_index)
     tool = f", {s.tool_wheels} wheels of envbuild's dependencies for Python {tool_python}" if tool_python else ""

@@ -1,25 +1,43 @@
-"""`envbuild profiles [show NAME]`: the reference-image profiles this envbuild knows."""
+"""`envbuild profiles [show NAME]`: the reference-image profiles this envbuild knows.
+
+Profiles are found like every other command finds them (envbuild.profile.store: --lockfiles, then
+$ENVBUILD_LOCKFILES, then envbuild's lockfiles/). In a pipe the list is the full names, one per line, so
+`for p in $(envbuild profiles)` works; on a terminal it is a table that never cuts a name.
+"""
 from __future__ import annotations
+
+import sys
 
 import click
 
+_LOCKFILES_HELP = "Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/)."
+
 
 @click.group("profiles", invoke_without_command=True)
+@click.option("--lockfiles", default=None, metavar="DIR", help=_LOCKFILES_HELP)
 @click.pass_context
-def profiles(ctx: click.Context) -> int:
-    """List the reference-image profiles (lockfiles/<name>/profile.toml)."""
+def profiles(ctx: click.Context, lockfiles) -> int:
+    """List the reference-image profiles (<lockfiles>/<name>/profile.toml)."""
+    ctx.obj = {"lockfiles": lockfiles}
     if ctx.invoked_subcommand is not None:
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    from envbuild.profile import load_profile, profile_names
+    from envbuild.profile import load_profile, lockfiles_base, profile_names
 
+    base = lockfiles_base(lockfiles)
+    names = profile_names(base)
+    if not sys.stdout.isatty():
+        for name in names:
+            click.echo(name)
+        return 0
     table = Table(show_header=True, header_style="bold")
-    for col in ("profile", "image", "CUDA", "python", "torch", "NCCL", "description"):
+    table.add_column("profile", no_wrap=True, overflow="fold")
+    for col in ("image", "CUDA", "python", "torch", "NCCL", "description"):
         table.add_column(col)
-    for name in profile_names():
-        p = load_profile(name)
+    for name in names:
+        p = load_profile(name, base)
         comp = p.components
         table.add_row(name, p.image, p.cuda, p.python,
                       comp["torch"].version if "torch" in comp else "-",
@@ -31,7 +49,9 @@ def profiles(ctx: click.Context) -> int:
 @profiles.command("show")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
-def show(name: str, as_json: bool) -> int:
+@click.option("--lockfiles", default=None, metavar="DIR", help=_LOCKFILES_HELP)
+@click.pass_context
+def show(ctx: click.Context, name: str, as_json: bool, lockfiles) -> int:
     """Print one profile: every component with its source and whether it was read from the image."""
     import json
 
@@ -40,7 +60,7 @@ def show(name: str, as_json: bool) -> int:
 
     from envbuild.profile import load_profile
 
-    p = load_profile(name)
+    p = load_profile(name, lockfiles or (ctx.obj or {}).get("lockfiles"))
     if as_json:
         click.echo(json.dumps(p.raw, indent=2, sort_keys=True))
         return 0

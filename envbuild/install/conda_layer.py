@@ -1,22 +1,17 @@
-"""The conda layer of `envbuild create`: fetch every locked archive, verify it, then link it into a prefix.
+"""The conda layer of `envbuild create`: fetch every locked archive and verify it before a backend links it.
 
 Why we hash ourselves: py-rattler checks sha256 only for http(s) downloads, not for `file://` channels
 (research/envbuilders.md §2.2, tested) — and bundles and mirrors are exactly file:// channels. So every
 archive is copied or downloaded into envbuild's archive cache, hashed, compared with the lock, and only the
 verified copy is handed to the installer. A mismatch names the file and leaves the target untouched.
 
-Backends: py-rattler (embedded, default) links with `alternative_target_prefix`, so files in the staging
-prefix already carry the final target path. micromamba/conda (when asked and on PATH) install the same
-verified archives from an @EXPLICIT file into the staging prefix; their prefix placeholders then name the
-staging path, which `relocate()` rewrites to the target (text files, and null-padded binary strings —
-the staging path is always longer than the target path, so binary rewrites fit).
+Linking the verified archives is a backend's job (envbuild.install.backends: rattler, micromamba, conda);
+`relocate()` is here for the backends whose installer wrote the staging path into the files.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import subprocess
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -27,8 +22,6 @@ from envbuild.errors import EnvbuildError
 from envbuild.hashing import file_digest
 from envbuild.install.relocate import replace_padded, rewrite_unlinked
 from envbuild.lock.condalock import LockedConda
-
-BACKENDS = ("rattler", "micromamba", "conda")
 
 
 class ArchiveHashMismatch(EnvbuildError):
@@ -142,62 +135,7 @@ def _copy_from(source: str, dest: Path) -> None:
         raise EnvbuildError(f"cannot fetch {source}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
-# -- linking --------------------------------------------------------------------------------------------
-
-def install(backend: str, verified: Sequence[Path], staging: Path, target: Path,
-            root: Optional[Path] = None, advance: Optional[Callable[[], None]] = None) -> None:
-    """Link the verified archives into `staging` so that the files name `target` as their prefix.
-
-    `advance` is called once per package linked (py-rattler backend), for a progress bar.
-    """
-    if backend == "rattler":
-        error = asyncio.run(_install_rattler(list(verified), staging, target, root or cache_dir(), advance))
-        if error:
-            raise EnvbuildError(f"conda layer: {error}")
-        return
-    exe = shutil.which(backend)
-    if exe is None:
-        raise EnvbuildError(f"--backend {backend}: no `{backend}` executable on PATH; install it or use the "
-                            f"default embedded backend (--backend rattler)")
-    explicit = staging.parent / f".{staging.name}.explicit.txt"
-    lines = ["@EXPLICIT"] + [Path(p).as_uri() + "#" + file_digest(Path(p), "md5") for p in verified]
-    explicit.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    cmd = [exe, "create", "--yes", "--prefix", str(staging), "--file", str(explicit)]
-    cmd += ["--offline"] if backend == "micromamba" else ["--offline", "--no-default-packages"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    finally:
-        explicit.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise EnvbuildError(f"{backend} create failed (exit {proc.returncode}):\n{tail}")
-    relocate(staging, staging, target)
-
-
-class _LinkReporter:
-    """py-rattler InstallerReporter (structural): one `advance()` per finished transaction operation."""
-
-    def __init__(self, advance: Callable[[], None]):
-        self.advance = advance
-
-    def on_transaction_operation_complete(self, operation: int) -> None:
-        self.advance()
-
-
-async def _install_rattler(verified: List[Path], staging: Path, target: Path, root: Path,
-                           advance: Optional[Callable[[], None]] = None) -> Optional[str]:
-    """Link with py-rattler; returns the error text (rattler's cause chain, one line) or None."""
-    from rattler import RepoDataRecord, install as rattler_install
-
-    try:
-        records = [await RepoDataRecord.from_package_archive(p) for p in verified]
-        await rattler_install(records, target_prefix=staging, cache_dir=root / "rattler-pkgs",
-                              alternative_target_prefix=target, show_progress=False,
-                              reporter=_LinkReporter(advance) if advance else None)
-    except Exception as exc:  # rattler's InstallerError/LinkError carry a "Caused by:" chain
-        return " <- ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
-    return None
-
+# -- relocation (for the backends whose installer wrote the staging path) -------------------------------
 
 def relocate(prefix: Path, old: Path, new: Path) -> int:
     """Rewrite prefix strings `old` -> `new` in the files conda-meta marks as prefix-dependent.

@@ -34,17 +34,24 @@ class GateResult:
 
 
 def run_stack_checks(prefix: Path, profile: Profile) -> GateResult:
-    """The static stack checks against `prefix`'s python; the runner's skip/error handling applies, so only a
-    real FAIL lands in `failed`."""
-    from envbuild.doctor.context import DoctorContext
-    from envbuild.doctor.registry import all_checks
-    from envbuild.doctor.runner import run_checks
-    from envbuild.facts.source import open_source
+    """The doctor's static stack checks against `prefix`'s python, run as one doctor session (the same
+    selection, runner and report `envbuild doctor --check stack --prefix P --profile F` gives), so the
+    runner's skip/error handling applies and only a real FAIL lands in `failed`."""
+    import contextlib
+    import json
+    import sys
+    import tempfile
+
+    from envbuild.doctor.session import DoctorOptions, run_doctor
+    from envbuild.report.json_report import report_from_dict
     from envbuild.report.model import Status
 
-    python = str(Path(prefix) / "bin" / "python")
-    checks = [c for c in all_checks() if c.category == "stack" and "static" in c.modes]
-    ctx = DoctorContext(facts=open_source(None, python=python), profile=profile, mode="static", python=python)
-    results = run_checks(checks, ctx) if checks else []
+    with tempfile.TemporaryDirectory(prefix="envbuild-gate-") as tmp:
+        out = Path(tmp) / "report.json"
+        opts = DoctorOptions(profile=str(profile.path), prefix=str(prefix), mode="static", checks=["stack"],
+                             quiet=True, json_path=str(out))
+        with contextlib.redirect_stdout(sys.stderr):  # create keeps stdout clean; the verdict line is progress
+            run_doctor(opts)
+        results = report_from_dict(json.loads(out.read_text(encoding="utf-8"))).results
     failed: List = [r for r in results if r.status == Status.FAIL]
     return GateResult(results=results, failed=failed)

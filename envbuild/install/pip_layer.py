@@ -1,32 +1,31 @@
-"""Install the locked pip layer into an environment, every file checked against the lock's sha256.
+"""Install the locked pip layer into an environment with uv, every file checked against the lock's sha256.
 
-pip does the installing (`<python> -m pip install --no-deps --require-hashes -r <lock>`): with `--no-deps`
-nothing outside the lock can come in, and with `--require-hashes` a wheel whose bytes differ from what was
-locked is refused before anything is installed. pip's refusal is a screenful; this module turns it into
-one line naming the wheel and both hashes. Offline (bundles), pip reads only the wheelhouse
-(`--no-index --find-links`).
+Each lock entry becomes a direct reference to the exact file the lock chose (`name @ <url> --hash=...`,
+the url a wheelhouse path when offline), installed by `uv pip install --python <env>/bin/python --no-deps
+--require-hashes`: no resolution happens (nothing outside the lock can come in), uv downloads in parallel
+into its cache (a warm cache re-downloads nothing), and a file whose bytes differ from the lock is refused
+before anything is installed. uv's refusal becomes one line naming the wheel and both hashes.
+
+pip is not needed in the environment (a `--backend venv` env may have none).
 """
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 import tempfile
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import sha256_file
-from envbuild.lock.pip_lock import isolated_pip_env
 from envbuild.lock.pip_lockfile import LockedWheel, read_pip_lock
+from envbuild.lock.uv_cli import one_line, run_uv
 
-_MISMATCH_HEAD = re.compile(r"^\s+(\S+==\S+) from (\S+)")
-_EXPECTED = re.compile(r"Expected(?:\s+sha256|\s+or)\s+([0-9a-f]{64})")
-_GOT = re.compile(r"Got\s+([0-9a-f]{64})")
+_MISMATCH = re.compile(r"Hash mismatch for `([^`]+)`", re.I)
+_EXPECTED = re.compile(r"sha256:([0-9a-f]{64})")
+_COMPUTED = re.compile(r"Computed:\s*sha256:([0-9a-f]{64})", re.I)
 
 
 class WheelHashMismatch(EnvbuildError):
@@ -46,23 +45,98 @@ class InstalledWheel:
     file: str  # the wheel's file name
 
 
-def parse_hash_mismatch(output: str) -> Optional[WheelHashMismatch]:
-    """The first wheel pip refused for a hash mismatch, from pip's output; None if pip said no such thing."""
-    if "DO NOT MATCH THE HASHES" not in output:
+def _local_path(url: str) -> Optional[Path]:
+    if not url.startswith("file:"):
         return None
-    lines = output.splitlines()
-    for i, line in enumerate(lines):
-        head = _MISMATCH_HEAD.match(line)
-        if not head:
-            continue
-        expected: List[str] = []
-        for follow in lines[i + 1:i + 12]:
-            expected += _EXPECTED.findall(follow)
-            got = _GOT.search(follow)
-            if got:
-                filename = urllib.parse.unquote(head.group(2).split("#", 1)[0].rsplit("/", 1)[-1])
-                return WheelHashMismatch(filename, head.group(1), expected, got.group(1))
-    return None
+    return Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+
+
+def _source(entry: LockedWheel, find_links: Sequence[Path], offline: bool) -> str:
+    """Where the chosen file of `entry` is read from: a wheelhouse file, else (online) the locked URL."""
+    for folder in find_links:
+        candidate = Path(folder) / entry.filename
+        if candidate.is_file():
+            return candidate.resolve().as_uri()
+    local = _local_path(entry.url)
+    if not offline and local is not None and local.is_file():
+        return local.resolve().as_uri()
+    if offline or local is not None:
+        where = ", ".join(str(f) for f in find_links) or "(no wheelhouse)"
+        raise EnvbuildError(f"{entry.name}=={entry.version}: {entry.filename} is not in {where}; "
+                            f"nothing was installed")
+    return entry.url
+
+
+def parse_hash_mismatch(output: str, entries: Sequence[LockedWheel]) -> Optional[WheelHashMismatch]:
+    """The wheel uv refused for a hash mismatch, from uv's output; None if uv said no such thing."""
+    m = _MISMATCH.search(output)
+    if not m:
+        return None
+    tail = output[m.end():]
+    got = _COMPUTED.search(tail)
+    name = re.split(r"[ @=]", m.group(1).strip(), 1)[0]
+    by_name = {e.canonical_name: e for e in entries}
+    from packaging.utils import canonicalize_name
+
+    entry = by_name.get(str(canonicalize_name(name)))
+    if entry is None or got is None:
+        return None
+    return WheelHashMismatch(entry.filename, f"{entry.name}=={entry.version}", list(entry.hashes), got.group(1))
+
+
+def _chosen_sha(entry: LockedWheel, source: str) -> str:
+    if len(entry.hashes) == 1:
+        return entry.hashes[0]
+    named = [f.sha256 for f in entry.files if f.filename == entry.filename and f.sha256]
+    if named:
+        return named[0]
+    local = _local_path(source)
+    if local is None or not local.is_file():
+        return ""
+    got = sha256_file(local)  # which of the locked hashes is this file's: it must be one of them
+    if got not in entry.hashes:
+        raise WheelHashMismatch(entry.filename, f"{entry.name}=={entry.version}", list(entry.hashes), got)
+    return got
+
+
+def install_entries(
+    python: Union[str, Path],
+    entries: Sequence[LockedWheel],
+    find_links: Sequence[Union[str, Path]] = (),
+    index_urls: Sequence[str] = (),
+    offline: bool = False,
+    cache_dir: Optional[Path] = None,
+) -> List[InstalledWheel]:
+    """Install exactly `entries` into `python`'s environment (see the module docstring)."""
+    links = [Path(f) for f in find_links]
+    sources: Dict[str, str] = {e.canonical_name: _source(e, links, offline) for e in entries}
+    lines = []
+    chosen_of: Dict[str, str] = {}
+    for e in entries:
+        chosen = chosen_of[e.canonical_name] = _chosen_sha(e, sources[e.canonical_name])
+        if chosen:  # a direct reference takes the one hash of its file (uv refuses several)
+            lines.append(f"{e.canonical_name} @ {sources[e.canonical_name]} --hash=sha256:{chosen}")
+        else:  # an old lock without per-file hashes: the pinned version from the index, any locked hash
+            lines.append(f"{e.canonical_name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes))
+    with tempfile.TemporaryDirectory(prefix="envbuild-uvinstall-") as tmp:
+        req = Path(tmp) / "requirements.txt"
+        req.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        cmd = ["pip", "install", "--python", str(python), "--no-deps", "--require-hashes", "--only-binary", ":all:",
+               "--quiet", "-r", str(req)]
+        if offline:
+            cmd += ["--offline", "--no-index"]
+        else:  # direct references search no index; given so their credentials apply (and for `name==v` lines)
+            for url in index_urls:
+                cmd += ["--index", url]
+        proc = run_uv(cmd, cache_dir=cache_dir)
+    if proc.returncode != 0:
+        output = proc.stdout + "\n" + proc.stderr
+        mismatch = parse_hash_mismatch(output, entries)
+        if mismatch is not None:
+            raise mismatch
+        raise EnvbuildError(f"uv could not install the pip layer into {python}: {one_line(proc.stderr)}")
+    return sorted((InstalledWheel(name=e.name, version=e.version, sha256=chosen_of[e.canonical_name],
+                                  file=e.filename) for e in entries), key=lambda w: w.name.lower())
 
 
 def install_locked(
@@ -71,70 +145,51 @@ def install_locked(
     find_links: Sequence[Union[str, Path]] = (),
     index_urls: Sequence[str] = (),
     offline: bool = False,
+    cache_dir: Optional[Path] = None,
 ) -> List[InstalledWheel]:
-    """Install every entry of `lock_file` with `python`'s pip; return what was installed.
+    """Install every entry of `lock_file` (requirements.lock.txt or pylock.toml) into `python`'s env.
 
-    `index_urls` (first = --index-url, the rest --extra-index-url) are used only when not `offline`;
-    with none given, or offline, pip reads only `find_links` (a bundle's wheelhouse). Online, entries the
-    lock took from a direct URL or a local folder are fetched (hash-checked) first, since no index has them.
-    Raises
-    WheelHashMismatch naming the wheel when a file differs from its locked hash, EnvbuildError otherwise.
+    Offline (a bundle), files come only from `find_links`; online, from a wheelhouse file of the same
+    name if one is given, else the locked URL. A lock that pins nothing is an error (a profile with a
+    pip layer never gives an env without it). Raises WheelHashMismatch naming the wheel when a file
+    differs from its locked hash, EnvbuildError otherwise.
     """
-    cmd = [str(python), "-m", "pip", "install", "--no-deps", "--require-hashes", "--only-binary=:all:",
-           "--no-input", "--disable-pip-version-check", "--progress-bar", "off"]
-    if offline or not index_urls:
-        cmd.append("--no-index")
-    else:
-        cmd += ["--index-url", index_urls[0]]
-        for url in index_urls[1:]:
-            cmd += ["--extra-index-url", url]
-    for link in find_links:
-        cmd += ["--find-links", str(link)]
-    with tempfile.TemporaryDirectory(prefix="envbuild-pip-") as tmp:
-        if not offline:  # wheels locked from a direct URL or a local folder are on no index: fetch them
-            direct = [e for e in read_pip_lock(lock_file) if e.index in ("url", "find-links")]
-            for entry in direct:
-                fetch_locked_wheel(entry, Path(tmp) / "direct")
-            if direct:
-                cmd += ["--find-links", str(Path(tmp) / "direct")]
-        report_path = Path(tmp) / "report.json"
-        cmd += ["--report", str(report_path), "-r", str(lock_file)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=isolated_pip_env())
-        if proc.returncode != 0:
-            output = proc.stdout + "\n" + proc.stderr
-            mismatch = parse_hash_mismatch(output)
-            if mismatch is not None:
-                raise mismatch
-            errors = [ln.strip() for ln in output.splitlines() if ln.strip().startswith("ERROR:")]
-            raise EnvbuildError(f"pip could not install {lock_file}: " + ("; ".join(errors[-3:]) or output.strip()[-600:]))
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-    installed = []
-    for item in report.get("install", []):
-        info = item.get("download_info") or {}
-        archive = info.get("archive_info") or {}
-        sha = (archive.get("hashes") or {}).get("sha256") or str(archive.get("hash", "")).partition("=")[2]
-        installed.append(InstalledWheel(name=item["metadata"]["name"], version=item["metadata"]["version"],
-                                        sha256=sha, file=urllib.parse.unquote(info.get("url", "").rsplit("/", 1)[-1])))
-    return sorted(installed, key=lambda w: w.name.lower())
+    entries = read_locked_entries(lock_file)
+    return install_entries(python, entries, find_links, index_urls, offline, cache_dir)
+
+
+def read_locked_entries(lock_file: Union[str, Path]) -> List[LockedWheel]:
+    """Entries of a pip-layer lock, with every accepted file's hash when a pylock.toml is given or lies
+    beside the requirements lock (the chosen file's own hash is then known)."""
+    from envbuild.lock.pylock import PYLOCK_FILE, read_pylock
+
+    path = Path(lock_file)
+    if path.name.startswith("pylock.") and path.suffix == ".toml":
+        return read_pylock(path, require_entries=True)
+    entries = read_pip_lock(path, require_entries=True)
+    beside = path.with_name(PYLOCK_FILE)
+    if beside.is_file():
+        files = {e.canonical_name: e for e in read_pylock(beside)}
+        entries = [files.get(e.canonical_name, e) if files.get(e.canonical_name, e).version == e.version else e
+                   for e in entries]
+    return entries
 
 
 def fetch_locked_wheel(entry: LockedWheel, dest: Union[str, Path]) -> Path:
-    """Copy or download the file a lock entry names into `dest`, verified against the entry's hashes.
+    """Copy or download the file a lock entry names into `dest`, verified against the entry's hashes while
+    it streams (envbuild.downloads: retried, resumed). A file already there with a good hash is kept."""
+    from envbuild.downloads import Download, fetch_all
 
-    Used by `envbuild pack` to fill a bundle's wheelhouse, and by create to fetch direct-URL wheels
-    before an offline install. An existing file with a good hash is kept; a bad one is replaced.
-    """
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    target = dest / entry.filename
-    if target.is_file() and sha256_file(target) in entry.hashes:
-        return target
-    partial = target.with_name(target.name + ".part")
-    with urllib.request.urlopen(entry.url, timeout=300) as resp, open(partial, "wb") as out:
-        shutil.copyfileobj(resp, out, 1 << 20)
-    got = sha256_file(partial)
-    if got not in entry.hashes:
-        partial.unlink()
-        raise WheelHashMismatch(entry.filename, f"{entry.name}=={entry.version}", entry.hashes, got)
-    partial.replace(target)
+    target = Path(dest) / entry.filename
+    try:
+        fetch_all([Download(url=entry.url, dest=target, sha256=tuple(entry.hashes))])
+    except EnvbuildError as exc:
+        got = getattr(exc, "got", None)
+        if got:
+            raise WheelHashMismatch(entry.filename, f"{entry.name}=={entry.version}", entry.hashes, got) from exc
+        raise
     return target
+
+
+__all__ = ["WheelHashMismatch", "InstalledWheel", "install_locked", "install_entries", "fetch_locked_wheel",
+           "read_locked_entries"]

@@ -44,14 +44,15 @@ class CreateJob:
     """Everything create needs, resolved before any work starts (so --dry-run can show it)."""
 
     profile: Any  # envbuild.profile.Profile
-    recipe: Any  # envbuild.lock.recipe.Recipe
+    recipe: Any  # envbuild.profile.Recipe
     target: Path
     platform: str
-    backend: str
+    backend: str  # a name in envbuild.install.backends.NAMES
     lock_files: Dict[str, Path]  # name -> path of each lock this env is built from
     conda: List[Any]  # LockedConda to install
     planned: List[Any]  # conda_layer.PlannedArchive
     pip_lock: Optional[Path] = None
+    interpreter: Optional[Path] = None  # --backend venv: the --python it builds on
     bundle: Optional[Any] = None
     key: str = ""
     timings: Dict[str, float] = field(default_factory=dict)
@@ -72,9 +73,22 @@ def lock_key(lock_files: Dict[str, Path], recipe) -> str:
     return h.hexdigest()
 
 
+def already_built(job: CreateJob) -> bool:
+    """True when the target was built from exactly these locks (its manifest's lock key); then a leftover
+    staging prefix of the same key is tidied away, because there is nothing left to resume."""
+    from envbuild.install import manifest
+    from envbuild.install.staging import Staging
+
+    existing = manifest.read(job.target)
+    if not existing or existing.get("lock_key") != job.key:
+        return False
+    Staging(job.target, job.key).tidy()
+    return True
+
+
 def run(job: CreateJob, ui) -> Dict[str, Any]:
     """Run (or resume) every phase; returns the manifest. `ui` gives progress bars and messages."""
-    from envbuild.install import activation, conda_layer, manifest
+    from envbuild.install import activation, backends, conda_layer, manifest
     from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
 
@@ -99,6 +113,8 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
             return result
 
         def fetch() -> None:
+            if not job.planned:  # a PyPI-only backend: no conda archive to fetch
+                return
             with ui.bar("fetch + verify archives", len(job.planned)) as advance:
                 verified.update(conda_layer.fetch_and_verify(job.planned, advance=lambda _item: advance()))
 
@@ -108,13 +124,19 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                 verified.update(conda_layer.fetch_and_verify(job.planned))
 
             def conda() -> None:
-                archives = [verified[p.filename] for p in job.conda]
-                if job.backend == "rattler":
-                    with ui.bar("link conda packages (rattler)", len(archives)) as advance:
-                        conda_layer.install(job.backend, archives, prefix, job.target, advance=advance)
+                backend = backends.get(job.backend)
+                request = backends.BaseRequest(staging=prefix, target=job.target,
+                                               archives=[verified[p.filename] for p in job.conda],
+                                               python=job.profile.python, cache=conda_layer.cache_dir(),
+                                               interpreter=job.interpreter)
+                if backend.PER_PACKAGE_PROGRESS:
+                    with ui.bar(f"link conda packages ({job.backend})", len(request.archives)) as advance:
+                        backend.install(request, advance)
                 else:
-                    with ui.spinner(f"linking {len(archives)} conda packages ({job.backend})"):
-                        conda_layer.install(job.backend, archives, prefix, job.target)
+                    what = (f"linking {len(request.archives)} conda packages" if backend.USES_CONDA_LOCK
+                            else f"base env on {job.interpreter}")
+                    with ui.spinner(f"{what} ({job.backend})"):
+                        backend.install(request)
 
             phase("conda", conda)
         layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
 from envbuild.errors import EnvbuildError
-from envbuild.lock.recipe import Recipe
+from envbuild.profile.recipe import Recipe
 from envbuild.lock.spec import virtual_packages
 
 

@@ -1,65 +1,27 @@
 """Everything `envbuild lock` writes for one profile, computed in memory, then written or diffed.
 
-Outputs per profile folder: environment.yml + virtual-packages.yml (the rendered input), conda-lock.yml
-(conda-lock v1), and requirements.lock.txt (the pip layer, from envbuild.lock.pip_lock) when the recipe has
-pip requirements. Nothing time- or host-dependent goes in, so identical input gives byte-identical output.
+Outputs per profile folder: environment.yml (+ environment.<group>.yml) + virtual-packages.yml (the rendered
+input), conda-lock.yml (conda-lock v1, with the pip layer as its pip entries), and requirements.lock.txt +
+pylock.toml (the pip layer, from envbuild.lock.pip_outputs) when the recipe has pip requirements. Nothing time- or host-dependent goes in, so identical input gives byte-identical output.
 
-Staleness is judged on inputs (conda-lock's content_hash): a lock is stale when what the profile asks for
-changed, not when a channel published something newer. The scheduled CI lock job picks those up.
+Whether what is on disk is fresh is envbuild.lock.freshness's rule; this module writes the seals it checks.
 """
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
-from envbuild.errors import EnvbuildError
 from envbuild.fsutil import atomic_write_text
-from envbuild.lock.condalock import LOCK_FILE, read_lock, render_lock
-from envbuild.lock.recipe import Recipe, parse_recipe
-from envbuild.lock.spec import ENV_SPEC, VPKG_SPEC, content_hash, render_spec, virtual_packages
+from envbuild.lock.condalock import LOCK_FILE, render_lock
+from envbuild.lock.freshness import (CONDA_SEAL_KEY, LAYERS, PIP_LOCK_FILE, conda_entries_digest_of_text, seal_pip_lock,
+                                     spec_hashes)
+from envbuild.lock.pip_outputs import FILES as PIP_FILES
+from envbuild.lock.spec import virtual_packages
 
 if TYPE_CHECKING:
-    from envbuild.profile import Profile
-
-PIP_LOCK_FILE = "requirements.lock.txt"
-
-
-def lockfiles_base(option: Optional[str] = None) -> Path:
-    """The lockfiles folder: --lockfiles, else $ENVBUILD_LOCKFILES, else the checkout's/package's lockfiles/."""
-    from envbuild.paths import lockfiles_dir
-
-    chosen = option or os.environ.get("ENVBUILD_LOCKFILES")
-    base = Path(chosen).expanduser() if chosen else lockfiles_dir()
-    if not base.is_dir():
-        raise EnvbuildError(f"lockfiles folder {base} does not exist")
-    return base
-
-
-def select_profiles(base: Path, names: Tuple[str, ...]) -> List[str]:
-    """`names` checked against the profiles in `base` (an unknown one is an error naming the known ones);
-    all of them when `names` is empty."""
-    from envbuild.profile import profile_names
-
-    known = profile_names(base)
-    for n in names:
-        if n not in known:
-            raise EnvbuildError(f"unknown profile {n!r} in {base}; known profiles: {', '.join(known) or '(none)'}")
-    return list(names) or known
-
-
-def select_profile(base: Path, name: Optional[str]) -> str:
-    """The one profile `create` or `pack` works on: `name`, else the only profile in `base`.
-
-    Both commands act on a single env, so with no --profile and several profiles they refuse rather than
-    guess.
-    """
-    names = select_profiles(base, (name,) if name else ())
-    if not name and len(names) != 1:
-        raise EnvbuildError(f"several profiles in {base}; choose one with --profile: {', '.join(names)}")
-    return names[0]
+    from envbuild.profile import Profile, Recipe
 
 
 @dataclass
@@ -70,37 +32,22 @@ class LockOutputs:
     hashes: Dict[str, str] = field(default_factory=dict)  # platform -> content hash
 
 
-def load(base: Path, name: str) -> Tuple[Profile, Recipe]:
-    """(Profile, Recipe) of a profile folder."""
-    from envbuild.profile import load_profile
-
-    profile = load_profile(name, base=base)
-    return profile, parse_recipe(profile)
-
-
 def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
     """The rendered spec files and the content hash per platform (no solve, no network)."""
-    out = LockOutputs(profile=profile.name, folder=profile.directory)
-    out.files.update(render_spec(recipe, profile.name, profile_file=profile.path.name))
-    spec = dict(out.files)
-    for p in recipe.platforms:
-        out.hashes[p] = content_hash(spec, p)
-    return out
+    files, hashes = spec_hashes(profile, recipe)
+    return LockOutputs(profile=profile.name, folder=profile.directory, files=dict(files), hashes=hashes)
 
 
 def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
     """spec -> 'profile.toml:LINE' so a solve error can point at the line that asked for a package."""
-    lines = profile.path.read_text(encoding="utf-8").splitlines()
-    where: Dict[str, str] = {}
-    for spec in recipe.conda.specs + [s for g in recipe.conda.optional.values() for s in g]:
-        for i, line in enumerate(lines):
-            if f'"{spec}"' in line or f"'{spec}'" in line:
-                where[spec] = f"{profile.path}:{i + 1}"
-                break
-    return where
+    from envbuild.errors import read_input_text
+    from envbuild.profile.toml_lines import key_lines
 
-
-LAYERS = ("conda", "pip")
+    lines = key_lines(read_input_text(profile.path, "profile"))
+    paths = [(("recipe", "conda", "specs", i), s) for i, s in enumerate(recipe.conda.specs)]
+    paths += [(("recipe", "conda", "optional", g, i), s) for g, specs in recipe.conda.optional.items()
+              for i, s in enumerate(specs)]
+    return {spec: f"{profile.path}:{lines[path]}" for path, spec in paths if path in lines}
 
 
 def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str], None]] = None,
@@ -120,37 +67,42 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
         for p in recipe.platforms:
             custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
                                                                  sorted(virtual_packages(recipe, p).items()))
-        out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, [ENV_SPEC], custom)
+        sources = sorted(f for f in out.files if f.startswith("environment"))
+        out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, sources, custom)
     if recipe.pip.requirements and "pip" in layers:
         if progress:
-            progress(f"{profile.name}: resolving pip layer")
-        out.files[PIP_LOCK_FILE] = _pip_lock(profile, recipe)
+            progress(f"{profile.name}: resolving pip layer (uv)")
+        from envbuild.lock.pip_outputs import pip_lock_files
+
+        files = pip_lock_files(profile, recipe)
+        files[PIP_LOCK_FILE] = seal_pip_lock(files[PIP_LOCK_FILE])
+        out.files.update(files)
+    lock_text = out.files.get(LOCK_FILE)
+    if lock_text is None and "pip" in layers and (out.folder / LOCK_FILE).is_file():
+        lock_text = (out.folder / LOCK_FILE).read_text(encoding="utf-8")  # --only pip: refresh its pip entries
+    if lock_text is not None:
+        out.files[LOCK_FILE] = _with_pip_layer(lock_text, out, recipe)
     return out
 
 
-def _pip_lock(profile: Profile, recipe: Recipe) -> str:
-    """The pip layer lock text from the pip resolver (envbuild.lock.pip_lock), for the first platform.
+def _with_pip_layer(lock_text: str, out: LockOutputs, recipe: Recipe) -> str:
+    """conda-lock.yml with the pip layer as conda-lock pip entries, sealed over all its entries."""
+    from envbuild.lock.condalock_interop import with_pip_entries
+    from envbuild.lock.pip_outputs import entries_for_condalock
 
-    The Python version is the profile's `python`; the platform tags follow the recipe's __glibc.
-    """
-    try:
-        from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
-    except ImportError as exc:
-        raise EnvbuildError(f"{profile.name}: the recipe has pip requirements but the pip resolver "
-                            f"(envbuild.lock.pip_lock) is not available: {exc}") from exc
-    platform = recipe.platforms[0]
-    glibc = virtual_packages(recipe, platform).get("__glibc", "2.28")
-    return resolve_pip_lock(recipe.pip.requirements, recipe.pip.indexes, python_version=profile.python,
-                            platform_tags=platform_tags_for(platform, glibc))
+    entries = entries_for_condalock(out.files, out.folder) if recipe.pip.requirements else []
+    text = with_pip_entries(lock_text, entries, recipe.platforms)
+    return with_pip_entries(text, entries, recipe.platforms, {CONDA_SEAL_KEY: conda_entries_digest_of_text(text)})
 
 
 def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
     """Write changed files atomically, drop a pip lock the recipe no longer asks for; returns what changed."""
     written = []
-    orphan = outputs.folder / PIP_LOCK_FILE
-    if "pip" in layers and PIP_LOCK_FILE not in outputs.files and orphan.is_file():
-        orphan.unlink()
-        written.append(f"{PIP_LOCK_FILE} (removed)")
+    for name in PIP_FILES:
+        orphan = outputs.folder / name
+        if "pip" in layers and PIP_LOCK_FILE not in outputs.files and orphan.is_file():
+            orphan.unlink()
+            written.append(f"{name} (removed)")
     for fname, text in sorted(outputs.files.items()):
         path = outputs.folder / fname
         if path.is_file() and path.read_text(encoding="utf-8") == text:
@@ -158,32 +110,6 @@ def write(outputs: LockOutputs, layers: Sequence[str] = LAYERS) -> List[str]:
         atomic_write_text(path, text)
         written.append(fname)
     return written
-
-
-def stale_reasons(profile: Profile, recipe: Recipe, spec: LockOutputs) -> List[str]:
-    """Why the lock on disk does not match the profile; empty when fresh. Never solves."""
-    folder = profile.directory
-    lock_path = folder / LOCK_FILE
-    if not lock_path.is_file():
-        return [f"{lock_path} does not exist"]
-    reasons = []
-    lock = read_lock(lock_path)
-    have = dict(lock.metadata.content_hash)
-    for p, h in sorted(spec.hashes.items()):
-        if have.get(p) != h:
-            reasons.append(f"{LOCK_FILE}: inputs for {p} changed (content hash {have.get(p, 'missing')[:12]} "
-                           f"!= {h[:12]})")
-    for p in sorted(set(have) - set(spec.hashes)):
-        reasons.append(f"{LOCK_FILE}: platform {p} is no longer in the recipe")
-    for fname in (ENV_SPEC, VPKG_SPEC):
-        path = folder / fname
-        if not path.is_file() or path.read_text(encoding="utf-8") != spec.files[fname]:
-            reasons.append(f"{fname}: differs from the profile's [recipe]")
-    if recipe.pip.requirements and not (folder / PIP_LOCK_FILE).is_file():
-        reasons.append(f"{PIP_LOCK_FILE} does not exist but the recipe has pip requirements")
-    if not recipe.pip.requirements and (folder / PIP_LOCK_FILE).is_file():
-        reasons.append(f"{PIP_LOCK_FILE} exists but the recipe has no pip requirements")
-    return reasons
 
 
 def unified_diff(folder: Path, files: Dict[str, str], label: str) -> str:

@@ -1,60 +1,50 @@
-"""Resolve the pip layer of a recipe to `name==version --hash=sha256:...` pins for a target Python/platform.
+"""Resolve the pip layer of a recipe with uv to `name==version` pins with the sha256 of every file the
+target accepts.
 
-Real pip does the resolving: `pip install --dry-run --ignore-installed --report` for the target
-(`--python-version`, `--platform`, `--only-binary=:all:`), reading metadata through PEP 658 where the index
-offers it, so locking torch does not download gigabytes. Two things pip does not do on its own are added:
+uv does the resolving (`uv pip compile --python-version --python-platform --generate-hashes
+--only-binary :all: --exclude-newer`), for the target's Python and manylinux level whatever Python runs
+envbuild, reading metadata through PEP 658 where the index offers it (locking torch downloads no torch).
+Its pylock.toml output (PEP 751) lists, per pin, every file the target platform accepts with its hash.
 
-- index priority: pip is pointed at a loopback PriorityIndexServer that serves each project from the one
-  index allowed to have it (envbuild.lock.simple_index explains why);
-- markers for the target: pip evaluates environment markers (`python_version < "3.12"`) against the
-  Python that runs it, not the target; the resolver runs pip with its marker environment replaced by the
-  target's, so a 3.11 host locks a 3.12 environment correctly.
+Index priority is uv's: the recipe's indexes become `[[tool.uv.index]]` entries of a throw-away project,
+an index with `packages` is `explicit` and those packages are pinned to it in `[tool.uv.sources]` (they
+come only from it, a 404 there is "not found"); the other indexes are searched in order, first index
+that has a project wins (`--index-strategy first-index`), so a higher torch on PyPI never beats the cu129
+index's. uv applies sources to direct dependencies only (astral-sh/uv#8253), so a pinned package that
+turns up as a transitive dependency is added as a direct one and the resolution is run again; that adds
+no package, since it was in the resolution already.
 
-Hashes come from the index pages (the `#sha256=` fragment PyPI and download.pytorch.org give); a file the
-index gives no hash for is downloaded once and hashed. For each pin the lock lists the hash of every file
-of that version compatible with the target tags, so an install on a node whose glibc allows a newer
-manylinux tag still passes `--require-hashes`.
+`exclude_newer` (the profile's [recipe.pip] exclude_newer, an RFC 3339 time) hides every file uploaded
+after it, so a re-lock months later picks the same versions: same input, byte-identical lock.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import re
 import tempfile
 import urllib.parse
-import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from envbuild.errors import EnvbuildError
-from envbuild.hashing import stream_digest
-from envbuild.lock.pip_lockfile import LockedWheel, render_pip_lock
-from envbuild.lock.simple_index import IndexFile, PriorityIndex, PriorityIndexServer
-
-# Runs pip with the marker environment of the target instead of the running interpreter's.
-_PIP_WITH_TARGET_MARKERS = (
-    "import json, sys\n"
-    "from pip._vendor.packaging import markers\n"
-    "_target = json.loads(sys.argv[1])\n"
-    "_host = markers.default_environment\n"
-    "markers.default_environment = lambda: {**_host(), **_target}\n"
-    "from pip._internal.cli.main import main\n"
-    "sys.exit(main(sys.argv[2:]))\n"
-)
+from envbuild.lock.pip_lockfile import LockedWheel, WheelFile, render_pip_lock
+from envbuild.lock.uv_cli import one_line, redact, run_uv, user_mirror
 
 _ARCH_OF_CONDA = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le"}
+# manylinux levels uv's --python-platform knows (uv 0.13): the highest one <= the node's glibc is used.
+_UV_MANYLINUX = (17, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40)
+PYPI_HOSTS = ("pypi.org", "pypi.python.org")
 
 
 def platform_tags_for(conda_platform: str, glibc: str = "2.28") -> List[str]:
-    """pip platform tags a conda platform with this glibc accepts, most specific first.
-
-    pip does not expand `manylinux_2_28_x86_64` into the older manylinux tags a node also accepts, so
-    the whole list is passed: manylinux_2_<glibc> .. manylinux_2_17, the legacy aliases, linux_<arch>.
-    """
+    """Wheel platform tags a conda platform with this glibc accepts, most specific first
+    (manylinux_2_<glibc> .. manylinux_2_17, the legacy aliases, linux_<arch>)."""
     arch = _ARCH_OF_CONDA.get(conda_platform)
     if arch is None:
         raise EnvbuildError(f"pip locking supports {', '.join(sorted(_ARCH_OF_CONDA))}, not {conda_platform!r}")
@@ -69,122 +59,235 @@ def platform_tags_for(conda_platform: str, glibc: str = "2.28") -> List[str]:
     return tags
 
 
-def target_tags(python_version: str, platform_tags: Sequence[str]) -> Set[Tag]:
-    """Every wheel tag a CPython `python_version` on `platform_tags` accepts."""
+def uv_python_platform(platform_tags: Sequence[str]) -> str:
+    """uv's --python-platform for the most specific tag: manylinux_2_35_x86_64 -> x86_64-manylinux_2_35."""
+    first = platform_tags[0]
+    m = re.match(r"^manylinux_2_(\d+)_(x86_64|aarch64)$", first)
+    if m:
+        level = max(v for v in _UV_MANYLINUX if v <= int(m.group(1)))
+        return f"{m.group(2)}-manylinux_2_{level}"
+    m = re.match(r"^(?:manylinux2014|linux)_(x86_64|aarch64)$", first)
+    if m:
+        return f"{m.group(1)}-manylinux_2_17" if first.startswith("many") else f"{m.group(1)}-unknown-linux-gnu"
+    raise EnvbuildError(f"uv cannot resolve for platform tag {first!r} (linux x86_64/aarch64 only)")
+
+
+def target_tags(python_version: str, platform_tags: Sequence[str]) -> List[Tag]:
+    """Every wheel tag a CPython `python_version` on `platform_tags` accepts, most preferred first."""
     major, minor = (int(x) for x in python_version.split(".")[:2])
-    out = set(cpython_tags((major, minor), platforms=list(platform_tags)))
-    out.update(compatible_tags((major, minor), f"cp{major}{minor}", list(platform_tags)))
+    out = list(cpython_tags((major, minor), platforms=list(platform_tags)))
+    out += [t for t in compatible_tags((major, minor), f"cp{major}{minor}", list(platform_tags)) if t not in out]
     return out
 
 
-def target_markers(python_version: str, platform_tags: Sequence[str]) -> Dict[str, str]:
-    """The PEP 508 marker values of the target, derived from its version and platform tags."""
-    parts = python_version.split(".")
-    full = ".".join(parts + ["0"] * (3 - len(parts))) if len(parts) < 3 else python_version
-    first = platform_tags[0] if platform_tags else "linux_x86_64"
-    if first.startswith(("manylinux_", "musllinux_")):  # manylinux_2_28_x86_64
-        sys_platform, system, machine = "linux", "Linux", first.split("_", 3)[-1]
-    elif first.startswith(("manylinux", "linux")):  # manylinux2014_x86_64, linux_x86_64
-        sys_platform, system, machine = "linux", "Linux", first.split("_", 1)[1]
-    elif first.startswith("macosx"):
-        sys_platform, system, machine = "darwin", "Darwin", first.rsplit("_", 1)[-1]
-    else:
-        sys_platform, system, machine = "win32", "Windows", "AMD64"
-    return {
-        "python_version": ".".join(parts[:2]),
-        "python_full_version": full,
-        "implementation_name": "cpython",
-        "implementation_version": full,
-        "platform_python_implementation": "CPython",
-        "sys_platform": sys_platform,
-        "platform_system": system,
-        "platform_machine": machine,
-        "os_name": "nt" if sys_platform == "win32" else "posix",
-    }
-
-
-def _wheel_compatible(filename: str, version: str, accepted: Set[Tag]) -> bool:
+def _rank(filename: str, ranks: Dict[Tag, int]) -> int:
     try:
-        _, ver, _, tags = parse_wheel_filename(filename)
+        tags = parse_wheel_filename(filename)[3]
     except InvalidWheelFilename:
-        return False
-    return str(ver) == version and bool(set(tags) & accepted)
-
-
-def sha256_of_url(url: str) -> str:
-    """Stream a file (http(s) or file://) and return its sha256; used when an index gives no hash."""
-    with urllib.request.urlopen(url, timeout=300) as resp:
-        return stream_digest(resp)
+        return len(ranks) + 1
+    return min((ranks[t] for t in tags if t in ranks), default=len(ranks) + 1)
 
 
 def isolated_pip_env() -> Dict[str, str]:
-    """pip's environment without the user's pip config, so a stray extra-index-url cannot sneak in."""
+    """pip's environment without the user's pip config (for the source builds, which still run pip)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     no_proxy = ",".join(x for x in (env.get("NO_PROXY", ""), "127.0.0.1,localhost") if x)
-    env["NO_PROXY"] = env["no_proxy"] = no_proxy  # the loopback index must never go through a proxy
+    env["NO_PROXY"] = env["no_proxy"] = no_proxy
     return env
 
 
-def _explain_failure(stderr: str, table: PriorityIndex) -> str:
-    keep = [ln.strip() for ln in stderr.splitlines() if ln.strip().startswith("ERROR:") or "conflict" in ln.lower()]
-    msg = "; ".join(keep[-4:]) or stderr.strip()[-600:]
-    routed = [f"{name} only from index {up.name!r} ({up.url})" for up in table.upstreams
-              for name in sorted(up.packages)]
-    if routed:
-        msg += " [index priority: " + ", ".join(routed) + "]"
-    if table.errors:
-        msg += " [index errors: " + "; ".join(table.errors[:3]) + "]"
-    return msg
+@dataclass(frozen=True)
+class _Index:
+    name: str
+    url: str  # what uv is given (a user mirror may replace PyPI's url)
+    packages: Tuple[str, ...]  # canonical names; empty = searched in order for everything else
 
 
-def _run_resolver(python: str, args: List[str], markers: Dict[str, str], table: PriorityIndex) -> dict:
-    with tempfile.TemporaryDirectory(prefix="envbuild-piplock-") as tmp:
-        report = Path(tmp) / "report.json"
-        cmd = [python, "-c", _PIP_WITH_TARGET_MARKERS, json.dumps(markers), *args, "--report", str(report)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=isolated_pip_env())
-        if proc.returncode != 0:
-            raise EnvbuildError(f"pip could not resolve the pip layer: {_explain_failure(proc.stderr, table)}")
-        return json.loads(report.read_text(encoding="utf-8"))
+def _indexes(indexes: Sequence[object]) -> List[_Index]:
+    mirror = user_mirror()
+    out = []
+    for idx in indexes:
+        url = str(getattr(idx, "url"))
+        if mirror and urllib.parse.urlsplit(url).hostname in PYPI_HOSTS:
+            url = mirror  # the user's PyPI mirror (UV_DEFAULT_INDEX / UV_INDEX_URL / PIP_INDEX_URL)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", str(getattr(idx, "name")))
+        pkgs = tuple(sorted(str(canonicalize_name(p)) for p in getattr(idx, "packages", []) or []))
+        out.append(_Index(name, url, pkgs))
+    return out
 
 
-def _local_file(url: str) -> Optional[Path]:
-    if not url.startswith("file://"):
-        return None
-    return Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+def _toml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid TOML basic string
 
 
-def _entry_from_report(item: dict, table: PriorityIndex, accepted: Set[Tag]) -> LockedWheel:
-    meta = item["metadata"]
-    name, version = str(canonicalize_name(meta["name"])), meta["version"]
-    info = item.get("download_info") or {}
-    url = info.get("url", "")
-    archive = info.get("archive_info") or {}
-    chosen_hash = (archive.get("hashes") or {}).get("sha256")
-    if not chosen_hash and str(archive.get("hash", "")).startswith("sha256="):
-        chosen_hash = archive["hash"].split("=", 1)[1]
-    filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-    page: List[IndexFile] = table.files_of(name)
-    served = next((f for f in page if urllib.parse.unquote(f.url) == urllib.parse.unquote(url)), None)
-    owner = table.owner(name)
-    if served is None:
-        source = "find-links" if _local_file(url) else "url"
-        if owner is not None:
-            raise EnvbuildError(f"{name}=={version} resolved to {url}, but the recipe says {name} comes only from "
-                                f"index {owner!r}; remove it from find-links or from that index's packages")
-        hashes = [chosen_hash or sha256_of_url(url)]
+def _project(reqs: Sequence[str], extra: Sequence[str], table: Sequence[_Index], python_version: str) -> str:
+    """A pyproject.toml whose dependencies are the pip layer and whose uv indexes are the recipe's."""
+    deps = list(reqs) + [n for n in extra]
+    lines = ["[project]", 'name = "envbuild-pip-layer"', 'version = "0"',
+             f"requires-python = {_toml_str('>=' + python_version)}",
+             "dependencies = [" + ", ".join(_toml_str(d) for d in deps) + "]", "", "[tool.uv.sources]"]
+    for idx in table:
+        for pkg in idx.packages:
+            lines.append(f"{_toml_str(pkg)} = {{ index = {_toml_str(idx.name)} }}")
+    for idx in table:  # explicit ones only: the searched indexes go on the command line (_index_args)
+        if idx.packages:
+            lines += ["", "[[tool.uv.index]]", f"name = {_toml_str(idx.name)}", f"url = {_toml_str(idx.url)}",
+                      "explicit = true"]
+    return "\n".join(lines) + "\n"
+
+
+def _index_args(table: Sequence[_Index]) -> List[str]:
+    """The searched (fallback) indexes in priority order: `--index` for all but the last, which is
+    `--default-index` (uv searches --index entries first, the default last). No fallback: --no-index."""
+    fallbacks = [i for i in table if not i.packages]
+    if not fallbacks:
+        return ["--no-index"] if not table else []
+    args: List[str] = []
+    for idx in fallbacks[:-1]:
+        args += ["--index", f"{idx.name}={idx.url}"]
+    return args + ["--default-index", fallbacks[-1].url]
+
+
+def _direct_names(reqs: Sequence[str]) -> Tuple[Set[str], Set[str]]:
+    """(canonical names required, names required by direct URL)."""
+    names, urls = set(), set()
+    for r in reqs:
+        try:
+            req = Requirement(r)
+        except InvalidRequirement as exc:
+            raise EnvbuildError(f"pip requirement {r!r} is not a PEP 508 requirement: {exc}") from exc
+        names.add(str(canonicalize_name(req.name)))
+        if req.url:
+            urls.add(str(canonicalize_name(req.name)))
+    return names, urls
+
+
+def _compile(project: str, args: List[str], cache_dir: Optional[Path]) -> Tuple[int, str, dict]:
+    from envbuild.tomlcompat import toml
+
+    with tempfile.TemporaryDirectory(prefix="envbuild-uvlock-") as tmp:
+        (Path(tmp) / "pyproject.toml").write_text(project, encoding="utf-8")
+        out = Path(tmp) / "out" / "pylock.toml"
+        out.parent.mkdir()
+        proc = run_uv(["pip", "compile", "pyproject.toml", "--quiet", "--no-header", "-o", str(out), *args],
+                      cwd=Path(tmp), cache_dir=cache_dir)
+        data = toml.loads(out.read_text(encoding="utf-8")) if proc.returncode == 0 and out.is_file() else {}
+        return proc.returncode, proc.stderr, data
+
+
+def _mentioned(stderr: str, names: Iterable[str]) -> List[str]:
+    return [n for n in names if re.search(rf"(?<![A-Za-z0-9_.-]){re.escape(n)}(?![A-Za-z0-9_-])", stderr.lower())]
+
+
+def resolve_pip_entries(
+    requirements: Sequence[str],
+    indexes: Sequence[object],
+    python_version: str,
+    platform_tags: Sequence[str],
+    find_links: Iterable[str] = (),
+    exclude_newer: Optional[str] = None,
+    cache_dir: Optional[Path] = None,
+) -> Tuple[List[LockedWheel], List[str]]:
+    """Lock `requirements` for CPython `python_version` on `platform_tags`: (entries, header lines).
+
+    `indexes` are recipe PipIndex objects (name, url, packages) in priority order (module docstring);
+    `find_links` are local wheel folders (source-built wheels) offered too. Raises EnvbuildError with
+    one line naming the package or index when uv cannot resolve.
+    """
+    reqs = [r.strip() for r in requirements if r.strip()]
+    if not reqs:
+        raise EnvbuildError("the pip layer has no requirements to lock")
+    if not platform_tags:
+        raise EnvbuildError("resolve_pip_lock needs at least one platform tag (see platform_tags_for)")
+    table = _indexes(indexes)
+    links = [str(f) for f in find_links]
+    direct, by_url = _direct_names(reqs)
+    pinned = {p: idx for idx in reversed(table) for p in idx.packages}  # the first index naming it wins
+    args = ["--python-version", python_version, "--python-platform", uv_python_platform(platform_tags),
+            "--generate-hashes", "--only-binary", ":all:", "--index-strategy", "first-index"]
+    if exclude_newer:
+        args += ["--exclude-newer", exclude_newer]
+    if table and not any(not i.packages for i in table):
+        raise EnvbuildError("the pip layer needs one index without `packages` (where everything else comes "
+                            "from); every index of the recipe names packages")
+    args += _index_args(table)
+    for link in links:
+        args += ["--find-links", link]
+    extra: List[str] = []
+    for _attempt in range(len(pinned) + 2):
+        code, stderr, data = _compile(_project(reqs, extra, table, python_version), args, cache_dir)
+        if code != 0:
+            missing = [n for n in _mentioned(stderr, pinned) if n not in direct and n not in extra]
+            if missing:  # a pinned package needed transitively was looked up on the wrong index
+                extra += sorted(missing)
+                continue
+            raise EnvbuildError(f"uv could not resolve the pip layer: {one_line(stderr)}{_routing(stderr, pinned)}")
+        resolved = {str(canonicalize_name(p["name"])) for p in data.get("packages", [])}
+        missing = sorted(n for n in resolved & set(pinned) if n not in direct and n not in extra)
+        if not missing:
+            break
+        extra += missing
+    else:  # pragma: no cover - each pass adds a name, so this ends within len(pinned) + 1 passes
+        raise EnvbuildError("uv: index pinning did not converge")
+    ranks = {t: i for i, t in enumerate(target_tags(python_version, platform_tags))}
+    entries = [_entry(p, table, pinned, by_url, ranks) for p in data.get("packages", [])]
+    header = [
+        "envbuild pip lock: written by `envbuild lock` (uv pip compile); install with --require-hashes --no-deps. Do not edit.",
+        f"python: {python_version}",
+        f"platforms: {' '.join(platform_tags)}",
+        f"exclude-newer: {exclude_newer or '(none: a re-lock may pick newer uploads)'}",
+    ]
+    for idx in table:
+        scope = ", ".join(idx.packages) if idx.packages else "(fallback)"
+        header.append(f"index {idx.name}: {redact(idx.url)} -> {scope}")
+    header += [f"find-links: {link}" for link in links]
+    header += [f"requirement: {r}" for r in reqs]
+    return entries, header
+
+
+def _routing(stderr: str, pinned: Dict[str, _Index]) -> str:
+    named = _mentioned(stderr, pinned)
+    if not named:
+        return ""
+    return " [" + "; ".join(f"{n} comes only from index {pinned[n].name!r} ({redact(pinned[n].url)})"
+                            for n in named) + "]"
+
+
+def _entry(pkg: dict, table: Sequence[_Index], pinned: Dict[str, _Index], by_url: Set[str],
+           ranks: Dict[Tag, int]) -> LockedWheel:
+    name, version = str(canonicalize_name(pkg["name"])), str(pkg["version"])
+    raw = list(pkg.get("wheels") or [])
+    if not raw and pkg.get("archive"):
+        raw = [pkg["archive"]]
+    if not raw:
+        raise EnvbuildError(f"{name}=={version}: uv locked no wheel for it (a source distribution only?)")
+    files = []
+    for w in raw:
+        url = redact(str(w.get("url") or ""))
+        if not url and w.get("path"):
+            url = Path(w["path"]).resolve().as_uri()
+        filename = str(w.get("name") or urllib.parse.unquote(url.split("#", 1)[0].rsplit("/", 1)[-1]))
+        sha = str((w.get("hashes") or {}).get("sha256", ""))
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise EnvbuildError(f"{name}=={version}: {filename} has no sha256 in uv's resolution")
+        files.append(WheelFile(filename, url, sha))
+    files.sort(key=lambda f: (_rank(f.filename, ranks), f.filename))
+    best = files[0]
+    if name in pinned:
+        index = pinned[name].name
+    elif name in by_url:
+        index = "url"
+    elif best.url.startswith("file:"):
+        index = "find-links"
     else:
-        source = served.index
-        hashes = []
-        for f in page:
-            if _wheel_compatible(f.filename, version, accepted):
-                hashes.append(f.sha256 or sha256_of_url(f.url))
-        if chosen_hash:
-            hashes.append(chosen_hash)
-        elif not served.sha256:
-            hashes.append(sha256_of_url(url))
-    return LockedWheel(name=name, version=version, hashes=tuple(sorted(set(hashes))), filename=filename,
-                       url=served.url if served else url, index=source)
+        fallbacks = [i for i in table if not i.packages]
+        host = urllib.parse.urlsplit(best.url).hostname
+        same = [i for i in fallbacks if urllib.parse.urlsplit(i.url).hostname == host]
+        index = (same or fallbacks or [_Index("url", "", ())])[0].name
+    return LockedWheel(name=name, version=version, hashes=tuple(sorted({f.sha256 for f in files})),
+                       filename=best.filename, url=best.url, index=index,
+                       files=tuple(sorted(files, key=lambda f: f.filename)))
 
 
 def resolve_pip_lock(
@@ -193,45 +296,10 @@ def resolve_pip_lock(
     python_version: str,
     platform_tags: Sequence[str],
     find_links: Iterable[str] = (),
-    python: Optional[str] = None,
+    exclude_newer: Optional[str] = None,
+    cache_dir: Optional[Path] = None,
 ) -> str:
-    """Lock `requirements` for CPython `python_version` on `platform_tags`; return the lock's text.
-
-    `indexes` are recipe PipIndex objects (name, url, packages) in priority order: a package named in an
-    index's `packages` is resolved only from it; everything else from the first fallback index (empty
-    `packages`) that has it. `find_links` are local wheel folders (e.g. source-built wheels) offered too.
-    `python` runs pip (default: this interpreter; needs pip >= 23). Identical input -> identical text.
-    """
-    reqs = [r.strip() for r in requirements if r.strip()]
-    if not reqs:
-        raise EnvbuildError("the pip layer has no requirements to lock")
-    if not platform_tags:
-        raise EnvbuildError("resolve_pip_lock needs at least one platform tag (see platform_tags_for)")
-    table = PriorityIndex.from_indexes(indexes)
-    links = [str(f) for f in find_links]
-    markers = target_markers(python_version, platform_tags)
-    with tempfile.TemporaryDirectory(prefix="envbuild-piplock-") as tmp, PriorityIndexServer(table) as server:
-        req_file = Path(tmp) / "requirements.in"
-        req_file.write_text("\n".join(reqs) + "\n", encoding="utf-8")
-        args = ["install", "--dry-run", "--ignore-installed", "--quiet", "--no-input", "--disable-pip-version-check",
-                "--progress-bar", "off", "--only-binary=:all:", "--python-version", python_version,
-                "--implementation", "cp", "--index-url", server.url]
-        for tag in platform_tags:
-            args += ["--platform", tag]
-        for link in links:
-            args += ["--find-links", link]
-        args += ["-r", str(req_file)]
-        report = _run_resolver(python or sys.executable, args, markers, table)
-    accepted = target_tags(python_version, platform_tags)
-    entries = [_entry_from_report(item, table, accepted) for item in report.get("install", [])]
-    header = [
-        "envbuild pip lock: written by `envbuild lock`; install with pip --require-hashes --no-deps. Do not edit.",
-        f"python: {python_version}",
-        f"platforms: {' '.join(platform_tags)}",
-    ]
-    for up in table.upstreams:
-        scope = ", ".join(sorted(up.packages)) if up.packages else "(fallback)"
-        header.append(f"index {up.name}: {up.url} -> {scope}")
-    header += [f"find-links: {link}" for link in links]
-    header += [f"requirement: {r}" for r in reqs]
+    """The requirements.lock.txt text of resolve_pip_entries (identical input -> identical text)."""
+    entries, header = resolve_pip_entries(requirements, indexes, python_version, platform_tags, find_links,
+                                          exclude_newer, cache_dir)
     return render_pip_lock(entries, header)

@@ -26,8 +26,18 @@ from envbuild.errors import InputFileError, read_input_text
 
 _PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)\s*(\\)?\s*$")
 _HASH_RE = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})\s*(\\)?\s*$")
+_ANY_HASH_RE = re.compile(r"^\s+--hash=(\S+?)\s*(\\)?\s*$")
 _FILE_RE = re.compile(r"^\s+# file: (\S+) \(index: ([^)]*)\)\s*$")
 _URL_RE = re.compile(r"^\s+# url: (\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    """One file of a pinned version that the target accepts (pylock.toml lists them all)."""
+
+    filename: str
+    url: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -39,8 +49,13 @@ class LockedWheel:
     hashes: Tuple[str, ...]  # sha256 hex of every acceptable file, sorted
     filename: str
     url: str
-    index: str  # the recipe index (or "find-links") that served the file
+    index: str  # the recipe index (or "find-links", "url") that served the file
     line: int = field(default=0, compare=False)
+    files: Tuple[WheelFile, ...] = field(default=(), compare=False)  # every accepted file; () = just the chosen
+
+    def all_files(self) -> Tuple[WheelFile, ...]:
+        """The accepted files of this version, the chosen one included."""
+        return self.files or (WheelFile(self.filename, self.url, self.hashes[0] if len(self.hashes) == 1 else ""),)
 
     @property
     def canonical_name(self) -> str:
@@ -82,7 +97,10 @@ def parse_pip_lock(text: str, path: Union[str, Path] = "<pip lock>") -> List[Loc
                 raise InputFileError(path, f"{name}: the file ends inside the entry (a trailing backslash)", i)
             hm = _HASH_RE.match(lines[i])
             if not hm:
-                raise InputFileError(path, f"{name}: expected `--hash=sha256:<64 hex>`, got {lines[i].strip()!r}", i + 1)
+                bad = _ANY_HASH_RE.match(lines[i])
+                what = (f"{bad.group(1)!r} is not a sha256 of 64 lowercase hex digits" if bad
+                        else f"expected `--hash=sha256:<64 hex>`, got {lines[i].strip()!r}")
+                raise InputFileError(path, f"{name}: {what}", i + 1)
             hashes.append(hm.group(1))
             cont = hm.group(2)
             i += 1
@@ -98,10 +116,15 @@ def parse_pip_lock(text: str, path: Union[str, Path] = "<pip lock>") -> List[Loc
     return entries
 
 
-def read_pip_lock(path: Union[str, Path]) -> List[LockedWheel]:
+def read_pip_lock(path: Union[str, Path], require_entries: bool = False) -> List[LockedWheel]:
+    """Entries of the lock at `path`; with `require_entries`, a lock that pins nothing is an error
+    (a profile with a pip layer must not silently give an env without it)."""
     path = Path(path)
     text = read_input_text(path, "pip lock")
-    return parse_pip_lock(text, path)
+    entries = parse_pip_lock(text, path)
+    if require_entries and not entries:
+        raise InputFileError(path, "pins no package, but the profile has a pip layer; re-run `envbuild lock`")
+    return entries
 
 
 def find_entry(entries: Sequence[LockedWheel], name: str) -> Optional[LockedWheel]:

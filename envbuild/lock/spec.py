@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Dict, List
 
-from envbuild.lock.recipe import Recipe
+from envbuild.profile.recipe import Recipe
 
 if TYPE_CHECKING:
     import jinja2
@@ -45,16 +45,32 @@ def template_env() -> jinja2.Environment:
                               keep_trailing_newline=True, autoescape=False)
 
 
+def group_spec_name(group: str) -> str:
+    """File of an optional conda group: conda-lock takes one category per environment file."""
+    return f"environment.{group}.yml"
+
+
 def render_spec(recipe: Recipe, name: str, profile_file: str = "profile.toml") -> Dict[str, str]:
-    """filename -> text of the rendered environment spec files."""
+    """filename -> text of the rendered environment spec files: environment.yml (category main, with the
+    pip layer), one environment.<group>.yml per optional group (conda-lock's `category:` key; a
+    `# [category=...]` comment would be read by conda-lock as a platform selector and drop the package),
+    and virtual-packages.yml."""
     env = template_env()
     common = dict(name=name, profile_file=profile_file, platforms=recipe.platforms)
-    env_yml = env.get_template("environment.yml.j2").render(
-        channels=recipe.conda.channels, specs=recipe.conda.specs, optional=recipe.conda.optional,
-        pip_requirements=recipe.pip.requirements, pip_indexes=recipe.pip.indexes, **common)
-    vp_yml = env.get_template("virtual-packages.yml.j2").render(
-        virtual_packages=_union_vpkgs(recipe), **common)
-    return {ENV_SPEC: _end_nl(env_yml), VPKG_SPEC: _end_nl(vp_yml)}
+    groups = sorted(recipe.conda.optional)
+    files = " ".join(["-f environment.yml"] + [f"-f {group_spec_name(g)}" for g in groups])
+    template = env.get_template("environment.yml.j2")
+    out = {ENV_SPEC: _end_nl(template.render(
+        channels=recipe.conda.channels, specs=recipe.conda.specs, category="main", conda_lock_files=files,
+        pip_requirements=recipe.pip.requirements, pip_indexes=recipe.pip.indexes,
+        pip_exclude_newer=getattr(recipe.pip, "exclude_newer", ""), **common))}
+    for g in groups:
+        out[group_spec_name(g)] = _end_nl(template.render(
+            channels=recipe.conda.channels, specs=recipe.conda.optional[g], category=g, conda_lock_files=files,
+            pip_requirements=[], pip_indexes=[], pip_exclude_newer="", **common))
+    out[VPKG_SPEC] = _end_nl(env.get_template("virtual-packages.yml.j2").render(
+        virtual_packages=_union_vpkgs(recipe), **common))
+    return out
 
 
 def _union_vpkgs(recipe: Recipe) -> Dict[str, str]:

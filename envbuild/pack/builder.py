@@ -30,7 +30,9 @@ class PackSummary:
 
 
 def _conda_part(profile, stage: Path, note: Callable[[str], None]) -> int:
-    """Every archive of conda-lock.yml (all platforms, all categories), verified, indexed as a channel."""
+    """The archives of conda-lock.yml for the recipe's first platform, verified: the main category in
+    channel/ (pixi-unpack installs all of it), optional categories in optional-channel/; both indexed.
+    Writes pixi-pack.json and environment.yml for pixi-unpack and conda users."""
     from envbuild.install import conda_layer
     from envbuild.lock import condalock
 
@@ -38,40 +40,75 @@ def _conda_part(profile, stage: Path, note: Callable[[str], None]) -> int:
     if not lock_path.is_file():
         raise EnvbuildError(f"{lock_path} does not exist; run `envbuild lock --profile {profile.name}` first")
     lock = condalock.read_lock(lock_path)
-    categories = sorted({p.category for p in lock.package})
-    channel = stage / "channel"
-    (channel / "noarch").mkdir(parents=True, exist_ok=True)  # conda channels always have noarch/
+    platform = profile.require_recipe().platforms[0]
+    if platform not in lock.metadata.platforms:
+        raise EnvbuildError(f"{lock_path}: no packages for {platform}; run `envbuild lock --profile {profile.name}`")
+    categories = sorted({p.category for p in lock.package if p.manager == "conda"})
     count = 0
-    for platform in lock.metadata.platforms:
-        locked = condalock.locked_conda(lock, platform, categories)
-        note(f"conda: {len(locked)} archives for {platform}")
+    main: List = []
+    for where, cats in (("channel", ["main"]), ("optional-channel", [c for c in categories if c != "main"])):
+        if not cats:
+            continue
+        locked = condalock.locked_conda(lock, platform, cats)
+        note(f"conda: {len(locked)} archives for {platform} ({', '.join(cats)}) -> {where}/")
         verified = conda_layer.fetch_and_verify(conda_layer.plan(locked))
+        channel = stage / where
+        (channel / "noarch").mkdir(parents=True, exist_ok=True)  # conda channels always have noarch/
         for pkg in locked:
             dest = channel / pkg.subdir / pkg.filename
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(verified[pkg.filename], dest)
                 count += 1
-    from rattler.index import index_fs
+        from rattler.index import index_fs
 
-    asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
+        asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
+        _drop_index_times(channel)
+        if where == "channel":
+            main = locked
+    _pixi_pack_files(stage, profile.name, platform, main)
     return count
 
 
-def _wheel_part(profile, stage: Path, note: Callable[[str], None]) -> int:
-    from envbuild.install.pip_layer import fetch_locked_wheel
-    from envbuild.lock.lockset import PIP_LOCK_FILE
-    from envbuild.lock.pip_lockfile import read_pip_lock
+def _drop_index_times(channel: Path) -> None:
+    """rattler stamps each record with the time it indexed it (`indexed_timestamp`); without it two packs of
+    the same archives give the same repodata.json, byte for byte (the field is optional for every reader)."""
+    import json
 
-    wheels = stage / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+    for repodata in sorted(channel.glob("*/repodata.json")):
+        data = json.loads(repodata.read_text(encoding="utf-8"))
+        for key in ("packages", "packages.conda"):
+            for record in (data.get(key) or {}).values():
+                record.pop("indexed_timestamp", None)
+        repodata.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _pixi_pack_files(stage: Path, name: str, platform: str, locked: List) -> None:
+    """pixi-pack.json (format 1, the platform) and an environment.yml naming ./channel, as pixi-pack writes."""
+    import json
+
+    meta = {"version": "1", "pixi-pack-version": None, "platform": platform}
+    (stage / "pixi-pack.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    lines = [f"name: {name}", "channels:", "  - ./channel", "  - nodefaults", "dependencies:"]
+    lines += [f"  - {p.name}={p.version}={p.build}" for p in sorted(locked, key=lambda p: p.name)]
+    (stage / "environment.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _wheel_part(profile, stage: Path, note: Callable[[str], None]) -> int:
+    """The file of every pip lock entry in pypi/, downloaded in parallel and hashed while it streams."""
+    from envbuild.downloads import Download, fetch_all
+    from envbuild.install.pip_layer import read_locked_entries
+    from envbuild.lock.lockset import PIP_LOCK_FILE
+
+    wheels = stage / "pypi"
     lock_path = profile.directory / PIP_LOCK_FILE
     if not lock_path.is_file():
         return 0
-    entries = read_pip_lock(lock_path)
-    note(f"pip: {len(entries)} wheels")
-    for entry in entries:
-        fetch_locked_wheel(entry, wheels)
+    wheels.mkdir(parents=True, exist_ok=True)
+    entries = read_locked_entries(lock_path)
+    note(f"pip: {len(entries)} wheels -> pypi/")
+    fetch_all([Download(url=e.url, dest=wheels / e.filename, sha256=tuple(e.hashes)) for e in entries],
+              label="pip wheels")
     return len(entries)
 
 
@@ -113,11 +150,12 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
     """
     from envbuild.install.source_builds import wheel_cache_dir
-    from envbuild.lock import lockset
     from envbuild.pack.bundle import write_manifest, write_tar
+    from envbuild.profile import load_profile, lockfiles_base, select_profile
 
-    base = lockset.lockfiles_base(lockfiles)
-    profile, recipe = lockset.load(base, lockset.select_profile(base, profile_name))
+    base = lockfiles_base(lockfiles)
+    profile = load_profile(select_profile(base, profile_name), base)
+    recipe = profile.require_recipe()
     output = Path(output).absolute()
     output.parent.mkdir(parents=True, exist_ok=True)
     summary = PackSummary(output=output)

@@ -1,15 +1,23 @@
 """The offline bundle: one tar file that lets `envbuild create --bundle` run with no network.
 
-Layout (pixi-pack's idea of a `channel/<subdir>/` tree plus a manifest, with the pip, source-build and git
-parts the slime stack needs):
+Layout: a pixi-pack bundle (what `pixi-unpack environment.tar` reads: pixi-pack.json, environment.yml,
+channel/<subdir>/ with repodata.json, pypi/*.whl; Quantco/pixi-pack src/lib.rs, src/unpack.rs) with the
+parts the slime stack needs beside it, which pixi-unpack ignores:
 
+    pixi-pack.json              {"version": "1", "pixi-pack-version": null, "platform": "<subdir>"}
+    environment.yml             channels: [./channel], the main category's packages pinned name=version=build
+    channel/<subdir>/...        the main category's conda archives, indexed by rattler (repodata.json per subdir):
+                                pixi-unpack installs every package in channel/, so only those
+    pypi/*.whl                  the file of each pip lock entry (pixi-unpack installs them all with uv)
     envbuild-bundle.json        format, profile, and the sha256 + size of every other member
-    channel/<subdir>/...        every locked conda archive, indexed by rattler (repodata.json per subdir)
-    wheels/*.whl                every file of the pip lock
+    optional-channel/<subdir>/  the optional conda categories (cuda-compat), for `envbuild create --bundle`
     builds/<name>/<entry>/      source-built wheels, same layout as the wheel cache (entry.json + wheel)
     git/<name>.git/             bare mirrors holding each git source's commit
-    locks/<profile>/            the profile folder: profile.toml, conda-lock.yml, the pip lock, patches
+    locks/<profile>/            the profile folder: profile.toml, conda-lock.yml, the pip locks, patches
     tool/                       (with pack --tool-python) envbuild's own dependency wheels + their lock
+
+Byte-reproducible: members sorted, every mtime SOURCE_DATE_EPOCH (default 0), uid/gid 0 with no names,
+modes 0644/0755, PAX headers without times; the same inputs give the same tar, byte for byte.
 
 `open_bundle` extracts it safely (no absolute paths, no `..`, no links leaving the tree, no devices) and
 checks every member against the manifest before anything is used: a bundle carried across an air gap on a
@@ -28,10 +36,13 @@ from typing import Dict, Iterator, Optional, Tuple, Union
 from envbuild.errors import InputFileError
 from envbuild.hashing import sha256_file
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2  # 2: the pixi-pack layout (pypi/, pixi-pack.json, environment.yml, optional-channel/)
 MANIFEST = "envbuild-bundle.json"
+PIXI_PACK_METADATA = "pixi-pack.json"
+PIXI_ENV_SPEC = "environment.yml"
+ROOT_FILES = (PIXI_PACK_METADATA, PIXI_ENV_SPEC)  # hashed into the manifest like the parts' files
 _EXTRACTED_MARK = ".envbuild-extracted"  # written in the workdir after a complete, verified extraction
-PARTS = ("channel", "wheels", "builds", "git", "locks", "tool")
+PARTS = ("channel", "optional-channel", "pypi", "builds", "git", "locks", "tool")
 
 
 @dataclass(frozen=True)
@@ -46,15 +57,23 @@ class BundleLayout:
     root: Path
     profile: str
     channel_dir: Path
-    wheel_dir: Path
+    wheel_dir: Path  # pypi/
     git_dir: Path
     lock_dir: Path
     builds_dir: Path
     members: Dict[str, Dict[str, object]] = field(default_factory=dict, compare=False)
 
+    @property
+    def channel_dirs(self) -> Tuple[Path, ...]:
+        """The local channels create reads archives from: channel/ and optional-channel/."""
+        return (self.channel_dir, self.root / "optional-channel")
+
 
 def walk_members(root: Path) -> Iterator[Tuple[str, Path]]:
-    """(posix relative name, path) of every regular file under root's PARTS, sorted."""
+    """(posix relative name, path) of the ROOT_FILES and every regular file under root's PARTS, sorted."""
+    for name in ROOT_FILES:
+        if (root / name).is_file():
+            yield name, root / name
     for part in PARTS:
         base = root / part
         if not base.exists():
@@ -71,16 +90,26 @@ def write_manifest(root: Path, profile: str, extra: Optional[Dict[str, object]] 
     return manifest
 
 
+def _epoch() -> int:
+    return int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0)
+
+
 def write_tar(root: Path, out: Path) -> None:
-    """Tar the staged bundle (manifest first, then members sorted), written beside `out` then renamed."""
+    """Tar the staged bundle (manifest first, then folders and members sorted) reproducibly; written beside
+    `out` then renamed."""
     out = Path(out)
     partial = out.with_name(out.name + ".part")
-    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-        def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            return info
+    mtime = _epoch()
 
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = mtime
+        info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+        info.pax_headers = {}
+        return info
+
+    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
         tar.add(root / MANIFEST, arcname=MANIFEST, filter=clean)
         for name in PARTS:  # folders too: a bare git mirror needs its empty refs/ folders
             base = root / name
@@ -160,6 +189,6 @@ def open_bundle(path: Union[str, Path], workdir: Optional[Union[str, Path]] = No
     profile = str(manifest.get("profile", ""))
     if not (root / "locks" / profile / "profile.toml").is_file():
         raise InputFileError(bundle, f"the bundle has no locks/{profile}/profile.toml")
-    return BundleLayout(root=root, profile=profile, channel_dir=root / "channel", wheel_dir=root / "wheels",
+    return BundleLayout(root=root, profile=profile, channel_dir=root / "channel", wheel_dir=root / "pypi",
                         git_dir=root / "git", lock_dir=root / "locks", builds_dir=root / "builds",
                         members=manifest.get("members", {}))

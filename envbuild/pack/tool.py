@@ -24,7 +24,8 @@ def tool_requirements(repo: Path) -> List[str]:
     if not path.is_file():
         raise EnvbuildError(f"--tool-python needs envbuild's source checkout (no {path})")
     data = toml.loads(path.read_text(encoding="utf-8"))
-    return list(data["project"]["dependencies"]) + list(data["build-system"]["requires"])
+    # pip: build_conda.sh upgrades a venv's pip older than 21.3 (no PEP 660 editable installs) from these wheels
+    return list(data["project"]["dependencies"]) + list(data["build-system"]["requires"]) + ["pip>=23.2.1"]
 
 
 def stage_tool(stage: Path, repo: Path, python_version: str, glibc: str, index_url: str = PYPI,

@@ -4,7 +4,9 @@ Wheels are written directly as zip files with METADATA, WHEEL and a RECORD of sh
 bytes `pip wheel` would give a one-module package, so pip installs, hashes and uninstalls them like any
 wheel. Fixed zip timestamps make them byte-reproducible. `write_simple_index` lays out a PEP 503 tree
 (with `#sha256=` fragments and PEP 658 `.metadata` files, as PyPI serves) and `serve` puts a folder on
-127.0.0.1 with http.server so pip really talks HTTP to a loopback index.
+127.0.0.1 with http.server so pip and uv really talk HTTP to a loopback index. Each project page is also
+written as PEP 691 JSON with PEP 700 `upload-time`s (`upload_time`, default 2026-01-01), which `serve`
+answers when the client asks for JSON, as PyPI does: uv's `--exclude-newer` needs upload times.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import contextlib
 import functools
 import hashlib
 import html
+import io
+import json
 import threading
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -70,8 +74,15 @@ def wheel_metadata(wheel: Path) -> bytes:
         return zf.read(name)
 
 
-def write_simple_index(root: Path, wheels: Sequence[Path], with_hashes: bool = True) -> Path:
-    """A PEP 503 tree under `root` (root/<project>/index.html + the files) for `wheels`; returns root."""
+UPLOAD_TIME = "2026-01-01T00:00:00Z"
+
+
+def write_simple_index(root: Path, wheels: Sequence[Path], with_hashes: bool = True,
+                       upload_times: Optional[Dict[str, str]] = None) -> Path:
+    """A PEP 503 tree under `root` (root/<project>/index.html + index.json + the files); returns root.
+
+    `upload_times` maps a wheel's file name to its PEP 700 upload-time (default UPLOAD_TIME).
+    """
     root = Path(root)
     by_project: Dict[str, List[Path]] = {}
     for w in wheels:
@@ -82,6 +93,7 @@ def write_simple_index(root: Path, wheels: Sequence[Path], with_hashes: bool = T
         pdir = root / project
         pdir.mkdir(parents=True, exist_ok=True)
         rows = []
+        entries = []
         for w in sorted(files):
             data = w.read_bytes()
             (pdir / w.name).write_bytes(data)
@@ -90,6 +102,13 @@ def write_simple_index(root: Path, wheels: Sequence[Path], with_hashes: bool = T
             frag = f"#sha256={hashlib.sha256(data).hexdigest()}" if with_hashes else ""
             meta_attr = f' data-core-metadata="sha256={hashlib.sha256(meta).hexdigest()}"'
             rows.append(f'<a href="{html.escape(w.name + frag)}"{meta_attr}>{html.escape(w.name)}</a><br/>')
+            entries.append({"filename": w.name, "url": w.name, "size": len(data),
+                            "hashes": {"sha256": hashlib.sha256(data).hexdigest()} if with_hashes else {},
+                            "core-metadata": {"sha256": hashlib.sha256(meta).hexdigest()},
+                            "upload-time": (upload_times or {}).get(w.name, UPLOAD_TIME)})
+        page = {"meta": {"api-version": "1.1"}, "name": project, "files": entries,
+                "versions": sorted({e["filename"].split("-")[1] for e in entries})}
+        (pdir / "index.json").write_text(json.dumps(page, indent=1) + "\n")
         (pdir / "index.html").write_text("<html><body>\n" + "\n".join(rows) + "\n</body></html>\n")
         links.append(f'<a href="{project}/">{project}</a><br/>')
     root.mkdir(parents=True, exist_ok=True)
@@ -98,6 +117,25 @@ def write_simple_index(root: Path, wheels: Sequence[Path], with_hashes: bool = T
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
+    """http.server that answers a PEP 691 JSON request for a folder with its index.json, and tells clients
+    not to reuse a page without asking (loopback ports are reused by later servers with other packages)."""
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def send_head(self):  # type: ignore[override]
+        wants_json = "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+        folder = Path(self.translate_path(self.path))
+        if wants_json and self.path.endswith("/") and (folder / "index.json").is_file():
+            data = (folder / "index.json").read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            return io.BytesIO(data)
+        return super().send_head()
+
     def log_message(self, format: str, *args: object) -> None:
         return
 

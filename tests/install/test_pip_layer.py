@@ -109,3 +109,33 @@ def test_direct_url_wheel_is_fetched_for_an_online_install(tmp_path):
         python = _venv(tmp_path / "env")
         got = install_locked(python, lock, index_urls=[base + "simple/"])
     assert sorted(w.name for w in got) == ["beta", "delta"]
+
+
+def test_a_version_with_several_accepted_wheels_installs_the_chosen_one(tmp_path):
+    """uv takes one hash per direct reference: with two manylinux wheels locked, the chosen file's own hash
+    is used (from pylock.toml beside the lock, or the wheelhouse file checked against the lock)."""
+    from envbuild.lock.pip_outputs import PIP_LOCK_FILE  # noqa: F401
+    from envbuild.lock.pip_lock import resolve_pip_entries
+    from envbuild.lock.pip_lockfile import render_pip_lock
+    from envbuild.lock.pylock import render_pylock
+    from envbuild.lock.recipe import PipIndex
+
+    tag = "cp%d%d-cp%d%d" % (sys.version_info[:2] * 2)
+    wheels = [make_wheel(tmp_path / "w", "multi", "1.0", tag=f"{tag}-manylinux_2_{m}_x86_64") for m in (17, 28)]
+    write_simple_index(tmp_path / "idx", wheels)
+    with serve(tmp_path / "idx") as base:
+        entries, header = resolve_pip_entries(["multi"], [PipIndex("pypi", base)], PYVER, platform_tags_for("linux-64"))
+        assert len(entries[0].hashes) == 2
+        lock = tmp_path / "lock" / "requirements.lock.txt"
+        lock.parent.mkdir()
+        lock.write_text(render_pip_lock(entries, header))
+        (lock.parent / "pylock.toml").write_text(render_pylock(entries, PYVER, platform_tags_for("linux-64"), {}))
+        got = install_locked(_venv(tmp_path / "env"), lock, index_urls=[base])
+    assert [(w.name, w.file) for w in got] == [("multi", f"multi-1.0-{tag}-manylinux_2_28_x86_64.whl")]
+    assert got[0].sha256 == _sha(wheels[1])
+    house = tmp_path / "house"
+    house.mkdir()
+    shutil.copy(wheels[1], house)
+    (lock.parent / "pylock.toml").unlink()  # no per-file hashes: the wheelhouse file is checked against the lock
+    got = install_locked(_venv(tmp_path / "env2"), lock, find_links=[house], offline=True)
+    assert got[0].sha256 == _sha(wheels[1])

@@ -5,7 +5,7 @@ import pytest
 
 from envbuild.errors import EnvbuildError, InputFileError
 from envbuild.install.git_sources import PatchDoesNotApply, fetch_source, mirror_source
-from envbuild.lock.recipe import GitSource
+from envbuild.profile.recipe import GitSource
 from fixturegen.gitrepos import git, make_patched_repo
 
 

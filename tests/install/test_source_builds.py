@@ -9,7 +9,7 @@ import pytest
 
 from envbuild.errors import EnvbuildError
 from envbuild.install.source_builds import build_key, build_or_reuse, cached_entry
-from envbuild.lock.recipe import SourceBuild
+from envbuild.profile.recipe import SourceBuild
 from fixturegen.gitrepos import make_c_extension_repo
 
 FACTS = {"python": "3.11", "torch": "2.11.0", "cuda": "13.0", "gpu_arch": "9.0"}

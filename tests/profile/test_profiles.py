@@ -9,7 +9,7 @@ import pytest
 from envbuild.errors import EnvbuildError, InputFileError
 from envbuild.profile import load_profile, load_profile_file, profile_names
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 SHIPPED = ("slime-v0.2.2-cu129", "slime-v0.3.1-cu129", "slime-v0.3.1-cu130")
 GOOD = (REPO / "lockfiles" / "slime-v0.3.1-cu129" / "profile.toml").read_text()
 

@@ -133,10 +133,9 @@ def test_malformed_recipe_names_file_line_and_field(lockfiles):
 
 
 def test_recipe_model_rejects_build_of_unknown_git_source(tmp_path):
-    from types import SimpleNamespace
-
     from envbuild.errors import InputFileError
-    from envbuild.lock.recipe import parse_recipe
+    from envbuild.profile.reader import Reader
+    from envbuild.profile.recipe import parse_recipe
 
     path = tmp_path / "profile.toml"
     path.write_text('[recipe]\n[recipe.conda]\nchannels = ["conda-forge"]\nspecs = ["python"]\n'
@@ -144,7 +143,7 @@ def test_recipe_model_rejects_build_of_unknown_git_source(tmp_path):
     from envbuild.tomlcompat import toml
 
     with pytest.raises(InputFileError) as err:
-        parse_recipe(SimpleNamespace(path=path, recipe=toml.loads(path.read_text())["recipe"]))
+        parse_recipe(Reader(path, path.read_text()), toml.loads(path.read_text())["recipe"])
     assert "[recipe.build] git: build 'apex': no [[recipe.git]] named 'apex-src'" in str(err.value)
     assert f"{path}:7" in str(err.value)
 
@@ -153,11 +152,13 @@ def test_real_profiles_recipes_render_and_check_offline():
     """The shipped profiles' [recipe] sections parse, render, and `lock --check` answers offline (no hang)."""
     from envbuild.lock import lockset
     from envbuild.paths import lockfiles_dir
+    from envbuild.profile import load_profile, select_profiles
 
-    names = lockset.select_profiles(lockfiles_dir(), ())
+    names = select_profiles(lockfiles_dir(), ())
     assert names
     for name in names:
-        profile, recipe = lockset.load(lockfiles_dir(), name)
+        profile = load_profile(name, lockfiles_dir())
+        recipe = profile.require_recipe()
         spec = lockset.spec_outputs(profile, recipe)
         assert "python 3.12.*" in spec.files["environment.yml"]
         assert set(spec.hashes) == set(recipe.platforms)

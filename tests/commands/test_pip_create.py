@@ -27,7 +27,8 @@ def test_tampered_wheel_on_the_index_is_refused_and_the_old_env_kept(tmp_path):
         manifest = (target / "envbuild" / "manifest.json").read_bytes()
 
         tamper(world.index_dir / "beta" / "beta-2.0-py3-none-any.whl")
-        again = run(["create", "--prefix", str(target), "--force"], env)
+        # a cold cache: uv's cache still holds the locked bytes of beta (a warm create installs those)
+        again = run(["create", "--prefix", str(target), "--force"], {**env, "ENVBUILD_CACHE_DIR": str(tmp_path / "cold")})
     assert again.returncode == 2, again.stderr
     message = " ".join(again.stderr.split())
     assert "beta-2.0-py3-none-any.whl: sha256" in message and "is not the locked hash of beta==2.0" in message

@@ -47,7 +47,35 @@ def packed(tmp_path_factory):
         assert online.returncode == 0, online.stderr
         r = run(["pack", "--profile", "fx", "-o", str(tmp / "fx.tar")], env)
         assert r.returncode == 0, r.stderr
-    return {"tmp": tmp, "env": env, "bundle": tmp / "fx.tar", "pack_out": r.stdout, "upstreams": world.upstreams}
+        again = run(["pack", "--profile", "fx", "-o", str(tmp / "fx-again.tar")], env)
+        assert again.returncode == 0, again.stderr
+    return {"tmp": tmp, "env": env, "bundle": tmp / "fx.tar", "pack_out": r.stdout, "upstreams": world.upstreams,
+            "again": tmp / "fx-again.tar"}
+
+
+def test_two_packs_of_the_same_input_are_byte_identical(packed):
+    assert packed["bundle"].read_bytes() == packed["again"].read_bytes()
+    with tarfile.open(packed["bundle"]) as tar:
+        infos = tar.getmembers()
+    assert {(i.uid, i.gid, i.uname, i.gname, i.mtime) for i in infos} == {(0, 0, "", "", 0)}
+
+
+def test_bundle_is_a_pixi_pack(packed):
+    """What pixi-unpack reads (Quantco/pixi-pack src/unpack.rs): pixi-pack.json version 1 for this platform,
+    channel/<subdir>/repodata.json listing every archive there (it installs them all: main category only),
+    pypi/ wheels; optional categories stay outside channel/."""
+    with tarfile.open(packed["bundle"]) as tar:
+        names = set(tar.getnames())
+        meta = json.load(tar.extractfile("pixi-pack.json"))
+        repodata = json.load(tar.extractfile("channel/linux-64/repodata.json"))
+        env_yml = tar.extractfile("environment.yml").read().decode()
+    assert meta == {"version": "1", "pixi-pack-version": None, "platform": "linux-64"}
+    listed = set(repodata.get("packages", {})) | set(repodata.get("packages.conda", {}))
+    in_channel = {n.split("/")[-1] for n in names if n.startswith("channel/linux-64/") and not n.endswith(".json")}
+    assert listed == in_channel and not any("cuda-compat" in n for n in in_channel)
+    assert any(n.startswith("optional-channel/linux-64/cuda-compat-") for n in names)
+    assert {"pypi/alpha-1.0-py3-none-any.whl", "pypi/beta-2.0-py3-none-any.whl"} <= names
+    assert "  - ./channel" in env_yml and "  - footool=2.0=cuda129_0" in env_yml
 
 
 def test_pack_reports_what_went_in(packed):
@@ -58,7 +86,7 @@ def test_pack_reports_what_went_in(packed):
         names = tar.getnames()
     assert names[0] == MANIFEST
     assert {"channel/noarch/repodata.json", "channel/linux-64/repodata.json", "locks/fx/profile.toml",
-            "locks/fx/conda-lock.yml", "locks/fx/requirements.lock.txt", "wheels/alpha-1.0-py3-none-any.whl",
+            "locks/fx/conda-lock.yml", "locks/fx/requirements.lock.txt", "pypi/alpha-1.0-py3-none-any.whl", "pixi-pack.json", "environment.yml",
             "locks/fx/patches/0001-answer.patch"} <= set(names)
     assert any(n.startswith("git/lib.git/") for n in names) and any(n.startswith("builds/fastext/") for n in names)
 
@@ -82,7 +110,7 @@ def test_create_from_bundle_with_network_blocked(packed):
     assert not (tmp / "fresh-cache" / "source-wheels").exists()
 
 
-def _stage_bundle(tmp_path, member: str = "wheels/a.whl", data: bytes = b"wheel bytes") -> Path:
+def _stage_bundle(tmp_path, member: str = "pypi/a.whl", data: bytes = b"wheel bytes") -> Path:
     root = tmp_path / "stage"
     (root / "locks" / "p").mkdir(parents=True)
     (root / "locks" / "p" / "profile.toml").write_text("schema = 1\n")
@@ -114,25 +142,25 @@ def test_open_bundle_verifies_every_member(tmp_path):
     bundle = _stage_bundle(tmp_path)
     layout = open_bundle(bundle, tmp_path / "ok")
     assert (layout.wheel_dir / "a.whl").read_bytes() == b"wheel bytes" and layout.lock_dir == tmp_path / "ok" / "locks"
-    _rewrite(bundle, lambda name, data: b"wheel bytez" if name == "wheels/a.whl" else data)
+    _rewrite(bundle, lambda name, data: b"wheel bytez" if name == "pypi/a.whl" else data)
     with pytest.raises(InputFileError) as err:
         open_bundle(bundle, tmp_path / "bad")
-    assert str(err.value).startswith(str(bundle)) and "member wheels/a.whl: sha256" in str(err.value)
+    assert str(err.value).startswith(str(bundle)) and "member pypi/a.whl: sha256" in str(err.value)
 
 
 def test_open_bundle_refuses_unlisted_missing_and_escaping_members(tmp_path):
     bundle = _stage_bundle(tmp_path)
     original = bundle.read_bytes()
-    _rewrite(bundle, lambda name, data: False if name == "wheels/a.whl" else data)
-    with pytest.raises(InputFileError, match="member wheels/a.whl is listed in the manifest but missing"):
+    _rewrite(bundle, lambda name, data: False if name == "pypi/a.whl" else data)
+    with pytest.raises(InputFileError, match="member pypi/a.whl is listed in the manifest but missing"):
         open_bundle(bundle, tmp_path / "w1")
 
     bundle.write_bytes(original)
     with tarfile.open(bundle, "a") as tar:
-        info = tarfile.TarInfo("wheels/evil.whl")
+        info = tarfile.TarInfo("pypi/evil.whl")
         info.size = 4
         tar.addfile(info, io.BytesIO(b"evil"))
-    with pytest.raises(InputFileError, match="wheels/evil.whl is not in the bundle manifest"):
+    with pytest.raises(InputFileError, match="pypi/evil.whl is not in the bundle manifest"):
         open_bundle(bundle, tmp_path / "w2")
 
     bundle.write_bytes(original)
@@ -157,7 +185,7 @@ def test_pack_of_unlocked_profile_names_the_missing_lock(tmp_path):
 
 def test_build_conda_sh_creates_from_bundle_and_is_idempotent(packed, tmp_path):
     """The README's main command, offline: venv reuse, create --bundle, doctor with a JSON report."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]  # tests/commands/ -> the repository
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     for tool, line in (("python", f'exec {sys.executable} "$@"'), ("envbuild", f'exec {sys.executable} -m envbuild "$@"')):
@@ -184,11 +212,11 @@ def test_build_conda_sh_creates_from_bundle_and_is_idempotent(packed, tmp_path):
 def test_create_refuses_a_damaged_bundle_by_member(packed, tmp_path):
     bundle = tmp_path / "damaged.tar"
     shutil.copyfile(packed["bundle"], bundle)
-    _rewrite(bundle, lambda name, data: data[:-1] + bytes([data[-1] ^ 1]) if name == "wheels/beta-2.0-py3-none-any.whl" else data)
+    _rewrite(bundle, lambda name, data: data[:-1] + bytes([data[-1] ^ 1]) if name == "pypi/beta-2.0-py3-none-any.whl" else data)
     env = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache"), "ENVBUILD_LOCKFILES": str(tmp_path / "nowhere")}
     r = run(["create", "--profile", "fx", "--bundle", str(bundle), "--prefix", str(tmp_path / "env")], env, offline=True)
     assert r.returncode == 2
-    assert f"{bundle}: member wheels/beta-2.0-py3-none-any.whl: sha256" in " ".join(r.stderr.split())
+    assert f"{bundle}: member pypi/beta-2.0-py3-none-any.whl: sha256" in " ".join(r.stderr.split())
     assert not (tmp_path / "env").exists()
 
 

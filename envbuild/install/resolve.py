@@ -1,0 +1,99 @@
+"""Everything `envbuild create` needs, read and checked before anything is written (so --dry-run shows it).
+
+The command only wires options to `resolve_job`; here the bundle is opened, the profile found through the
+profile store, the backend's health checked, the lock held to the one freshness rule, the conda packages of
+this platform picked and each archive's source planned, and the target prefix decided and checked.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from envbuild.errors import EnvbuildError
+from envbuild.install import backends, conda_layer, pipeline
+from envbuild.lock import condalock
+from envbuild.lock.freshness import PIP_LOCK_FILE, require_fresh
+
+
+def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, env_name: Optional[str] = None,
+                bundle: Optional[str] = None, backend: str = backends.DEFAULT,
+                lockfiles: Optional[str] = None, python: Optional[str] = None) -> pipeline.CreateJob:
+    """The CreateJob for these `create` options; EnvbuildError (exit 2) on any bad input, nothing written."""
+    from envbuild.profile import load_profile, lockfiles_base, select_profile
+
+    if prefix and env_name:
+        raise EnvbuildError("give --prefix or --name, not both")
+    installer = backends.require(backend)
+    bundle_obj, mirrors = None, []
+    if bundle:
+        from envbuild.pack.bundle import open_bundle
+
+        bundle_obj = open_bundle(Path(bundle))
+        mirrors = list(bundle_obj.channel_dirs)
+        lockfiles = lockfiles or str(bundle_obj.lock_dir)
+    base = lockfiles_base(lockfiles)
+    profile = load_profile(select_profile(base, profile_name), base)
+    recipe = profile.require_recipe()
+    layers = ("conda", "pip") if installer.USES_CONDA_LOCK else ("pip",)
+    require_fresh(profile, recipe, layers)
+    platform, conda, lock_files = _locked(profile.directory, sorted(recipe.conda.optional), installer.USES_CONDA_LOCK)
+    interpreter = _interpreter(installer, backend, python, profile, recipe, lock_files)
+    job = pipeline.CreateJob(profile=profile, recipe=recipe, target=_target(prefix, env_name, profile.name),
+                             platform=platform, backend=backend, lock_files=lock_files, conda=conda,
+                             planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
+                             pip_lock=lock_files.get(PIP_LOCK_FILE), bundle=bundle_obj, interpreter=interpreter)
+    job.key = pipeline.lock_key(lock_files, recipe)
+    if interpreter is not None:  # another interpreter is another env
+        import hashlib
+
+        job.key = hashlib.sha256(f"{job.key}\0{interpreter}".encode()).hexdigest()
+    return job
+
+
+def _interpreter(installer, backend: str, python: Optional[str], profile, recipe, lock_files) -> Optional[Path]:
+    """--python for a PyPI-only backend, checked against the profile's Python before anything is written."""
+    if installer.USES_CONDA_LOCK:
+        if python:
+            raise EnvbuildError(f"--python is for --backend venv, not --backend {backend}")
+        return None
+    from envbuild.install.pip_layer import read_locked_entries
+
+    names = [e.canonical_name for e in read_locked_entries(lock_files[PIP_LOCK_FILE])] if PIP_LOCK_FILE in lock_files else []
+    return installer.check_request(python, profile.python, profile.name, names, bool(recipe.git or recipe.builds))
+
+
+def _locked(folder: Path, optional: List[str], uses_conda: bool) -> Tuple[str, list, dict]:
+    """(this platform, its locked conda packages, {lock name: path}) from the profile folder's locks."""
+    from rattler import Platform
+
+    platform = str(Platform.current())
+    conda: list = []
+    lock_files = {}
+    if uses_conda:
+        lock_path = folder / condalock.LOCK_FILE
+        lock = condalock.read_lock(lock_path)
+        if platform not in lock.metadata.platforms:
+            raise EnvbuildError(f"{lock_path}: no packages for this platform ({platform}); locked: "
+                                f"{', '.join(lock.metadata.platforms)}")
+        conda = condalock.locked_conda(lock, platform, ["main"] + optional)
+        lock_files[condalock.LOCK_FILE] = lock_path
+    if (folder / PIP_LOCK_FILE).is_file():
+        lock_files[PIP_LOCK_FILE] = folder / PIP_LOCK_FILE
+    return platform, conda, lock_files
+
+
+def _target(prefix: Optional[str], env_name: Optional[str], profile_name: str) -> Path:
+    """--prefix, else $ENVBUILD_ENVS_DIR (or ~/.envbuild/envs)/<--name or the profile name>; never a folder
+    that holds something other than a conda environment."""
+    if prefix:
+        target = Path(prefix).expanduser()
+    else:
+        envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
+        target = envs / (env_name or profile_name)
+    target = target.absolute()
+    built = (target / "conda-meta").is_dir() or (target / "envbuild" / "manifest.json").is_file()  # conda or venv
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not built)):
+        raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
+                            f"(choose another --prefix/--name or remove it yourself)")
+    return target

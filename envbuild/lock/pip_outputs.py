@@ -1,0 +1,54 @@
+"""The pip layer's lock files for one profile, from one uv resolution: requirements.lock.txt (pip/uv
+`--require-hashes -r`), pylock.toml (PEP 751), and the entries conda-lock.yml carries as `manager: pip`.
+
+The target is the profile's `python` and the first recipe platform with the recipe's __glibc; the
+resolution cutoff is [recipe.pip] exclude_newer.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+from envbuild.lock.pip_lockfile import LockedWheel, render_pip_lock
+from envbuild.lock.pylock import PYLOCK_FILE, read_pylock, render_pylock
+
+if TYPE_CHECKING:
+    from envbuild.profile import Profile, Recipe
+
+PIP_LOCK_FILE = "requirements.lock.txt"
+FILES = (PIP_LOCK_FILE, PYLOCK_FILE)
+
+
+def target(profile: "Profile", recipe: "Recipe"):
+    """(python version, platform tags) the pip layer is locked for."""
+    from envbuild.lock.pip_lock import platform_tags_for
+    from envbuild.lock.spec import virtual_packages
+
+    platform = recipe.platforms[0]
+    glibc = virtual_packages(recipe, platform).get("__glibc", "2.28")
+    return profile.python, platform_tags_for(platform, glibc)
+
+
+def pip_lock_files(profile: "Profile", recipe: "Recipe", cache_dir: Optional[Path] = None) -> Dict[str, str]:
+    """file name -> text of the pip layer's locks (resolved now, with uv)."""
+    from envbuild.lock.pip_lock import resolve_pip_entries
+    from envbuild.lock.uv_cli import redact
+
+    python, tags = target(profile, recipe)
+    cutoff = getattr(recipe.pip, "exclude_newer", "")
+    entries, header = resolve_pip_entries(recipe.pip.requirements, recipe.pip.indexes, python, tags,
+                                          exclude_newer=cutoff or None, cache_dir=cache_dir)
+    urls = {i.name: redact(i.url) for i in recipe.pip.indexes}
+    return {PIP_LOCK_FILE: render_pip_lock(entries, header),
+            PYLOCK_FILE: render_pylock(entries, python, tags, urls, cutoff)}
+
+
+def entries_for_condalock(files: Dict[str, str], folder: Path) -> List[LockedWheel]:
+    """The pip entries conda-lock.yml should carry: from `files` if just resolved, else the pylock.toml
+    on disk (a `lock --only conda` keeps the pip layer it already had); [] when there is no pip layer."""
+    from envbuild.lock.pylock import parse_pylock
+
+    if PYLOCK_FILE in files:
+        return parse_pylock(files[PYLOCK_FILE], folder / PYLOCK_FILE)
+    path = folder / PYLOCK_FILE
+    return read_pylock(path) if path.is_file() else []

@@ -1,0 +1,83 @@
+"""envbuild.downloads against a loopback server that drops the first connection half-way: the retry
+resumes with a Range request, the hash (computed while streaming, the part on disk included) decides, a
+changed file is discarded, and several files go in parallel."""
+from __future__ import annotations
+
+import hashlib
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from envbuild.downloads import Download, DownloadHashMismatch, fetch_all, fetch_one
+
+BLOB = bytes(range(256)) * 4096  # 1 MiB
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    files = {}
+    seen = []
+    drop_first = set()
+
+    def do_GET(self):  # noqa: N802
+        data = self.files.get(self.path)
+        if data is None:
+            self.send_error(404)
+            return
+        rng = self.headers.get("Range")
+        self.seen.append((self.path, rng))
+        start = int(rng.split("=")[1].rstrip("-")) if rng else 0
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        if self.path in self.drop_first:
+            self.drop_first.discard(self.path)
+            self.wfile.write(data[start:start + len(data) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(2)  # the connection drops at 50 %
+            return
+        self.wfile.write(data[start:])
+
+    def log_message(self, *args):
+        return
+
+
+@pytest.fixture()
+def server():
+    _Flaky.files, _Flaky.seen, _Flaky.drop_first = {}, [], set()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_a_dropped_download_resumes_and_is_verified(server, tmp_path, monkeypatch):
+    monkeypatch.setattr("envbuild.downloads.time.sleep", lambda _s: None)
+    _Flaky.files["/big.whl"] = BLOB
+    _Flaky.drop_first.add("/big.whl")
+    got = fetch_one(Download(f"{server}/big.whl", tmp_path / "big.whl", (hashlib.sha256(BLOB).hexdigest(),)))
+    assert got.read_bytes() == BLOB and not (tmp_path / "big.whl.part").exists()
+    ranges = [r for p, r in _Flaky.seen if p == "/big.whl"]
+    assert ranges[0] is None and ranges[-1] == f"bytes={len(BLOB) // 2}-"
+
+
+def test_a_changed_file_is_discarded_naming_it(server, tmp_path):
+    _Flaky.files["/x.whl"] = b"not the locked bytes"
+    with pytest.raises(DownloadHashMismatch) as err:
+        fetch_one(Download(f"{server}/x.whl", tmp_path / "x.whl", ("0" * 64,)))
+    assert str(err.value).startswith("x.whl: sha256 ") and "0" * 64 in str(err.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_parallel_fetch_of_many_files_and_a_404(server, tmp_path, capsys):
+    for i in range(6):
+        _Flaky.files[f"/f{i}"] = BLOB[i:]
+    items = [Download(f"{server}/f{i}", tmp_path / f"f{i}", (hashlib.sha256(BLOB[i:]).hexdigest(),)) for i in range(6)]
+    paths = fetch_all(items, jobs=4, label="wheels")
+    assert [p.read_bytes() for p in paths] == [BLOB[i:] for i in range(6)]
+    assert capsys.readouterr().err.count(" ok") == 6  # one line per file when stderr is not a terminal
+    with pytest.raises(Exception) as err:
+        fetch_all([Download(f"{server}/missing.whl", tmp_path / "missing.whl", ("0" * 64,))])
+    assert "missing.whl: cannot download" in str(err.value) and "404" in str(err.value)

@@ -1,0 +1,77 @@
+"""`envbuild create --backend venv --python PATH`: a PyPI-only env on a given interpreter, built from the pip
+lock alone (no conda-lock.yml, no channel), activated like a conda env; the wrong Python is refused first."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixturegen.conda_channel import FIXTURE_PROFILE
+from fixturegen.wheels import make_wheel, serve, write_simple_index
+
+PIP_ONLY = """
+[recipe.pip]
+indexes = [{{ name = "fixture", url = "{index}" }}]
+requirements = ["alpha"]
+exclude_newer = "2026-06-01T00:00:00Z"
+"""
+
+
+def envbuild(*args, env):
+    return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, COLUMNS="300", **env))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("venvbackend")
+    write_simple_index(root / "index", [make_wheel(root / "w", "alpha", "1.0", requires=["beta"]),
+                                        make_wheel(root / "w", "beta", "2.0")])
+    env = {"ENVBUILD_LOCKFILES": str(root / "lockfiles"), "ENVBUILD_CACHE_DIR": str(root / "cache")}
+    with serve(root / "index") as base:
+        folder = root / "lockfiles" / "pyonly"
+        folder.mkdir(parents=True)
+        (folder / "profile.toml").write_text(
+            FIXTURE_PROFILE.format(name="pyonly", channel=(root / "nochannel").as_uri(), mark="v")
+            + PIP_ONLY.format(index=base))
+        r = envbuild("lock", "--only", "pip", env=env)  # no conda channel exists: only the pip layer is locked
+        assert r.returncode == 0, r.stderr
+        yield {"root": root, "env": env}
+
+
+def test_venv_env_from_the_pip_lock_alone(world):
+    target = world["root"] / "envs" / "pyonly"
+    r = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix", str(target), env=world["env"])
+    assert r.returncode == 0, r.stderr
+    assert not (world["root"] / "lockfiles" / "pyonly" / "conda-lock.yml").exists()
+    probe = subprocess.run([str(target / "bin" / "python"), "-c",
+                            "import alpha, beta, sys; print(alpha.__version__, beta.__version__, sys.prefix)"],
+                           capture_output=True, text=True)
+    assert probe.stdout.split() == ["1.0", "2.0", str(target)], probe.stderr
+    assert (target / "envbuild" / "manifest.json").is_file()
+    shell = subprocess.run(["bash", "-c", f'. "{target}/bin/activate" && echo "$FIXTURE_MARK $FOO_HOME"'],
+                           capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert shell.stdout.split() == ["v", f"{target}/share/foodata"], shell.stderr
+    again = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix", str(target),
+                     env=world["env"])
+    assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
+
+
+def test_wrong_python_version_is_refused_before_anything_is_built(world, tmp_path):
+    fake = tmp_path / "python3.99"
+    fake.write_text("#!/bin/sh\necho 3.99\n")
+    fake.chmod(0o755)
+    target = tmp_path / "env"
+    r = envbuild("create", "--backend", "venv", "--python", str(fake), "--prefix", str(target), env=world["env"])
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"--python {fake} is Python 3.99" in lines[0] and "needs Python 3.11" in lines[0]
+    assert not target.exists() and not list(tmp_path.glob(".env.envbuild-*"))
+
+
+def test_venv_backend_without_python_says_how(world, tmp_path):
+    r = envbuild("create", "--backend", "venv", "--prefix", str(tmp_path / "env"), env=world["env"])
+    assert r.returncode == 2 and "--backend venv needs --python PATH" in r.stderr
