@@ -157,7 +157,7 @@ def test_pack_of_unlocked_profile_names_the_missing_lock(tmp_path):
 
 def test_build_conda_sh_creates_from_bundle_and_is_idempotent(packed, tmp_path):
     """The README's main command, offline: venv reuse, create --bundle, doctor with a JSON report."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parent.parent.parent
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     for tool, line in (("python", f'exec {sys.executable} "$@"'), ("envbuild", f'exec {sys.executable} -m envbuild "$@"')):
