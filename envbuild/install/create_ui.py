@@ -42,7 +42,10 @@ class CreateUI:
 
         c = self.console
         c.print(f"envbuild create: profile {job.profile.name} -> {job.target}", markup=False)
-        c.print(f"  platform {job.platform}, conda backend {job.backend}, lock key {job.key[:12]}", markup=False)
+        from envbuild.install import backends
+
+        c.print(f"  platform {job.platform}, backend {job.backend} ({backends.get(job.backend).HELP}), "
+                f"lock key {job.key[:12]}", markup=False)
         table = Table(title="conda layer", title_justify="left", show_edge=False, pad_edge=False)
         for col in ("package", "version", "build", "category", "size", "from"):
             table.add_column(col, no_wrap=col != "from")

@@ -52,6 +52,12 @@ def test_every_registered_backend_has_the_interface():
     assert backends.get("rattler").health_check() is None  # embedded: always usable
 
 
+def test_dry_run_names_the_backend_and_how_it_installs(world, tmp_path):
+    r = envbuild("create", "--dry-run", "--name", "fx", env=dict(world["env"], ENVBUILD_ENVS_DIR=str(tmp_path), COLUMNS="300"))
+    assert r.returncode == 0, r.stderr
+    assert f"backend rattler ({backends.get('rattler').HELP})" in r.stderr
+
+
 def test_create_offers_exactly_the_registry():
     r = envbuild("create", "--help", env={"COLUMNS": "200"})
     assert f"[{'|'.join(backends.NAMES)}]" in r.stdout
