@@ -111,3 +111,19 @@ def test_corpus_size_and_spread(entries):
 def test_the_seed_is_in(entries):
     seed = [entry for entry in entries if entry["source"] == "https://github.com/THUDM/slime/issues/1305"]
     assert len(seed) >= 2, "slime#1305 must be present with both failure locations"
+
+
+def test_readme_counts_match_the_manifest(entries):
+    """The README's per-class table is what people read first; it must not drift from the manifest."""
+    readme = (CORPUS / "README.md").read_text(encoding="utf-8")
+    table = readme.split("<!-- counts")[1].split("<!-- /counts -->")[0]
+    stated = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[1].isdigit():
+            stated[cells[0]] = int(cells[1])
+    actual: dict[str, int] = {}
+    for entry in entries:
+        actual[entry["cause"]] = actual.get(entry["cause"], 0) + 1
+    assert stated == actual
+    assert f"({len(entries)} logs)" in readme, "the README's total is stale"
