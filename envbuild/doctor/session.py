@@ -114,6 +114,8 @@ def run_doctor(opts: DoctorOptions) -> int:
     live = terminal.LiveProgress(enabled=not opts.quiet)
     with live:
         results = run_selected(ctx, opts.checks, opts.skips, on_result=live.update)
+    from envbuild.knowledge.fold import fold_consequences  # issue 14: consequences under their root cause
+    results = fold_consequences(results)
     report = Report(
         host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
         profile=profile.name if profile else None,

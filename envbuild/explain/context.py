@@ -16,7 +16,7 @@ from envbuild.errors import EnvbuildError, InputFileError
 from envbuild.explain.rank import Adjustment
 from envbuild.explain.scan import ScanResult
 
-FAILED_RAISE = 2.5
+FAILED_RAISE = 3.5  # a failed check found the cause on the node: as strong as a signature that names it
 WARNED_RAISE = 1.0
 PASSED_FACTOR = 0.4
 KERNEL_LOG_COMMANDS = ("journalctl-kernel", "dmesg")
