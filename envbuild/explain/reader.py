@@ -23,6 +23,7 @@ BLOCK = 4 * 1024 * 1024  # bytes read at a time; memory stays near a few blocks 
 MAX_CARRY = 1024 * 1024  # a line longer than this is passed on in pieces (a 100 MB line never sits in memory whole)
 _BINARY_SNIFF = 8192
 _GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_PIECE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,28 @@ def _open(source: Source) -> BinaryIO:
     return raw
 
 
+def _read_block(stream: BinaryIO) -> bytes:
+    """Up to BLOCK bytes. A gzip stream is read in small pieces so that a truncated one still yields what it
+    held before the cut (GzipFile.read(n) raises EOFError without returning the part it had)."""
+    if not isinstance(stream, gzip.GzipFile):
+        return stream.read(BLOCK)
+    parts: List[bytes] = []
+    size = 0
+    while size < BLOCK:
+        try:
+            piece = stream.read1(_GZIP_PIECE)
+        except EOFError:
+            if parts:
+                stream._envbuild_truncated = True  # type: ignore[attr-defined]
+                break
+            raise
+        if not piece:
+            break
+        parts.append(piece)
+        size += len(piece)
+    return b"".join(parts)
+
+
 def blocks(source: Source, problems: List[Problem]) -> Iterator[bytes]:
     """Byte blocks of `source`, each ending at a newline except where a line is longer than MAX_CARRY (then
     the line comes in pieces and the scanner sees its first MAX_CARRY bytes per piece). Errors become
@@ -117,7 +140,7 @@ def blocks(source: Source, problems: List[Problem]) -> Iterator[bytes]:
         with stream:
             while True:
                 try:
-                    data = stream.read(BLOCK)
+                    data = _read_block(stream)
                 except EOFError:
                     problems.append(Problem(source.name, f"truncated gzip stream after {read} bytes; read what was there"))
                     break
@@ -125,6 +148,8 @@ def blocks(source: Source, problems: List[Problem]) -> Iterator[bytes]:
                     problems.append(Problem(source.name, f"damaged gzip after {read} bytes ({exc}); read what was there"))
                     break
                 if not data:
+                    if getattr(stream, "_envbuild_truncated", False):
+                        problems.append(Problem(source.name, f"truncated gzip stream after {read} bytes; read what was there"))
                     break
                 if first:
                     first = False
