@@ -108,7 +108,7 @@ def _next_steps(entries: List[Dict[str, Any]]) -> List[str]:
     """What tells the leading causes apart: a doctor check or a variable flip per cause, in rank order."""
     steps: List[str] = []
     for c in entries[:3]:
-        for chk in c["checks"][:2]:
+        for chk in c["checks"][:1]:
             s = f"envbuild doctor --check {chk}  (confirms or clears {c['id']})"
             if s not in steps:
                 steps.append(s)
@@ -126,7 +126,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
 
     causes, flips, checks = load_causes(), load_flips(), context.check_causes()
     by_cause: Dict[str, List[str]] = {}
-    for chk, cs in sorted(checks.items()):
+    for chk, cs in sorted(checks.items(), key=lambda kv: (len(kv[1]), kv[0])):  # the most specific check first
         for c in cs:
             by_cause.setdefault(c, []).append(chk)
     entries = []

@@ -36,7 +36,7 @@ def test_seed_log_ranks_comm_rebuild_and_nccl_causes(explain, tmp_path):
     assert "verdict: most likely M4" in out
     assert f"{log}:2" in out  # the Reloading line behind M4
     assert "NCCL 2.27.3" in out and "NCCL built for CUDA 12.9" in out
-    assert "MegatronTrainRayActor pid=38135" in out and "in Reloading" in out  # timeline: who and phase
+    assert "MegatronTrainRayActor pid=38135" in out and "in Reloading 20 process groups" in out  # timeline: who and phase
     data = _json(explain(str(log), "--json", "-"))
     ids = [c["id"] for c in data["causes"]]
     assert ids[:2] == ["M4", "C2"] and data["top"] == "M4"
