@@ -121,7 +121,7 @@ class Scanner:
         self.facts = list(facts)
         keys = [k for s in self.signatures for k in s.keys] + [k for f in self.facts for k in f.keys] + list(_STRUCT_KEYS)
         self._prefilter, self.engine, self._whole_lines = _engine_regex(keys)
-        self._key_finder = _engine_regex(keys, whole_lines=False)[0]
+        self._key_finder = _engine_regex(keys, whole_lines=False)[0] if self._whole_lines else self._prefilter
         self._keys = sorted(set(keys), key=len, reverse=True)
         # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
         by_key: Dict[str, List[Any]] = {}
@@ -288,18 +288,28 @@ class Scanner:
         struct = _struct(body)
         info: Optional[_LineInfo] = None
         if matches or struct is not None:
-            rep = _REPEATED.search(text)
-            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, _timestamp(text),
-                             text.strip()[:400])
+            rep = _REPEATED.search(text) if "repeated" in text else None
+            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400])
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[raw] = info
         return info
 
     def _keys_in(self, raw: bytes) -> List[bytes]:
-        if self._whole_lines:
+        """The keys a line holds (non-overlapping, longest first at each place)."""
+        regexp = getattr(self._key_finder, "_regexp", None)
+        if regexp is None or not hasattr(regexp, "Match"):
             return self._key_finder.findall(raw)
-        return self._prefilter.findall(raw)
+        import re2  # type: ignore[import-not-found]
+
+        anchor, out, pos, n = re2._Anchor.UNANCHORED, [], 0, len(raw)  # noqa: SLF001 - see _match_fn
+        while pos < n:
+            (s, e), = regexp.Match(anchor, raw, pos, n)[:1]
+            if s < 0:
+                break
+            out.append(raw[s:e])
+            pos = e if e > s else e + 1
+        return out
 
     def _line(self, raw: bytes, source: str, line_no: int) -> None:
         info = self._info(raw)
@@ -321,9 +331,10 @@ class Scanner:
         def location() -> Location:
             nonlocal loc
             if loc is None:
-                if info.ts is not None:  # type: ignore[union-attr]
-                    self._source_ts[source] = info.ts  # type: ignore[union-attr]
-                    loc = Location(source, line_no, info.text, who, info.ts)  # type: ignore[union-attr]
+                ts = _timestamp(info.text)  # type: ignore[union-attr]
+                if ts is not None:
+                    self._source_ts[source] = ts
+                    loc = Location(source, line_no, info.text, who, ts)  # type: ignore[union-attr]
                 else:
                     loc = Location(source, line_no, info.text, who, self._source_ts.get(source), False)  # type: ignore[union-attr]
             return loc
@@ -393,8 +404,7 @@ class _LineInfo:
     who: Any  # a process name, None (the source itself) or ("rank", n) (a rank within the source)
     struct: Optional[Tuple[str, str]]  # ("tb"|"frame"|"exc", value) for the traceback tracker
     times: int  # Ray's [repeated Nx across cluster]
-    ts: Optional[str]
-    text: str
+    text: str  # its time is parsed only when a location is kept (most candidate lines keep none)
 
 
 def _who(text: str) -> Tuple[Any, str]:
