@@ -89,6 +89,16 @@ def bundle_inputs(root: str) -> Tuple[Optional[Dict[str, Any]], List[Tuple[str, 
     return report, logs
 
 
+def log_adjustments(scan: ScanResult) -> List[Adjustment]:
+    """What the facts of the log itself say beyond single lines: processes of one run printing different NCCL
+    versions run different libnccl copies (C3) — give explain the logs of one run, or this misleads."""
+    versions = _versions(scan, "nccl_version")
+    if len(versions) > 1:
+        return [Adjustment("C3", delta=1.5, reason=f"processes print different NCCL versions ({', '.join(versions)})",
+                           origin="log")]
+    return []
+
+
 def _versions(scan: ScanResult, fact: str) -> List[str]:
     return sorted(scan.facts.get(fact, {}))
 
@@ -127,8 +137,6 @@ def profile_adjustments(profile_name: str, scan: ScanResult) -> Tuple[List[Adjus
     if verdict == "differs":
         adj.append(Adjustment("C2", delta=2.0, reason=f"the log runs NCCL {', '.join(_versions(scan, 'nccl_version'))}, "
                               f"the image {nccl.version} ({profile.name})", origin="profile"))  # type: ignore[union-attr]
-        if len(_versions(scan, "nccl_version")) > 1:
-            adj.append(Adjustment("C3", delta=1.5, reason="processes of one run print different NCCL versions", origin="profile"))
     elif verdict == "match":
         adj.append(Adjustment("C2", factor=0.4, reason=f"the log's NCCL equals the image's {nccl.version}", origin="profile"))  # type: ignore[union-attr]
     torch = comp.get("torch")

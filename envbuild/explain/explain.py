@@ -60,7 +60,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     if scan.bytes == 0 and not extra:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
-    adjustments: List[rank.Adjustment] = []
+    adjustments: List[rank.Adjustment] = context.log_adjustments(scan)
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
     profile_rows = None

@@ -29,7 +29,7 @@ class Adjustment:
     delta: float = 0.0  # added
     factor: float = 1.0  # multiplied, after all additions
     reason: str = ""
-    origin: str = ""  # "doctor", "profile", "bundle"
+    origin: str = ""  # "log" (the log's facts together), "doctor", "bundle", "profile"
 
     def to_dict(self) -> Dict[str, Any]:
         return {"cause": self.cause, "delta": self.delta, "factor": self.factor, "reason": self.reason, "origin": self.origin}

@@ -123,3 +123,43 @@ def test_bundle_root_uses_its_report_and_kernel_log(explain):
     assert data["inputs"]["doctor_report"] is True
     c6 = [c for c in data["causes"] if c["id"] == "C6"]
     assert c6 and any(a["origin"] == "bundle" for a in c6[0]["adjustments"])  # the bundle's stack.cuda_wheel_mix fail
+
+
+def test_json_file_and_text_together(explain, tmp_path):
+    log = tmp_path / "seed.log"
+    log.write_text(RAY_SEED)
+    out = tmp_path / "out" / "explain.json"
+    out.parent.mkdir()
+    proc = explain(str(log), "--json", str(out))
+    assert proc.returncode == 1 and b"verdict: most likely M4" in proc.stdout
+    data = json.loads(out.read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert data["top"] == "M4"
+
+
+def test_two_nccl_versions_in_one_run_raise_two_copies(explain, tmp_path):
+    log = tmp_path / "mixed.log"
+    log.write_text("(TrainActor pid=1) h:1:1 [0] NCCL INFO NCCL version 2.27.3+cuda12.9\n"
+                   "(RolloutActor pid=2) h:2:2 [1] NCCL INFO NCCL version 2.28.3+cuda12.9\n"
+                   "(TrainActor pid=1) Cuda failure 999 'unknown error'\n")
+    data = _json(explain(str(log), "--json", "-"))
+    c3 = next(c for c in data["causes"] if c["id"] == "C3")
+    assert any(a["origin"] == "log" and "2.27.3, 2.28.3" in a["reason"] for a in c3["adjustments"])
+
+
+def test_without_re2_the_stdlib_engine_gives_the_same_answer(explain, tmp_path):
+    """google-re2 is optional: with it hidden, Python's re finds the same causes and lines."""
+    import os
+    import sys
+
+    log = CORPUS / "slime-1305-2.log"
+    with_re2 = _json(explain(str(log), "--json", "-"))
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "re2.py").write_text("raise ImportError('hidden for the test')\n")
+    env = dict(os.environ, PYTHONPATH=str(shim) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    without = _json(explain(str(log), "--json", "-", env=env))
+    assert with_re2["inputs"]["engine"] == "re2" and without["inputs"]["engine"] == "re"
+    for d in (with_re2, without):
+        d["inputs"].pop("engine")
+    assert without == with_re2
