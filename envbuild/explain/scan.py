@@ -29,7 +29,7 @@ _STRUCT_KEYS = (_FRAME_KEY, "Error", "Exception")
 
 _RAY = re.compile(r"^\((?P<actor>[\w.:-]+)(?: pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[^)]+))?\)\s?")
 _REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
-_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|\brank(?:=| )(\d+)\b")
+_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|^rank(\d+):")  # torch's [rank3]: / slime's [Rank 3]; not "around rank 39"
 _NCCL_WHO = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] NCCL")
 _TS_ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?)")
 _TS_GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+)")
@@ -346,6 +346,9 @@ class Scanner:
                 self._fact(entry, value or "", location, proc)
             else:
                 self._hit(entry, info.times, location, proc)
+        if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
+            best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
+            proc.failure_signature = best.id  # name its most telling signature, not the first one tried
         if raw not in self._inert and self._is_inert(info, proc):
             if len(self._inert) >= _CACHE_LIMIT:
                 self._inert.clear()
@@ -386,16 +389,23 @@ class Scanner:
             hit.locations.append(location())
         if len(hit.whos) < 64:
             hit.whos[proc.who] = None
-        if sig.kind == "failure" and proc.first_failure is None:
+        if sig.kind != "failure":
+            return
+        if proc.first_failure is None:
             proc.first_failure = location()
             proc.failure_signature = sig.id
             proc.failure_phase = proc.phase or self._source_phase.get(proc.source)
+
 
     def result(self) -> ScanResult:
         return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine)
 
 
 _MISSING = object()
+
+
+def _strength(sig: Signature) -> float:
+    return max(sig.supports.values(), default=0.0)
 
 
 @dataclass(frozen=True)
