@@ -110,3 +110,23 @@ def test_directory_without_files_exits_2(explain, tmp_path):
     proc = explain(str(d))
     assert proc.returncode == 2 and b"directory holds no files" in proc.stderr
     _no_traceback(proc)
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--report", "notjson", b"not JSON"),
+    ("--report", '{"results": [{"status": "fail"}]}', b"not an envbuild doctor report"),
+    ("--root", None, b"is not an envbuild bundle"),
+    ("--profile", "no-such-profile", b"unknown profile 'no-such-profile'"),
+])
+def test_bad_context_inputs_exit_2(explain, tmp_path, flag, value, words):
+    if flag == "--report":
+        arg = tmp_path / "doctor.json"
+        arg.write_text(value)
+    elif flag == "--root":
+        arg = tmp_path
+    else:
+        arg = value
+    proc = explain(str(CORPUS / "nccl-1653.log"), flag, str(arg))
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    _no_traceback(proc)
