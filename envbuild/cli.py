@@ -21,6 +21,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "pack": ("envbuild.commands.pack", "pack", "Write an offline bundle: local channel, wheelhouse, git mirrors, locks."),
     "profiles": ("envbuild.commands.profiles", "profiles", "List the reference-image profiles, or show one."),
     "capture": ("envbuild.commands.capture", "capture", "Save the node's facts (--node) or an image's stack (--env)."),
+    "explain": ("envbuild.commands.explain", "explain", "Rank the likely causes of a failed run from its logs."),
 }
 
 

@@ -103,7 +103,9 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
     t0 = time.monotonic()
     if before is not None:
         before()
-    results = run_selected(ctx, patterns, skips, on_result=on_result)
+    from envbuild.knowledge.fold import fold_consequences  # issue 14: consequences under their root cause
+
+    results = fold_consequences(run_selected(ctx, patterns, skips, on_result=on_result))
     return Report(host=host_facts(ctx.facts), gpus=gpu_inventory(ctx.facts), results=results,
                   profile=ctx.profile.name if ctx.profile else None, options=options, started_at=started,
                   duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)

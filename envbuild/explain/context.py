@@ -1,0 +1,158 @@
+"""What is known beside the log: a doctor report (--report), a capture bundle (--root) and the image's
+profile (--profile), turned into score adjustments with their reasons.
+
+A failed doctor check raises the causes it names (a failed stack.nccl_copies raises C3); a passed check
+lowers the causes it can confirm (a passing node.fabric_manager lowers N2), because it looked and found them
+absent. The profile's versions are compared with the versions the log shows the process ran (NCCL's own
+banner, not what pip says).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from envbuild.errors import EnvbuildError, InputFileError
+from envbuild.explain.rank import Adjustment
+from envbuild.explain.scan import ScanResult
+
+FAILED_RAISE = 3.5  # a failed check found the cause on the node: as strong as a signature that names it
+WARNED_RAISE = 1.0
+PASSED_FACTOR = 0.4
+KERNEL_LOG_COMMANDS = ("journalctl-kernel", "dmesg")
+
+
+def check_causes() -> Dict[str, Tuple[str, ...]]:
+    """check id -> the causes it can confirm, from the doctor's registry (empty if it cannot be read)."""
+    try:
+        from envbuild.doctor.registry import all_checks
+
+        return {c.id: tuple(c.causes) for c in all_checks()}
+    except Exception:  # noqa: BLE001 - explain must work even when the doctor's package is mid-change
+        return {}
+
+
+def read_report(path: Path) -> Dict[str, Any]:
+    """A doctor JSON report, checked only as far as explain reads it (results with check_id and status)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read the doctor report: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputFileError(path, f"not JSON: {exc.msg}", getattr(exc, "lineno", None)) from exc
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or not all(isinstance(r, dict) and "check_id" in r and "status" in r for r in results):
+        raise InputFileError(path, "not an envbuild doctor report (no results with check_id and status)")
+    return data
+
+
+def report_adjustments(report: Dict[str, Any], origin: str) -> List[Adjustment]:
+    registry = check_causes()
+    out: List[Adjustment] = []
+    for r in report["results"]:
+        cid, status = r["check_id"], r["status"]
+        subject = f" [{r['subject']}]" if r.get("subject") else ""
+        summary = str(r.get("summary", ""))[:160]
+        if status in ("fail", "warn"):
+            for cause in r.get("causes") or registry.get(cid, ()):
+                out.append(Adjustment(cause, delta=FAILED_RAISE if status == "fail" else WARNED_RAISE,
+                                      reason=f"{cid}{subject} {status}: {summary}", origin=origin))
+        elif status == "pass":
+            for cause in registry.get(cid, ()):
+                out.append(Adjustment(cause, factor=PASSED_FACTOR, reason=f"{cid}{subject} passed", origin=origin))
+    return out
+
+
+def doctor_failed(report: Optional[Dict[str, Any]]) -> bool:
+    return bool(report) and any(r["status"] == "fail" for r in report["results"])  # type: ignore[index]
+
+
+def bundle_inputs(root: str) -> Tuple[Optional[Dict[str, Any]], List[Tuple[str, str]]]:
+    """The doctor report a bundle holds (if any) and its kernel logs as (name, text) to scan like a log."""
+    from envbuild.facts.source import BundleSource, FactUnavailable
+
+    src = BundleSource(Path(root))
+    report = None
+    rpath = Path(root) / ".envbuild" / "report.json"
+    if rpath.is_file():
+        report = read_report(rpath)
+    logs: List[Tuple[str, str]] = []
+    for name in KERNEL_LOG_COMMANDS:
+        try:
+            res = src.command(name)
+        except FactUnavailable:
+            continue
+        if res.stdout:
+            logs.append((f"{root}:{name}", res.stdout))
+    return report, logs
+
+
+def log_adjustments(scan: ScanResult) -> List[Adjustment]:
+    """What the facts of the log itself say beyond single lines: processes of one run printing different NCCL
+    versions run different libnccl copies (C3) — give explain the logs of one run, or this misleads."""
+    versions = _versions(scan, "nccl_version")
+    if len(versions) > 1:
+        return [Adjustment("C3", delta=1.5, reason=f"processes print different NCCL versions ({', '.join(versions)})",
+                           origin="log")]
+    return []
+
+
+def _versions(scan: ScanResult, fact: str) -> List[str]:
+    return sorted(scan.facts.get(fact, {}))
+
+
+def _ver_tuple(v: str) -> Tuple[int, ...]:
+    out = []
+    for part in v.split("+")[0].split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def profile_adjustments(profile_name: str, scan: ScanResult) -> Tuple[List[Adjustment], List[Dict[str, Any]]]:
+    """Compare the versions the log shows with the image's profile: (adjustments, comparison rows)."""
+    from envbuild.profile import load_profile
+
+    try:
+        profile = load_profile(profile_name)
+    except EnvbuildError:
+        raise
+    rows: List[Dict[str, Any]] = []
+    adj: List[Adjustment] = []
+    comp = profile.components
+
+    def row(name: str, image: Optional[str], seen: List[str]) -> Optional[str]:
+        if not image or not seen:
+            rows.append({"component": name, "image": image, "log": seen, "verdict": "not in log" if image else "not in profile"})
+            return None
+        same = all(_ver_tuple(s) == _ver_tuple(image) for s in seen)
+        rows.append({"component": name, "image": image, "log": seen, "verdict": "match" if same else "differs"})
+        return "match" if same else "differs"
+
+    nccl = comp.get("nccl")
+    verdict = row("nccl", nccl.version if nccl else None, _versions(scan, "nccl_version"))
+    if verdict == "differs":
+        adj.append(Adjustment("C2", delta=2.0, reason=f"the log runs NCCL {', '.join(_versions(scan, 'nccl_version'))}, "
+                              f"the image {nccl.version} ({profile.name})", origin="profile"))  # type: ignore[union-attr]
+    elif verdict == "match":
+        adj.append(Adjustment("C2", factor=0.4, reason=f"the log's NCCL equals the image's {nccl.version}", origin="profile"))  # type: ignore[union-attr]
+    torch = comp.get("torch")
+    if row("torch", torch.version if torch else None, _versions(scan, "torch_version")) == "differs":
+        adj.append(Adjustment("U5", delta=0.8, reason=f"the log's torch differs from the image's {torch.version}", origin="profile"))  # type: ignore[union-attr]
+    image_cuda = _ver_tuple(profile.cuda)[:2]
+    drivers = [int(v) for v in _versions(scan, "cuda_driver_version") if v.isdigit()]
+    rows.append({"component": "libcuda (cudaDriverVersion)", "image": profile.cuda,
+                 "log": [f"{d // 1000}.{d % 1000 // 10}" for d in drivers], "verdict": "not in log" if not drivers else
+                 ("older than the image's CUDA" if any((d // 1000, d % 1000 // 10) < image_cuda for d in drivers) else "match")})
+    if any((d // 1000, d % 1000 // 10) < image_cuda for d in drivers):
+        adj.append(Adjustment("C1", delta=2.0, reason=f"the libcuda NCCL loaded is CUDA {min(drivers)}, below the image's CUDA "
+                              f"{profile.cuda}: the image would run a forward-compat libcuda", origin="profile"))
+        adj.append(Adjustment("D9", delta=1.0, reason="driver older than the wheels' CUDA runtime", origin="profile"))
+    builds = _versions(scan, "nccl_build_cuda")
+    if builds and any(_ver_tuple(b)[:1] != (profile.cuda_major,) for b in builds):
+        adj.append(Adjustment("C6", delta=2.0, reason=f"an NCCL built for CUDA {', '.join(builds)} runs in a CUDA "
+                              f"{profile.cuda_major} image's stack", origin="profile"))
+    return adj, rows

@@ -1,0 +1,165 @@
+"""`envbuild explain` end to end: read the logs, scan them, combine with what is known, rank, build the
+result (a plain dict: the JSON output, schema envbuild/explain/schema.json, and what the text renderer reads).
+
+Exit codes: 0 no failure recognised in the logs, 1 a failure was found (a cause named, or 'unknown'),
+2 bad usage or input (a missing path, nothing readable at all, a malformed --report).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from envbuild.errors import EnvbuildError
+from envbuild.explain import context, rank
+from envbuild.explain.reader import Problem, blocks, expand
+from envbuild.explain.scan import Hit, ScanResult, Scanner
+
+SCHEMA_ID = "envbuild.explain"
+SCHEMA_VERSION = 1
+TIMELINE_ROWS = 16
+
+
+@dataclass
+class ExplainOptions:
+    paths: Sequence[str]
+    report: Optional[str] = None
+    root: Optional[str] = None
+    profile: Optional[str] = None
+
+
+def new_scanner() -> Scanner:
+    from envbuild.knowledge.signatures import load_facts, load_signatures
+
+    return Scanner(load_signatures(), load_facts())
+
+
+def scan_paths(paths: Sequence[str], extra: Sequence[tuple] = ()) -> tuple:
+    """(ScanResult, problems) for `paths` plus (name, text) pairs in `extra`."""
+    sources, problems = expand(paths)
+    scanner = new_scanner()
+    for src in sources:
+        scanner.feed_source(src.name, blocks(src, problems))
+    for name, text in extra:
+        scanner.feed_source(name, [text.encode("utf-8", "replace")])
+    return scanner.result(), problems
+
+
+def run(opts: ExplainOptions) -> Dict[str, Any]:
+    from envbuild.knowledge import load_causes
+
+    report = context.read_report(Path(opts.report)) if opts.report else None
+    extra: List[tuple] = []
+    origin = "doctor"
+    if opts.root:
+        bundle_report, logs = context.bundle_inputs(opts.root)
+        extra.extend(logs)
+        if report is None and bundle_report is not None:
+            report, origin = bundle_report, "bundle"
+    scan, problems = scan_paths(opts.paths, extra)
+    if scan.bytes == 0 and not extra:
+        why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
+        raise EnvbuildError(f"explain: no log text to read ({why})")
+    adjustments: List[rank.Adjustment] = context.log_adjustments(scan)
+    if report is not None:
+        adjustments.extend(context.report_adjustments(report, origin))
+    profile_rows = None
+    if opts.profile:
+        padj, profile_rows = context.profile_adjustments(opts.profile, scan)
+        adjustments.extend(padj)
+    causes = load_causes()
+    ranked = rank.rank(scan, adjustments, {c.id: c.title for c in causes.values()})
+    verdict = rank.verdict(scan, ranked, context.doctor_failed(report))
+    return build(scan, ranked, verdict, problems, profile_rows, report is not None)
+
+
+def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
+    s = h.signature
+    d = {"signature": s.id, "means": s.means, "count": h.count, "processes": len(h.whos),
+         "locations": [loc.to_dict() for loc in h.locations], "source": s.source,
+         "knowledge": f"envbuild/knowledge/signatures/{s.file.name}:{s.line}"}
+    if cause:
+        d["weight"] = s.supports.get(cause)
+    return d
+
+
+def _facts(scan: ScanResult) -> Dict[str, List[Dict[str, Any]]]:
+    return {fid: [{"value": v.value, "count": v.count, "first": v.first.to_dict()}
+                  for v in sorted(values.values(), key=lambda v: -v.count)]
+            for fid, values in sorted(scan.facts.items())}
+
+
+def timeline(scan: ScanResult) -> List[Dict[str, Any]]:
+    """The first failure of every process, in time order where the lines carry a time, else in reading order."""
+    order = {name: i for i, name in enumerate(scan.sources)}
+    rows = [p for p in scan.processes.values() if p.first_failure is not None]
+    rows.sort(key=lambda p: (p.first_failure.ts is None, p.first_failure.ts or "",  # type: ignore[union-attr]
+                             order.get(p.first_failure.source, 0), p.first_failure.line))  # type: ignore[union-attr]
+    out = []
+    for i, p in enumerate(rows[:TIMELINE_ROWS]):
+        loc = p.first_failure
+        out.append({"who": p.who, "source": loc.source, "line": loc.line, "time": loc.ts,  # type: ignore[union-attr]
+                    "signature": p.failure_signature, "text": loc.text, "phase": p.failure_phase,  # type: ignore[union-attr]
+                    "exception": p.exception, "frame": p.frame, "first": i == 0})
+    return out
+
+
+def _next_steps(entries: List[Dict[str, Any]]) -> List[str]:
+    """What tells the leading causes apart: a doctor check or a variable flip per cause, in rank order."""
+    steps: List[str] = []
+    for c in entries[:3]:
+        for chk in c["checks"][:1]:
+            s = f"envbuild doctor --check {chk}  (confirms or clears {c['id']})"
+            if s not in steps:
+                steps.append(s)
+        for f in c["flips"][:1]:
+            s = f"rerun with {f['set']}: {f['reading']}"
+            if s not in steps:
+                steps.append(s)
+    return steps
+
+
+def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, problems: List[Problem],
+          profile_rows: Optional[List[Dict[str, Any]]], had_report: bool) -> Dict[str, Any]:
+    from envbuild.knowledge import load_causes
+    from envbuild.knowledge.signatures import load_flips
+
+    causes, flips, checks = load_causes(), load_flips(), context.check_causes()
+    by_cause: Dict[str, List[str]] = {}
+    for chk, cs in sorted(checks.items(), key=lambda kv: (len(kv[1]), kv[0])):  # the most specific check first
+        for c in cs:
+            by_cause.setdefault(c, []).append(chk)
+    entries = []
+    shown = rank.top(ranked) if verdict != "ok" else []
+    for rc in shown:
+        cause = causes.get(rc.id)
+        sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
+                     for h in rc.signatures if h.signature.flip]
+        entries.append({
+            "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.confidence,
+            "label": rank.label(rc.confidence),
+            "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
+            "adjustments": [a.to_dict() for a in rc.adjustments],
+            "ruled_out_by": rc.ruled_out_by,
+            "checks": by_cause.get(rc.id, []),
+            "flips": [{"set": f.set, "reading": f.reading} for f in flips.get(rc.id, ())] or sig_flips[:1],
+            "detect": cause.detect if cause else "", "fix": cause.fix if cause else "",
+        })
+    hits = rank.counted_hits(scan)
+    unexplained = [_hit_dict(h) for h in hits.values() if h.signature.kind == "failure" and not h.signature.supports]
+    return {
+        "schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "verdict": verdict,
+        "top": entries[0]["id"] if entries and verdict == "explained" else None,
+        "inputs": {"sources": scan.sources, "lines": scan.lines, "bytes": scan.bytes, "engine": scan.engine,
+                   "problems": [p.to_dict() for p in problems], "doctor_report": had_report},
+        "facts": _facts(scan),
+        "causes": entries,
+        "next_steps": _next_steps(entries) if verdict == "explained" else [],
+        "failures_without_cause": unexplained,
+        "timeline": timeline(scan),
+        "profile": profile_rows,
+    }
+
+
+def exit_code(result: Dict[str, Any]) -> int:
+    return 0 if result["verdict"] == "ok" else 1

@@ -1,0 +1,104 @@
+"""From what the scan found (and what the doctor or the profile know) to causes ranked with a confidence.
+
+Each signature seen adds its weights to the causes it supports, once per run however often it repeats (a
+line printed by 64 ranks is one piece of evidence); a signature that rules a cause out divides that cause's
+score by four; doctor results and profile comparisons add or divide the same way, each with its reason.
+Confidence is a softmax over the scores with an "unexplained" score of 1.0 beside them, so a lone weak hint
+never reads as certainty. No failure signature at all means nothing is wrong in the log; a failure whose best
+cause scores below 1.5 is reported as unknown — the honest answer when the log does not say.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from envbuild.explain.scan import Hit, ScanResult
+
+UNEXPLAINED = 1.0  # the score of "none of these": the softmax's floor
+MIN_CAUSE_SCORE = 1.5  # a best cause below this is not named; the verdict is "unknown"
+RULED_OUT_FACTOR = 0.25
+SHOWN = 6  # causes listed
+
+
+@dataclass
+class Adjustment:
+    """A change to a cause's score from outside the log lines (a doctor result, the profile)."""
+
+    cause: str
+    delta: float = 0.0  # added
+    factor: float = 1.0  # multiplied, after all additions
+    reason: str = ""
+    origin: str = ""  # "log" (the log's facts together), "doctor", "bundle", "profile"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"cause": self.cause, "delta": self.delta, "factor": self.factor, "reason": self.reason, "origin": self.origin}
+
+
+@dataclass
+class RankedCause:
+    id: str
+    title: str
+    score: float
+    confidence: float
+    signatures: List[Hit] = field(default_factory=list)  # supporting hits, strongest first
+    adjustments: List[Adjustment] = field(default_factory=list)
+    ruled_out_by: List[str] = field(default_factory=list)
+
+
+def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
+    """Hits whose `requires` are all met."""
+    return {sid: h for sid, h in scan.hits.items() if all(r in scan.hits for r in h.signature.requires)}
+
+
+def failure_seen(hits: Dict[str, Hit]) -> bool:
+    return any(h.signature.kind == "failure" for h in hits.values())
+
+
+def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]) -> List[RankedCause]:
+    """Every cause with a positive score, best first, with its confidence and evidence."""
+    hits = counted_hits(scan)
+    scores: Dict[str, float] = {}
+    support: Dict[str, List[Hit]] = {}
+    ruled: Dict[str, List[str]] = {}
+    for h in hits.values():
+        for cid, w in h.signature.supports.items():
+            scores[cid] = scores.get(cid, 0.0) + w
+            support.setdefault(cid, []).append(h)
+        for cid in h.signature.rules_out:
+            ruled.setdefault(cid, []).append(h.signature.id)
+    adj_by: Dict[str, List[Adjustment]] = {}
+    for a in adjustments:
+        if a.delta:
+            scores[a.cause] = scores.get(a.cause, 0.0) + a.delta
+        adj_by.setdefault(a.cause, []).append(a)
+    for cid in list(scores):
+        if cid in ruled:
+            scores[cid] *= RULED_OUT_FACTOR
+        for a in adj_by.get(cid, []):
+            scores[cid] *= a.factor
+    positive = {c: s for c, s in scores.items() if s > 0}
+    z = math.exp(UNEXPLAINED) + sum(math.exp(s) for s in positive.values())
+    out = []
+    for cid, s in sorted(positive.items(), key=lambda kv: (-kv[1], kv[0])):
+        sigs = sorted(support.get(cid, []), key=lambda h: -h.signature.supports[cid])
+        out.append(RankedCause(cid, titles.get(cid, cid), round(s, 3), round(math.exp(s) / z, 3), sigs,
+                               adj_by.get(cid, []), ruled.get(cid, [])))
+    return out
+
+
+def verdict(scan: ScanResult, ranked: List[RankedCause], doctor_failed: bool = False) -> str:
+    """'ok' (no failure in the log), 'explained' (a cause named) or 'unknown' (a failure, no cause that fits)."""
+    if not failure_seen(counted_hits(scan)) and not doctor_failed:
+        return "ok"
+    if ranked and ranked[0].score >= MIN_CAUSE_SCORE:
+        return "explained"
+    return "unknown"
+
+
+def label(confidence: float) -> str:
+    return "high" if confidence >= 0.5 else "medium" if confidence >= 0.2 else "low"
+
+
+def top(ranked: List[RankedCause], n: Optional[int] = None) -> List[RankedCause]:
+    return ranked[: n or SHOWN]

@@ -1,0 +1,84 @@
+"""The terminal form of an explain result: the verdict, causes ranked with the lines behind them, what tells
+the leading ones apart, and the first-failure timeline. Plain text (no colour), so it pastes into an issue."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+_FACT_LINE = (("nccl_version", "NCCL"), ("nccl_build_cuda", "NCCL built for CUDA"), ("cuda_driver_version", "libcuda (NCCL)"),
+              ("driver_version", "driver"), ("torch_version", "torch"), ("gpu_model", "GPU"), ("nranks", "ranks"),
+              ("framework", "framework"), ("failing_call", "failing NCCL call"), ("cuda_error", "CUDA error"),
+              ("transport", "transports"))
+
+
+def _values(result: Dict[str, Any], fid: str) -> List[str]:
+    vals = [v["value"] for v in result["facts"].get(fid, [])]
+    if fid == "nranks" and vals:
+        return [max(vals, key=int)]
+    return vals[:4]
+
+
+def _where(loc: Dict[str, Any]) -> str:
+    return f"{loc['source']}:{loc['line']}"
+
+
+def render(result: Dict[str, Any]) -> str:
+    out: List[str] = []
+    inp = result["inputs"]
+    out.append(f"envbuild explain · {len(inp['sources'])} input(s), {inp['lines']} lines")
+    facts = [f"{label} {', '.join(_values(result, fid))}" for fid, label in _FACT_LINE if _values(result, fid)]
+    if facts:
+        out.append("facts: " + " · ".join(facts))
+    for p in inp["problems"]:
+        out.append(f"note: {p['source']}: {p['message']}")
+    verdict = result["verdict"]
+    if verdict == "ok":
+        out.append("verdict: no failure recognised in the logs (nothing recognised as an error)")
+        return "\n".join(out) + "\n"
+    if verdict == "unknown":
+        out.append("verdict: a failure, cause unknown — no known signature explains it")
+        for f in result["failures_without_cause"][:4]:
+            loc = f["locations"][0]
+            out.append(f"  {f['signature']}: {loc['text'][:160]}  ({_where(loc)})")
+    else:
+        top = result["causes"][0]
+        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['confidence']:.0%}, {top['label']})")
+    if result["causes"]:
+        out.append("")
+        out.append("causes, ranked:")
+    for i, c in enumerate(result["causes"], 1):
+        out.append(f"{i:>2}. {c['id']:<4} {c['confidence']:>4.0%}  {c['title']}")
+        for e in c["evidence"][:4]:
+            loc = e["locations"][0] if e["locations"] else None
+            times = f" ×{e['count']}" if e["count"] > 1 else ""
+            where = f"  [{_where(loc)}]" if loc else ""
+            out.append(f"        + {e['signature']}{times}{where}: {loc['text'][:140] if loc else ''}")
+        for a in c["adjustments"][:3]:
+            sign = f"+{a['delta']:g}" if a["delta"] else f"x{a['factor']:g}"
+            out.append(f"        {sign} {a['origin']}: {a['reason'][:150]}")
+        for r in c["ruled_out_by"][:2]:
+            out.append(f"        - lowered by {r}")
+        if i <= 3:
+            if c["checks"]:
+                out.append(f"        check: envbuild doctor --check {' --check '.join(c['checks'][:3])}")
+            for f in c["flips"][:1]:
+                out.append(f"        flip:  {f['set']} and rerun — {f['reading']}")
+            out.append(f"        fix:   {c['fix']}")
+    if result["next_steps"]:
+        out.append("")
+        out.append("what tells the leading causes apart:")
+        out.extend(f"  - {s}" for s in result["next_steps"])
+    if result.get("profile"):
+        out.append("")
+        out.append("log vs image:")
+        for r in result["profile"]:
+            out.append(f"  {r['component']:<28} image {r['image'] or '-':<12} log {', '.join(r['log']) or '-':<16} {r['verdict']}")
+    if result["timeline"]:
+        out.append("")
+        out.append("first failure per process (earliest first):")
+        for t in result["timeline"]:
+            phase = f" in {t['phase']}" if t["phase"] else ""
+            when = (t["time"] or "").replace("0000-", "")
+            out.append(f"  {'*' if t['first'] else ' '} {when:<26} {t['who'][:48]:<48} {t['signature']}{phase}  [{t['source']}:{t['line']}]")
+            if t["first"] and t["exception"]:
+                out.append(f"      raised: {t['exception'][:160]}" + (f"  at {t['frame']}" if t["frame"] else ""))
+    return "\n".join(out) + "\n"

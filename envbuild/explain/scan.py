@@ -1,0 +1,465 @@
+"""One pass over log bytes: which signatures and facts occur, where, in which process, in which phase.
+
+Speed comes from a pre-filter: every signature and fact declares literal keys, and one alternation of all keys
+runs over whole byte blocks (RE2 when google-re2 is installed, which scans at hundreds of MB/s; Python's `re`
+otherwise, correct but several times slower). Only a line holding a key is decoded and tried against the
+patterns whose keys it holds, and a line seen before is answered from a bounded cache (logs repeat: every rank
+prints the same banner). Everything kept is bounded (a few locations per signature, a few values per fact,
+a few hundred processes), so memory does not grow with the log.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from envbuild.knowledge.signatures import Fact, Signature
+
+BLOCK_HINT = 4 * 1024 * 1024  # the reader's block size (reader.BLOCK)
+MAX_LINE = 8192  # characters of a line the patterns see (a longer line is cut around the key)
+MAX_LOCATIONS = 3  # log lines kept per signature
+MAX_VALUES = 16  # distinct values kept per fact
+MAX_WHO = 512  # processes tracked for the timeline
+_CACHE_LIMIT = 20000
+
+# Keys of the scanner's own structure (not of any signature): traceback frames and exception lines.
+_FRAME_KEY = 'File "'
+_STRUCT_KEYS = (_FRAME_KEY, "Error", "Exception")
+
+_RAY = re.compile(r"^\((?P<actor>[\w.:-]+)(?: pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[^)]+))?\)\s?")
+_REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
+_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|^rank(\d+):")  # torch's [rank3]: / slime's [Rank 3]; not "around rank 39"
+_NCCL_WHO = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] NCCL")
+_TS_ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?)")
+_TS_GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+)")
+_TS_MD = re.compile(r"\b(\d{2})-(\d{2}) (\d{2}:\d{2}:\d{2})\b")
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))(?::\s?(?P<msg>.*))?$")
+
+
+def _engine_regex(keys: Sequence[str], whole_lines: bool = True) -> Tuple[Any, str, bool]:
+    """The pre-filter over bytes: RE2 if importable, else Python's re (named so the benchmark can say which).
+    With RE2 the pattern runs on to the end of the line holding a key, so a match gives the line's end at once
+    (measured: faster than the bare alternation, and far faster than one spanning the whole line)."""
+    alternation = b"|".join(re.escape(k.encode()) for k in sorted(set(keys), key=len, reverse=True))
+    try:
+        import re2  # type: ignore[import-not-found]
+
+        opts = re2.Options()
+        opts.max_mem = 64 << 20
+        if whole_lines:
+            return re2.compile(b"(?:" + alternation + b")[^\\n]*", options=opts), "re2", True
+        return re2.compile(alternation, options=opts), "re2", False
+    except Exception:  # noqa: BLE001 - not installed, or a build without Options: the stdlib works everywhere
+        return re.compile(alternation), "re", False
+
+
+@dataclass
+class Location:
+    source: str
+    line: int
+    text: str
+    who: str
+    ts: Optional[str]
+    ts_exact: bool = True  # False: the line has no time; ts is the last time seen before it in the same source
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"source": self.source, "line": self.line, "text": self.text, "who": self.who, "time": self.ts,
+                "time_exact": self.ts_exact}
+
+
+@dataclass
+class Hit:
+    """How often one signature occurred and where (the first few places)."""
+
+    signature: Signature
+    count: int = 0
+    locations: List[Location] = field(default_factory=list)
+    whos: Dict[str, None] = field(default_factory=dict)  # ordered set, bounded
+
+
+@dataclass
+class FactValue:
+    value: str
+    count: int
+    first: Location
+
+
+@dataclass
+class Process:
+    """One process (a Ray actor, a rank, a file) as far as the timeline needs it."""
+
+    who: str
+    source: str
+    phase: Optional[str] = None
+    first_failure: Optional[Location] = None
+    failure_signature: Optional[str] = None
+    failure_phase: Optional[str] = None
+    exception: Optional[str] = None  # the exception line that ended its first traceback
+    frame: Optional[str] = None  # that traceback's innermost frame, file:line in func
+    _in_traceback: bool = False
+    _last_frame: Optional[str] = None
+
+
+@dataclass
+class ScanResult:
+    hits: Dict[str, Hit]
+    facts: Dict[str, Dict[str, FactValue]]
+    processes: Dict[str, Process]
+    lines: int
+    bytes: int
+    sources: List[str]
+    engine: str
+
+
+class Scanner:
+    """Feed it blocks of one source after another; `result()` gives what was found."""
+
+    def __init__(self, signatures: Sequence[Signature], facts: Sequence[Fact]):
+        self.signatures = list(signatures)
+        self.facts = list(facts)
+        keys = [k for s in self.signatures for k in s.keys] + [k for f in self.facts for k in f.keys] + list(_STRUCT_KEYS)
+        self._prefilter, self.engine, self._whole_lines = _engine_regex(keys)
+        self._key_finder = _engine_regex(keys, whole_lines=False)[0] if self._whole_lines else self._prefilter
+        self._keys = sorted(set(keys), key=len, reverse=True)
+        # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
+        by_key: Dict[str, List[Any]] = {}
+        for entry in [*self.signatures, *self.facts]:
+            for k in entry.keys:
+                by_key.setdefault(k, []).append(entry)
+        self._closure: Dict[bytes, Tuple[Any, ...]] = {}
+        for k in self._keys:
+            seen: Dict[int, Any] = {}
+            for sub, entries in by_key.items():
+                if sub in k:
+                    for e in entries:
+                        seen[id(e)] = e
+            self._closure[k.encode()] = tuple(seen.values())
+        self._cache: Dict[bytes, Any] = {}
+        self.hits: Dict[str, Hit] = {}
+        self.fact_values: Dict[str, Dict[str, FactValue]] = {}
+        self.processes: Dict[str, Process] = {}
+        self.lines = 0
+        self.bytes = 0
+        self.sources: List[str] = []
+        self._source_phase: Dict[str, str] = {}
+        self._source_ts: Dict[str, str] = {}
+        # Lines of the current source whose next occurrence can only add to counts (see _repeat_block):
+        self._inert: Dict[bytes, Tuple[_LineInfo, Process]] = {}
+        self._plain: Dict[bytes, None] = {}  # lines known to have no effect (no key, or no pattern matched)
+
+    # ------------------------------------------------------------------ input
+
+    def feed_source(self, name: str, chunks: Iterable[bytes]) -> None:
+        self.sources.append(name)
+        line_no = 1
+        ends_with_newline = True
+        match = self._match_fn()
+        self._inert.clear()
+        for chunk in chunks:
+            self.bytes += len(chunk)
+            if self._repeat_block(chunk, match):
+                line_no += chunk.count(b"\n")
+                ends_with_newline = chunk.endswith(b"\n")
+                continue
+            pos = 0
+            counted = 0  # position up to which newlines are counted into line_no
+            n = len(chunk)
+            view = memoryview(chunk)  # RE2's binding copies a bytes argument on every call, a memoryview it does not
+            while pos < n:
+                span = match(view, pos, n)
+                if span is None:
+                    break
+                ms, me = span
+                start = chunk.rfind(b"\n", 0, ms) + 1
+                if self._whole_lines:
+                    end = me
+                else:
+                    end = chunk.find(b"\n", me)
+                    if end < 0:
+                        end = n
+                line_no += chunk.count(b"\n", counted, start)
+                counted = start
+                lo, hi = start, end
+                if hi - lo > MAX_LINE:
+                    lo = max(start, ms - MAX_LINE // 2)
+                    hi = min(end, lo + MAX_LINE)
+                self._line(chunk[lo:hi], name, line_no)
+                pos = end + 1
+            line_no += chunk.count(b"\n", counted)
+            ends_with_newline = chunk.endswith(b"\n")
+        self.lines += line_no - (1 if ends_with_newline else 0)
+
+    def _repeat_block(self, chunk: bytes, match: Any) -> bool:
+        """Logs repeat (every rank prints the same lines, a retried step the same traceback). When a block's
+        distinct lines are all known to be inert, or to hold no key, count them without the line-by-line pass:
+        a C-speed split and Counter instead of one regex call per candidate line. False: scan it normally."""
+        if not chunk.endswith(b"\n") or len(chunk) > 2 * BLOCK_HINT:
+            return False
+        lines = chunk.split(b"\n")
+        counts = Counter(lines)
+        if len(counts) * 2 > len(lines):  # mostly distinct lines: the normal pass is cheaper
+            return False
+        inert, plain = self._inert, self._plain
+        pending = []
+        for line in counts:
+            if line in inert:
+                pending.append(line)
+            elif line not in plain:
+                if len(line) <= MAX_LINE and match(memoryview(line), 0, len(line)) is None:
+                    if len(plain) >= _CACHE_LIMIT * 5:
+                        plain.clear()
+                    plain[line] = None
+                else:
+                    return False
+        for line in pending:
+            info, proc = inert[line]
+            k = counts[line]
+            for entry, value in info.matches:
+                if isinstance(entry, Fact):
+                    if entry.kind != "phase":
+                        fv = self.fact_values[entry.id].get(value or "")
+                        if fv is not None:
+                            fv.count += k
+                else:
+                    self.hits[entry.id].count += info.times * k
+        return True
+
+    def _is_inert(self, info: _LineInfo, proc: Process) -> bool:
+        """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
+        count as inert once applied: a byte-identical repeat of them adds no new order information worth a
+        line-by-line pass (lines that carry a time or a pid are distinct anyway)."""
+        for entry, value in info.matches:
+            if isinstance(entry, Fact):
+                if entry.kind == "phase":
+                    continue
+                values = self.fact_values.get(entry.id, {})
+                if (value or "") not in values and len(values) < MAX_VALUES:
+                    return False
+                continue
+            hit = self.hits.get(entry.id)
+            if hit is None or len(hit.locations) < MAX_LOCATIONS or (proc.who not in hit.whos and len(hit.whos) < 64):
+                return False
+            if entry.kind == "failure" and proc.first_failure is None:
+                return False
+        return True
+
+    def _match_fn(self) -> Any:
+        """(buffer, pos, end) -> (start, end) of the next candidate, or None. RE2's compiled object is called
+        directly where it exposes Match (one C call per candidate line, no Python match object)."""
+        regexp = getattr(self._prefilter, "_regexp", None)
+        if regexp is not None and hasattr(regexp, "Match"):
+            import re2  # type: ignore[import-not-found]
+
+            anchor = re2._Anchor.UNANCHORED  # noqa: SLF001 - the public wrapper adds a generator per call
+
+            def match(view: Any, pos: int, n: int) -> Optional[Tuple[int, int]]:
+                spans = regexp.Match(anchor, view, pos, n)
+                return None if spans[0][0] < 0 else spans[0]
+
+            return match
+        search = self._prefilter.search
+
+        def match_re(view: Any, pos: int, n: int) -> Optional[Tuple[int, int]]:
+            m = search(view, pos)
+            return None if m is None else m.span()
+
+        return match_re
+
+    # ------------------------------------------------------------------ one candidate line
+
+    def _info(self, raw: bytes) -> Optional[_LineInfo]:
+        """Everything about a line that depends only on its bytes, computed once per distinct line."""
+        cached = self._cache.get(raw, _MISSING)
+        if cached is not _MISSING:
+            return cached  # type: ignore[return-value]
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        entries: Dict[int, Any] = {}
+        for k in self._keys_in(raw):
+            for e in self._closure.get(k, ()):
+                entries[id(e)] = e
+        matches = []
+        for e in entries.values():
+            m = e.pattern.search(text)
+            if m is not None:
+                matches.append((e, e.value(m) if isinstance(e, Fact) else None))
+        who, body = _who(text)
+        struct = _struct(body)
+        info: Optional[_LineInfo] = None
+        if matches or struct is not None:
+            rep = _REPEATED.search(text) if "repeated" in text else None
+            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400])
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[raw] = info
+        return info
+
+    def _keys_in(self, raw: bytes) -> List[bytes]:
+        """The keys a line holds (non-overlapping, longest first at each place)."""
+        regexp = getattr(self._key_finder, "_regexp", None)
+        if regexp is None or not hasattr(regexp, "Match"):
+            return self._key_finder.findall(raw)
+        import re2  # type: ignore[import-not-found]
+
+        anchor, out, pos, n = re2._Anchor.UNANCHORED, [], 0, len(raw)  # noqa: SLF001 - see _match_fn
+        while pos < n:
+            (s, e), = regexp.Match(anchor, raw, pos, n)[:1]
+            if s < 0:
+                break
+            out.append(raw[s:e])
+            pos = e if e > s else e + 1
+        return out
+
+    def _line(self, raw: bytes, source: str, line_no: int) -> None:
+        info = self._info(raw)
+        if info is None:  # a key, but no pattern matched: as inert as a line without one
+            if len(self._plain) >= _CACHE_LIMIT * 5:
+                self._plain.clear()
+            self._plain[raw] = None
+            return
+        who = info.who if isinstance(info.who, str) else (source if info.who is None else f"{source} rank {info.who[1]}")
+        proc = self.processes.get(who)
+        if proc is None:
+            if len(self.processes) >= MAX_WHO:
+                who = f"{source} (other processes)"
+                proc = self.processes.get(who)
+            if proc is None:
+                proc = self.processes[who] = Process(who=who, source=source)
+        loc: Optional[Location] = None
+
+        def location() -> Location:
+            nonlocal loc
+            if loc is None:
+                ts = _timestamp(info.text)  # type: ignore[union-attr]
+                if ts is not None:
+                    self._source_ts[source] = ts
+                    loc = Location(source, line_no, info.text, who, ts)  # type: ignore[union-attr]
+                else:
+                    loc = Location(source, line_no, info.text, who, self._source_ts.get(source), False)  # type: ignore[union-attr]
+            return loc
+
+        if info.struct is not None:
+            self._structure(proc, info.struct)
+        for entry, value in info.matches:
+            if isinstance(entry, Fact):
+                self._fact(entry, value or "", location, proc)
+            else:
+                self._hit(entry, info.times, location, proc)
+        if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
+            best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
+            proc.failure_signature = best.id  # name its most telling signature, not the first one tried
+        if raw not in self._inert and self._is_inert(info, proc):
+            if len(self._inert) >= _CACHE_LIMIT:
+                self._inert.clear()
+            self._inert[raw] = (info, proc)
+
+    def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
+        """Track tracebacks: the innermost frame and the exception line that ends the first one."""
+        kind, value = struct
+        if kind == "tb":
+            proc._in_traceback = True
+        elif kind == "frame":
+            if proc._in_traceback:
+                proc._last_frame = value
+        elif proc._in_traceback:  # an exception line
+            proc._in_traceback = False
+            if proc.exception is None:
+                proc.exception = value
+                proc.frame = proc._last_frame
+
+    def _fact(self, fact: Fact, value: str, location: Any, proc: Process) -> None:
+        if fact.kind == "phase":
+            proc.phase = self._source_phase[proc.source] = value
+            location()  # its time orders later lines without one
+            return
+        values = self.fact_values.setdefault(fact.id, {})
+        fv = values.get(value)
+        if fv is not None:
+            fv.count += 1
+        elif len(values) < MAX_VALUES:
+            values[value] = FactValue(value, 1, location())
+
+    def _hit(self, sig: Signature, times: int, location: Any, proc: Process) -> None:
+        hit = self.hits.get(sig.id)
+        if hit is None:
+            hit = self.hits[sig.id] = Hit(sig)
+        hit.count += times
+        if len(hit.locations) < MAX_LOCATIONS:
+            hit.locations.append(location())
+        if len(hit.whos) < 64:
+            hit.whos[proc.who] = None
+        if sig.kind != "failure":
+            return
+        if proc.first_failure is None:
+            proc.first_failure = location()
+            proc.failure_signature = sig.id
+            proc.failure_phase = proc.phase or self._source_phase.get(proc.source)
+
+
+    def result(self) -> ScanResult:
+        return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine)
+
+
+_MISSING = object()
+
+
+def _strength(sig: Signature) -> float:
+    return max(sig.supports.values(), default=0.0)
+
+
+@dataclass(frozen=True)
+class _LineInfo:
+    matches: Tuple[Tuple[Any, Optional[str]], ...]
+    who: Any  # a process name, None (the source itself) or ("rank", n) (a rank within the source)
+    struct: Optional[Tuple[str, str]]  # ("tb"|"frame"|"exc", value) for the traceback tracker
+    times: int  # Ray's [repeated Nx across cluster]
+    text: str  # its time is parsed only when a location is kept (most candidate lines keep none)
+
+
+def _who(text: str) -> Tuple[Any, str]:
+    """Which process printed the line (see _LineInfo.who), and the line without Ray's prefix."""
+    m = _RAY.match(text)
+    if m:
+        who = f"{m.group('actor')} pid={m.group('pid')}" if m.group("pid") else m.group("actor")
+        if m.group("ip"):
+            who += f" ip={m.group('ip')}"
+        return who, text[m.end():]
+    if "] NCCL" in text:
+        m2 = _NCCL_WHO.search(text)
+        if m2:
+            return f"{m2.group('host')} pid={m2.group('pid')} [{m2.group('dev')}]", text
+    if "ank" in text:
+        r = _RANK.search(text)
+        if r:
+            return ("rank", r.group(1) or r.group(2)), text
+    return None, text
+
+
+def _struct(body: str) -> Optional[Tuple[str, str]]:
+    if "Traceback (most recent call last)" in body:
+        return ("tb", "")
+    if _FRAME_KEY in body:
+        f = _FRAME.search(body)
+        if f:
+            return ("frame", f"{f.group('file')}:{f.group('line')} in {f.group('func')}")
+    if "Error" in body or "Exception" in body or "Interrupt" in body:
+        stripped = body.strip()
+        if _EXC.match(stripped):
+            return ("exc", stripped[:300])
+    return None
+
+
+def _timestamp(text: str) -> Optional[str]:
+    """A sortable time of the line if it carries one: 'YYYY-MM-DD HH:MM:SS.ffffff', or '0000-MM-DD ...' when
+    the log omits the year (glog, vLLM)."""
+    m = _TS_ISO.search(text)
+    if m:
+        return f"{m.group(1)} {m.group(2).replace(',', '.')}"
+    g = _TS_GLOG.search(text)
+    if g:
+        return f"0000-{g.group(1)}-{g.group(2)} {g.group(3)}"
+    d = _TS_MD.search(text)
+    if d:
+        return f"0000-{d.group(1)}-{d.group(2)} {d.group(3)}"
+    return None
