@@ -5,6 +5,8 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
+from envbuild.fleet.options import fleet_options
+
 
 def _parse_gpus(value: Optional[str]) -> Optional[List[int]]:
     if value is None:
@@ -43,10 +45,11 @@ def _parse_sets(values: Tuple[str, ...]) -> Dict[str, str]:
 @click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile here.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Option for a check, e.g. train.layers=4.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@fleet_options
 def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
            mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
            strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
-           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool) -> int:
+           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool, **fleet) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
@@ -59,4 +62,6 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
         require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,
         options=_parse_sets(sets), quiet=quiet,
     )
-    return run_doctor(opts)
+    from envbuild.fleet.options import run_fleet, wants_fleet
+
+    return run_fleet(opts, fleet) if wants_fleet(fleet) else run_doctor(opts)

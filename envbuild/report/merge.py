@@ -275,6 +275,11 @@ def merge(nodes: List[NodeReport], fleet_results: Sequence[Result] = (), strict:
     unique, dropped = _dedupe(nodes)
     unique.sort(key=lambda n: (natural_key(n.node), n.source))
     results = list(fleet_results) + version_results(unique)
+    from envbuild.fleet.audit import audits_in, compare
+
+    audits = audits_in(unique)
+    if audits:  # processes audited with audit_actor (or doctor --ray --audit): members must agree
+        results += compare(audits)
     results.sort(key=lambda r: (r.check_id, r.subject or ""))
     return FleetReport(nodes=unique, fleet_results=results, envbuild_version=__version__, strict=strict,
                        superseded=sorted(list(superseded) + dropped))
