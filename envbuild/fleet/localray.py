@@ -110,8 +110,8 @@ class LocalRayCluster:
 
     @staticmethod
     def _signal_session(proc: subprocess.Popen, sig: int) -> None:
-        sid = proc.pid
-        for pid in _pids_in_session(sid):
+        """Signal the node's session and every descendant (Ray workers get process groups of their own)."""
+        for pid in _with_descendants(_pids_in_session(proc.pid)):
             try:
                 os.kill(pid, sig)
             except OSError:
@@ -156,6 +156,22 @@ def _pids_in_session(sid: int) -> List[int]:
             st = _proc_stat(entry)
             if st and len(st) > 3 and st[0] != "Z" and int(st[3]) == sid:
                 out.append(int(entry))
+    return out
+
+
+def _with_descendants(pids: List[int]) -> List[int]:
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(entry)
+            if st and len(st) > 1 and st[0] != "Z":
+                children.setdefault(int(st[1]), []).append(int(entry))
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.append(pid)
+            todo.extend(children.get(pid, []))
     return out
 
 

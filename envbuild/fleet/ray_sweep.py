@@ -112,8 +112,12 @@ def _say(text: str) -> None:
 class _Waiter:
     """ray.wait with a deadline over named refs, polling each actor's phase() meanwhile."""
 
-    def __init__(self, ray, actors: Dict[int, Any], deadline: float):
+    def __init__(self, ray, actors: Dict[int, Any], deadline: float, names: Optional[Dict[int, str]] = None,
+                 abort_on_death: bool = False):
         self.ray, self.actors, self.deadline = ray, actors, deadline
+        self.names = names or {}
+        self.abort_on_death = abort_on_death  # a collective cannot finish once one rank is gone: stop the rest
+        self.dead: List[int] = []
         self.phase: Dict[int, Dict[str, Any]] = {i: {"phase": "starting"} for i in actors}
 
     def run(self, refs: Dict[int, Any]) -> Tuple[Dict[int, Any], Dict[int, str]]:
@@ -134,14 +138,25 @@ class _Waiter:
                         values[i] = ray.get(ref, timeout=5)
                     except Exception as exc:  # the worker or its node died, or the call raised
                         problems[i] = f"{_why(exc)} (while: {self._said(i)})"
+                        self.dead.append(i)
+            if self.abort_on_death and self.dead and pending:
+                gone = ", ".join(self.names.get(i, str(i)) for i in self.dead)
+                for i in pending:
+                    problems[i] = f"stopped: a peer on {gone} is gone (this rank was: {self._said(i)})"
+                    self._kill(i)
+                return values, problems
             self._poll(list(pending))
         for i in pending:
             problems[i] = f"no answer within the sweep's deadline; it was: {self._said(i)}"
-            try:
-                ray.kill(self.actors[i])
-            except Exception:
-                pass
+            self.dead.append(i)
+            self._kill(i)
         return values, problems
+
+    def _kill(self, i: int) -> None:
+        try:
+            self.ray.kill(self.actors[i])
+        except Exception:
+            pass
 
     def _poll(self, which: List[int]) -> None:
         if not which:
@@ -286,7 +301,8 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
     else:
         ranks = [(i, actors[i]) for i in live]
     rank_actors = {r: a for r, (_, a) in enumerate(ranks)}
-    w = _Waiter(ray, rank_actors, min(deadline, time.monotonic() + 60))
+    rank_names = {r: names[ranks[r][0]] for r in rank_actors}
+    w = _Waiter(ray, rank_actors, min(deadline, time.monotonic() + 60), names=rank_names, abort_on_death=True)
     port, bad = w.run({0: rank_actors[0].free_port.remote()})
     master = good[ranks[0][0]]["ip"]
     size = int((o.collective_mb or (64.0 if use_nccl else 8.0)) * 1e6)
@@ -300,7 +316,7 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
     values, problems = w.run(refs) if refs else ({}, {0: bad.get(0, "no port")})
     out: List[Result] = []
     where = {r: ranks[r][0] for r in rank_actors}
-    failed_nodes = sorted({names[where[r]] for r in problems})
+    failed_nodes = sorted({names[where[r]] for r in w.dead})
     for r, msg in sorted(problems.items()):
         i = where[r]
         nodes[i].findings.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
@@ -316,7 +332,7 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
     if problems:
         out.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
                           f"the {backend} collectives over {len(ranks)} ranks did not complete: rank(s) on "
-                          f"{', '.join(failed_nodes)} died or hung", evidence={"problems": {str(k): v for k, v in problems.items()}},
+                          f"{', '.join(failed_nodes) or '?'} died or hung, the others were stopped", evidence={"problems": {str(k): v for k, v in problems.items()}},
                           remediation="check the named nodes (`ray status`, dmesg) and rerun; the other nodes' "
                                       "numbers are not comparable without them", causes=["U4"]))
         return out
