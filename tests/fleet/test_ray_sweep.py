@@ -73,6 +73,38 @@ def test_quick_sweep_runs_gloo_collectives(cluster, tmp_path, torch_env):
     assert 'envbuild_metric{node="' in (tmp_path / "f.prom").read_text()
 
 
+USER_JOB = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+
+@ray.remote(num_cpus=0)
+class TrainActor:  # what a slime user adds to their actors: one call, after NCCL is set up
+    def audit(self, out):
+        from envbuild.fleet.audit import audit_actor
+        return audit_actor(out, group="train")
+
+actors = [TrainActor.options(runtime_env={"env_vars": {"NCCL_CUMEM_ENABLE": v, "GITHUB_TOKEN": "ghp_x"}}).remote()
+          for v in ("0", "0", "1")]
+print(ray.get([a.audit.remote(sys.argv[2]) for a in actors], timeout=120))
+"""
+
+
+def test_audit_actor_in_a_users_own_ray_job(cluster, tmp_path):
+    out = tmp_path / "audit"
+    job = subprocess.run([sys.executable, "-c", USER_JOB, cluster.address, str(out)], capture_output=True, text=True,
+                         timeout=180)
+    assert job.returncode == 0, job.stderr[-2000:]
+    files = sorted(out.glob("*.json"))
+    assert len(files) == 3
+    assert "ghp_x" not in "".join(f.read_text() for f in files)  # not an allowlisted variable: never read
+    merged = subprocess.run([sys.executable, "-m", "envbuild", "report", "merge", str(out), "-o", str(tmp_path / "m.json")],
+                            capture_output=True, text=True)
+    assert merged.returncode == 1, merged.stdout
+    agree = [r for r in json.loads((tmp_path / "m.json").read_text())["fleet_results"]
+             if r["check_id"] == "fleet.audit_agree"][0]
+    assert agree["status"] == "fail" and "NCCL_CUMEM_ENABLE: 0 on 2 vs 1 on 1" in agree["summary"], agree
+
+
 def test_unreachable_address_exits_2():
     proc = doctor("--ray", "127.0.0.1:9", timeout=60)
     assert proc.returncode == 2 and "cannot reach a Ray head" in proc.stderr
