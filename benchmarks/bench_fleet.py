@@ -61,7 +61,7 @@ def bench_merge(nodes: int) -> None:
             print(f"{name:60} {t:7.2f} {2.0:7.1f} {t / anchor:9.1f}  {'ok' if t <= 2.0 else 'OVER GOAL'}")
 
 
-def bench_ray(sizes) -> None:
+def bench_ray(sizes, repeats: int = 2) -> None:
     from envbuild.fleet.localray import LocalRayCluster
 
     times = {}
@@ -70,8 +70,8 @@ def bench_ray(sizes) -> None:
             env = dict(os.environ, COLUMNS="300")
             argv = [sys.executable, "-m", "envbuild", "doctor", "--ray", cluster.address, "-q"]
             timed(argv, env)  # first sweep warms the workers' imports
-            times[n] = min(timed(argv, env) for _ in range(2))
-            print(f"N={n:3d}: static sweep {times[n]:6.2f} s")
+            times[n] = min(timed(argv, env) for _ in range(repeats))
+            print(f"N={n:3d}: static sweep {times[n]:6.2f} s", flush=True)
     if 1 in times:
         print(f"{'nodes':>5} {'sweep s':>8} {'x one node':>10}")
         for n, t in times.items():
@@ -86,11 +86,12 @@ def main() -> None:
     m.add_argument("--nodes", type=int, default=1000)
     r = sub.add_parser("ray")
     r.add_argument("--sizes", default="1,2,8,32")
+    r.add_argument("--repeats", type=int, default=2, help="timed sweeps per size (best is kept), after one warm-up")
     args = ap.parse_args()
     if args.what == "merge":
         bench_merge(args.nodes)
     else:
-        bench_ray([int(x) for x in args.sizes.split(",")])
+        bench_ray([int(x) for x in args.sizes.split(",")], args.repeats)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,21 @@ from typing import Dict, List, Optional
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return _free_ports(1)[0]
+
+
+def _free_ports(n: int) -> List[int]:
+    """n distinct free ports: all sockets stay bound until every port is picked (else the kernel may repeat one)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class LocalRayCluster:
@@ -38,9 +50,9 @@ class LocalRayCluster:
     def _start(self, args: List[str]) -> subprocess.Popen:
         log = open(os.path.join(self.temp, f"start-{len(self.procs)}.log"), "wb")
         # every port named: raylets started at once on one host otherwise race for the same defaults
-        ports = [f"--{name}={_free_port()}" for name in (
-            "node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-grpc-port",
-            "dashboard-agent-listen-port", "runtime-env-agent-port")]
+        names = ("node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-grpc-port",
+                 "dashboard-agent-listen-port", "runtime-env-agent-port")
+        ports = [f"--{name}={port}" for name, port in zip(names, _free_ports(len(names)))]
         cmd = [self.ray, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}",
                "--num-gpus=0", "--object-store-memory=78643200", "--disable-usage-stats", *ports, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)

@@ -233,10 +233,9 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
         names[i] = ray_nodes.get(nid, {}).get("NodeName") or nid[:8] or f"bundle{i}"
     nodes: Dict[int, NodeReport] = {i: error_node(names[i], f"ray:{bundle_node.get(i, '?')}", msg)
                                     for i, msg in problems.items()}
-    options = {k: v for k, v in o.doctor.items()}
     doc_refs = {}
     for i in good:
-        opts = dict(options)
+        opts = dict(o.doctor)
         if probes and good[i]["gpu_ids"]:
             opts["gpus"] = good[i]["gpu_ids"]
         doc_refs[i] = actors[i].doctor.remote(opts)
