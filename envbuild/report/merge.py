@@ -287,10 +287,17 @@ def merge(nodes: List[NodeReport], fleet_results: Sequence[Result] = (), strict:
 
 def merge_files(paths: Sequence[str], exclude: Iterable[str] = (), strict: bool = False) -> FleetReport:
     """`envbuild report merge`: read every node report under `paths` and merge them."""
+    import gc
+
     nodes: List[NodeReport] = []
-    for f in expand_inputs(paths, exclude):
-        nodes.extend(read_file(f))
-    return merge(nodes, strict=strict)
+    files = expand_inputs(paths, exclude)
+    gc.disable()  # 1000 reports are millions of small objects, none cyclic: the collector's passes doubled the time
+    try:
+        for f in files:
+            nodes.extend(read_file(f))
+        return merge(nodes, strict=strict)
+    finally:
+        gc.enable()
 
 
 def fleet_to_dict(fleet: FleetReport) -> Dict[str, Any]:
