@@ -94,6 +94,11 @@ class NodeAgent:
         from envbuild.fleet.collective import run_rank
 
         self._set("cross-node collective: importing torch")
+        if kwargs.get("backend") == "nccl" and os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
+            import ray  # slime's setting: Ray leaves CUDA_VISIBLE_DEVICES alone, so use the physical index
+
+            ids = ray.get_gpu_ids()
+            kwargs["gpu"] = int(ids[0]) if ids else None
         try:
             out = run_rank(on_phase=self._set, **kwargs)
         finally:
