@@ -109,6 +109,13 @@ def _say(text: str) -> None:
     print(f"envbuild --ray: {text}", file=sys.stderr, flush=True)
 
 
+def _actor_gone(ray, exc: BaseException) -> bool:
+    """True when the actor (its process or node) is gone, not when the call merely raised."""
+    gone = tuple(getattr(ray.exceptions, n) for n in ("RayActorError", "ActorUnavailableError", "NodeDiedError",
+                                                      "WorkerCrashedError") if hasattr(ray.exceptions, n))
+    return isinstance(exc, gone)
+
+
 class _Waiter:
     """ray.wait with a deadline over named refs, polling each actor's phase() meanwhile."""
 
@@ -138,12 +145,10 @@ class _Waiter:
                         values[i] = ray.get(ref, timeout=5)
                     except Exception as exc:  # the worker or its node died, or the call raised
                         problems[i] = f"{_why(exc)} (while: {self._said(i)})"
-                        self.dead.append(i)
-            if self.abort_on_death and self.dead and pending:
-                gone = ", ".join(self.names.get(i, str(i)) for i in self.dead)
-                for i in pending:
-                    problems[i] = f"stopped: a peer on {gone} is gone (this rank was: {self._said(i)})"
-                    self._kill(i)
+                        if _actor_gone(ray, exc):
+                            self.dead.append(i)
+            if self.abort_on_death and problems and pending:
+                self._abort(pending, problems)
                 return values, problems
             self._poll(list(pending))
         for i in pending:
@@ -151,6 +156,31 @@ class _Waiter:
             self.dead.append(i)
             self._kill(i)
         return values, problems
+
+    def _abort(self, pending: Dict[int, Any], problems: Dict[int, str]) -> None:
+        """One rank failed: the collective cannot finish. A pending rank whose worker still answers is stopped;
+        one that does not answer in 3 s is the one whose node died or hung (a peer's error often comes back
+        before Ray has noticed the death)."""
+        pings = {i: self.actors[i].phase.remote() for i in pending}
+        ready, _ = self.ray.wait(list(pings.values()), num_returns=len(pings), timeout=3)
+        answered = set()
+        for i, ref in pings.items():
+            if ref in ready:
+                try:
+                    self.phase[i] = self.ray.get(ref, timeout=1)
+                    answered.add(i)
+                except Exception:
+                    pass
+        for i in pending:
+            if i not in answered:
+                self.dead.append(i)
+                problems[i] = f"its worker does not answer: the node died or hung (while: {self._said(i)})"
+        gone = ", ".join(sorted({self.names.get(i, str(i)) for i in self.dead})) or \
+            ", ".join(sorted({self.names.get(i, str(i)) for i in problems if i not in pending}))
+        for i in answered:
+            problems[i] = f"stopped: a peer on {gone} is gone or failed (this rank was: {self._said(i)})"
+        for i in pending:
+            self._kill(i)
 
     def _kill(self, i: int) -> None:
         try:
@@ -315,7 +345,7 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
     values, problems = w.run(refs) if refs else ({}, {0: bad.get(0, "no port")})
     out: List[Result] = []
     where = {r: ranks[r][0] for r in rank_actors}
-    failed_nodes = sorted({names[where[r]] for r in w.dead})
+    failed_nodes = sorted({names[where[r]] for r in w.dead}) or sorted({names[where[r]] for r in problems})
     for r, msg in sorted(problems.items()):
         i = where[r]
         nodes[i].findings.append(Result("comm.fleet_collectives", "comm", Status.ERROR,

@@ -138,7 +138,7 @@ def test_worker_killed_mid_run_is_reported(cluster, tmp_path, torch_env):
     assert bad and "(while: " in bad[0]["summary"], bad  # what it was doing when it died
     others = [f for n in data["nodes"] if not n["node"].endswith("@w2") for f in n["fleet_findings"]
               if f["check_id"] == "comm.fleet_collectives"]
-    assert len(others) == 2 and all("a peer on" in f["summary"] and "@w2" in f["summary"] for f in others)
+    assert len(others) == 2 and all(f["status"] == "error" for f in others), others  # their own gloo error, or "stopped"
     fleet = {r["check_id"]: r for r in data["fleet_results"]}
     summary = fleet["comm.fleet_collectives"]["summary"]
     assert fleet["comm.fleet_collectives"]["status"] == "error" and "@w2 died or hung" in summary, summary
