@@ -22,6 +22,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "profiles": ("envbuild.commands.profiles", "profiles", "List the reference-image profiles, or show one."),
     "capture": ("envbuild.commands.capture", "capture", "Save the node's facts (--node) or an image's stack (--env)."),
     "explain": ("envbuild.commands.explain", "explain", "Rank the likely causes of a failed run from its logs."),
+    "report": ("envbuild.commands.report", "report", "Work on written reports: merge node reports, render HTML."),
 }
 
 

@@ -5,6 +5,8 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
+from envbuild.fleet.options import fleet_options
+
 
 def _parse_gpus(value: Optional[str]) -> Optional[List[int]]:
     if value is None:
@@ -52,10 +54,11 @@ def _profile_file(name: Optional[str]) -> Optional[str]:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Option for a check, e.g. train.layers=4 (--list-options shows them all).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@fleet_options
 def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
            mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
            list_options: bool, strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
-           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool) -> int:
+           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool, **fleet) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
@@ -69,4 +72,6 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
         require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,
         options=_parse_sets(sets), quiet=quiet,
     )
-    return run_doctor(opts)
+    from envbuild.fleet.options import run_fleet, wants_fleet
+
+    return run_fleet(opts, fleet) if wants_fleet(fleet) else run_doctor(opts)

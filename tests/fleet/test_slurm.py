@@ -1,0 +1,159 @@
+"""Slurm: the documented srun recipe on a real Slurm (munged + slurmctld + two slurmd on this machine, Debian's
+slurm-wlm), and the HealthCheckProgram mode's drain line on a real node fault (the real 2xH200 bundle with
+uncorrectable ECC errors on GPU 0) and on a user-side finding (no drain)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fakenode import H200X2, derive_bundle  # noqa: E402
+
+ENVBUILD = [sys.executable, "-m", "envbuild"]
+
+
+def run(argv, env=None, timeout=120):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def ecc_fault(b):
+    b.device(0, lambda d: d["ecc_uncorrected"].__setitem__("volatile", 3))
+
+
+@pytest.fixture(scope="module")
+def ecc_bundle(tmp_path_factory):
+    return derive_bundle(H200X2, tmp_path_factory.mktemp("ecc") / "bundle", ecc_fault)
+
+
+def test_health_check_prints_a_drain_line_for_a_node_problem(ecc_bundle, tmp_path):
+    t0 = time.monotonic()
+    proc = run(ENVBUILD + ["doctor", "--health-check", "--root", str(ecc_bundle), "--json", str(tmp_path) + "/"],
+               env={"SLURMD_NODENAME": "gpu-a7"})
+    assert time.monotonic() - t0 < 60  # Slurm kills a HealthCheckProgram at 60 s
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("scontrol")]
+    assert len(lines) == 1
+    assert lines[0].startswith("scontrol update NodeName=gpu-a7 State=DRAIN Reason='envbuild: node.ecc")
+    report = json.loads((tmp_path / "gpu-a7.json").read_text())
+    assert report["health_check"]["node_problems"] and report["node"] == "gpu-a7"
+
+
+def test_health_check_does_not_drain_for_a_user_problem(tmp_path):
+    bundle = derive_bundle(H200X2, tmp_path / "b", lambda b: None)
+    proc = run(ENVBUILD + ["doctor", "--health-check", "--root", str(bundle), "--strict"], env={"SLURMD_NODENAME": "n9"})
+    # --strict turns the real node's warnings into failures: ulimits (O2) and HMM (D1) are the node's
+    assert proc.returncode == 1 and "State=DRAIN" in proc.stdout
+    proc = run(ENVBUILD + ["doctor", "--health-check", "--root", str(bundle), "--strict", "--skip", "node.*"],
+               env={"SLURMD_NODENAME": "n9"})
+    assert proc.returncode == 0 and "DRAIN" not in proc.stdout
+    assert "user-side problem, not draining: stack." in proc.stdout and proc.stdout.rstrip().endswith("n9: OK")
+
+
+def test_slurm_without_a_job_is_bad_usage():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run(ENVBUILD + ["doctor", "--slurm", "--json", "/tmp/x/"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "no SLURM_JOB_ID" in proc.stderr and "Traceback" not in proc.stderr
+
+
+SLURM_CONF = """ClusterName=eb
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket={d}/msock/munge.sock
+CredType=cred/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd-%n.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+NodeName=n1 NodeHostname=localhost Port={p1} CPUs=1 RealMemory=500
+NodeName=n2 NodeHostname=localhost Port={p2} CPUs=1 RealMemory=500
+PartitionName=p Nodes=n1,n2 Default=YES MaxTime=10 State=UP
+"""
+
+
+def _pid(path: Path):
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """munged, slurmctld and two slurmd (n1, n2) on this machine; stopped by their pid files."""
+    if os.geteuid() != 0 or not all(shutil.which(b) for b in ("munged", "slurmctld", "slurmd", "srun")):
+        pytest.skip("real Slurm needs root and Debian's slurm-wlm + munge (installed by .ci/run)")
+    import socket
+
+    def port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    d = Path(tmp_path_factory.mktemp("slurm"))
+    for sub in ("msock", "mstate", "state", "spool"):
+        (d / sub).mkdir()
+    key = d / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    conf = d / "slurm.conf"
+    conf.write_text(SLURM_CONF.format(d=d, ctld_port=port(), p1=port(), p2=port()))
+    env = {"SLURM_CONF": str(conf)}
+    pids = [d / "mstate" / "munged.pid", d / "slurmctld.pid", d / "slurmd-n1.pid", d / "slurmd-n2.pid"]
+    try:
+        r = run(["munged", "-f", "-S", f"{d}/msock/munge.sock", f"--key-file={key}", f"--pid-file={pids[0]}",
+                 f"--log-file={d}/mstate/munged.log", f"--seed-file={d}/mstate/seed"])
+        assert r.returncode == 0, r.stderr
+        assert run(["slurmctld", "-f", str(conf)], env).returncode == 0
+        for n in ("n1", "n2"):
+            assert run(["slurmd", "-N", n, "-f", str(conf)], env).returncode == 0
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            info = run(["sinfo", "-h", "-o", "%T %D"], env).stdout.split()
+            if info[:2] == ["idle", "2"]:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"Slurm nodes not idle: {info}")
+        yield env
+    finally:
+        for p in reversed(pids):
+            pid = _pid(p)
+            if pid:
+                try:
+                    os.kill(pid, 15)
+                except OSError:
+                    pass
+
+
+@pytest.mark.slow
+def test_srun_recipe_writes_one_report_per_node_and_drains(slurm, tmp_path, ecc_bundle):
+    out = tmp_path / "reports"
+    # docs/fleet.md, "Slurm": the recipe, word for word but the env's path
+    proc = run(["srun", "-N2", "--ntasks-per-node=1", sys.executable, "-m", "envbuild", "doctor", "--slurm",
+                "--json", f"{out}/", "-q"], slurm, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["n1.json", "n2.json"]
+    assert json.loads((out / "n1.json").read_text())["slurm"]["SLURMD_NODENAME"] == "n1"
+    merged = run(ENVBUILD + ["report", "merge", str(out), "-q"])
+    assert merged.stdout.startswith(("OK: 2 node(s)", "FAIL: 2 node(s)")), merged.stdout
+    # the HealthCheckProgram mode with --drain, on n2, against a real slurmctld
+    hc = run(ENVBUILD + ["doctor", "--health-check", "--drain", "--root", str(ecc_bundle)],
+             {**slurm, "SLURMD_NODENAME": "n2"})
+    assert hc.returncode == 1 and "State=DRAIN" in hc.stdout
+    state = run(["sinfo", "-h", "-N", "-n", "n2", "-o", "%T|%E"], slurm).stdout.strip()
+    assert state.startswith("drain") and "envbuild: node.ecc" in state, state
