@@ -21,6 +21,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "pack": ("envbuild.commands.pack", "pack", "Write an offline bundle: local channel, wheelhouse, git mirrors, locks."),
     "profiles": ("envbuild.commands.profiles", "profiles", "List the reference-image profiles, or show one."),
     "capture": ("envbuild.commands.capture", "capture", "Save the node's facts (--node) or an image's stack (--env)."),
+    "report": ("envbuild.commands.report", "report", "Render doctor reports as one HTML page, or merge a fleet's."),
 }
 
 

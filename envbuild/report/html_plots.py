@@ -1,0 +1,293 @@
+"""The page's plots, drawn with matplotlib and written as inline SVG: no JavaScript, no network, a few tens of kB.
+
+Why matplotlib's object API (Figure, not pyplot): no global figure state, so one process can render many
+pages, and nothing opens a window on a login node. Text stays text (svg.fonttype none): the files are small
+and the browser's fonts draw it. Every mark a test counts carries a gid, which matplotlib writes as the SVG
+element's id (p2p-cell-*, busbw-line-*, nccl-ref-*, train-mem-*, train-time-*, fleet-*).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import math
+import re
+import statistics
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from envbuild.report.html_data import BusbwSeries, P2PMatrix, TrainRun
+from envbuild.report.model import Status
+
+STATUS_COLOR = {"pass": "#2e7d32", "warn": "#e09b00", "fail": "#c62828", "error": "#7b1fa2", "skip": "#9e9e9e"}
+_INK = "#263238"
+_GRID = "#cfd8dc"
+_SERIES = ["#1565c0", "#ef6c00", "#00897b", "#6a1b9a", "#ad1457", "#5d4037", "#3949ab", "#7cb342"]
+_RC = {
+    "svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9, "axes.titlesize": 10,
+    "axes.edgecolor": "#90a4ae", "axes.labelcolor": _INK, "xtick.color": _INK, "ytick.color": _INK,
+    "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False, "path.simplify": True,
+}
+GiB = float(1 << 30)
+
+
+def _gid(*parts: object) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))
+
+
+def _styled(draw: Callable[..., Any]) -> Callable[..., str]:
+    """Run a plot function under the page's matplotlib style (and a fixed SVG id salt, so the same report gives
+    the same bytes) and return its figure as SVG text."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, salt: str, **kwargs: Any) -> str:
+        import matplotlib
+
+        with matplotlib.rc_context({**_RC, "svg.hashsalt": salt}):
+            fig = draw(*args, **kwargs)
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        text = buf.getvalue()
+        return text[text.index("<svg"):]  # no XML prolog or DOCTYPE: the SVG sits inside HTML
+
+    return wrapper
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _size_ticks(ax, sizes: Sequence[int]) -> None:
+    from envbuild.doctor.checks.comm_nccl import size_label
+
+    ticks = sorted(set(sizes))
+    if len(ticks) > 8:
+        step = math.ceil(len(ticks) / 8)
+        ticks = ticks[::step]
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [size_label(t) for t in ticks])
+    ax.minorticks_off()
+
+
+@_styled
+def p2p_heatmap(m: P2PMatrix):
+    """src x dst one-way copy bandwidth, coloured by the fraction of the pair's line rate (red below 0.74, the
+    pass line in research/validators.md §1.2; green from 0.83, what nvbandwidth reaches)."""
+    from matplotlib.colors import LinearSegmentedColormap, Normalize
+    from matplotlib.patches import Rectangle
+
+    n = len(m.gpus)
+    side = min(2.2 + 0.75 * n, 9.0)
+    fig = _figure(side + 1.2, side)
+    ax = fig.add_subplot()
+    cmap = LinearSegmentedColormap.from_list("p2p", ["#c62828", "#f9a825", "#c5e1a5", "#2e7d32"])
+    norm = Normalize(vmin=0.5, vmax=0.9, clip=True)
+    pos = {g: i for i, g in enumerate(m.gpus)}
+    small = n > 6
+    for (src, dst), cell in sorted(m.cells.items()):
+        x, y = pos[dst], pos[src]
+        if cell.fraction is not None:
+            face = cmap(norm(cell.fraction))
+        elif cell.gbps is None:
+            face = STATUS_COLOR["fail"] if cell.status in (Status.FAIL, Status.ERROR) else "#eceff1"
+        else:
+            face = "#b0bec5"
+        ax.add_patch(Rectangle((x, y), 1, 1, facecolor=face, edgecolor="white", linewidth=1.5,
+                               gid=_gid("p2p-cell", src, dst)))
+        if cell.gbps is not None:
+            label = f"{cell.gbps:.0f}" if small else f"{cell.gbps:.0f} GB/s"
+            if cell.fraction is not None and not small:
+                label += f"\n{cell.fraction:.2f}×"
+        else:
+            label = "no data" if cell.status is Status.PASS else cell.status.value.upper()
+        dark = cell.fraction is not None and 0.62 < cell.fraction < 0.86
+        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=7 if small else 9,
+                color=_INK if dark or cell.fraction is None else "white")
+    for g in m.gpus:
+        ax.add_patch(Rectangle((pos[g], pos[g]), 1, 1, facecolor="#f5f5f5", edgecolor="white", hatch="//"))
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)
+    ax.set_aspect("equal")
+    ax.set_xticks([i + 0.5 for i in range(n)], [f"GPU {g}" for g in m.gpus])
+    ax.set_yticks([i + 0.5 for i in range(n)], [f"GPU {g}" for g in m.gpus])
+    ax.set_xlabel("destination")
+    ax.set_ylabel("source")
+    ax.tick_params(length=0)
+    for side_ in ("left", "bottom"):
+        ax.spines[side_].set_visible(False)
+    from matplotlib.cm import ScalarMappable
+
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8, pad=0.02)
+    bar.set_label("fraction of line rate" + (f" ({m.line_rate_gbps:.0f} GB/s {m.link})" if m.line_rate_gbps else ""))
+    bar.outline.set_visible(False)
+    return fig
+
+
+@_styled
+def busbw_chart(groups: Dict[str, List[BusbwSeries]], line_rate: Optional[float],
+                reference: Sequence[BusbwSeries] = (), highlight: Optional[str] = None):
+    """One panel per collective: busbw against message size per series (a CUMEM setting, or a node of a fleet),
+    the line rate as a dashed ceiling and nccl-tests' busbw as crosses where given. With more than eight series
+    (a fleet) lines are thin and grey, and `highlight` (the slowest node) is drawn in red on top."""
+    ops = list(groups)
+    cols = min(len(ops), 3)
+    rows = math.ceil(len(ops) / cols)
+    fig = _figure(3.6 * cols + 0.6, 2.9 * rows + 0.4)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
+    ref_by_op: Dict[str, List[BusbwSeries]] = {}
+    for s in reference:
+        ref_by_op.setdefault(s.op, []).append(s)
+    crowd = max(len(v) for v in groups.values()) > 8
+    top = line_rate or 0.0
+    for i, op in enumerate(ops):
+        ax = axes[i // cols][i % cols]
+        all_sizes: List[int] = []
+        for j, s in enumerate(groups[op]):
+            hot = highlight is not None and s.label == highlight
+            if crowd:
+                color, width, z = ("#c62828", 2.0, 3) if hot else ("#90a4ae", 0.8, 2)
+            else:
+                color, width, z = _SERIES[j % len(_SERIES)], 1.8, 2
+            ax.plot(s.sizes, s.busbw, marker="o", markersize=3 if crowd else 4, color=color, linewidth=width,
+                    zorder=z, label=None if crowd and not hot else s.label, gid=_gid("busbw-line", op, s.label))
+            all_sizes += s.sizes
+            top = max(top, max(s.busbw, default=0.0))
+        for k, ref in enumerate(ref_by_op.get(op, [])):
+            ax.plot(ref.sizes, ref.busbw, linestyle="none", marker="x", markersize=7, markeredgewidth=1.8,
+                    color="#212121", label=ref.label if k == 0 else None, zorder=4, gid=_gid("nccl-ref", op, k))
+            all_sizes += ref.sizes
+        if line_rate:
+            ax.axhline(line_rate, color="#37474f", linestyle="--", linewidth=1.0, gid=_gid("line-rate", op))
+            ax.text(min(all_sizes), line_rate, f" line rate {line_rate:.0f} GB/s", va="bottom", ha="left",
+                    fontsize=8, color="#37474f")
+        _size_ticks(ax, all_sizes)
+        ax.set_title(op)
+        ax.grid(True, color=_GRID, linewidth=0.6)
+        if i % cols == 0:
+            ax.set_ylabel("busbw (GB/s)")
+        ax.set_xlabel("message size")
+        handles, _ = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(fontsize=7, loc="lower right")
+    for k in range(len(ops), rows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    axes[0][0].set_ylim(0, top * 1.12 if top else 1)
+    return fig
+
+
+_PHASES = [("train_s", "train", "#1565c0"), ("sync_s", "weight sync", "#00897b"), ("offload_s", "offload", "#ef6c00"),
+           ("resume_s", "resume", "#f9a825"), ("rebuild_s", "rebuild groups", "#6a1b9a")]
+_MEMORY = [("used_after_step", "used after step", "#1565c0", "-"), ("peak_allocated_bytes", "peak allocated", "#00897b", "-"),
+           ("used_before_offload", "before offload", "#ef6c00", ":"), ("used_after_offload", "after offload", "#c62828", "--")]
+
+
+@_styled
+def train_chart(runs: List[TrainRun]):
+    """Per step of the train-step cycle: GPU memory (GiB) on the left and time on the right. One run: the
+    memory curves (before/after offload, after the step, peak) and the time split by phase as stacked bars;
+    several runs (a fleet): used-after-step and cycle time, one line per node."""
+    fig = _figure(10.5, 3.4)
+    mem_ax, time_ax = fig.subplots(1, 2)
+    many = len(runs) > 1
+    ceiling = None
+    for j, run in enumerate(runs):
+        steps = run.steps
+        xs = [int(s.get("step", i)) for i, s in enumerate(steps)]
+        if run.total_gib:
+            ceiling = max(ceiling or 0.0, run.total_gib)
+        curves = _MEMORY[:1] if many else _MEMORY
+        for key, label, color, style in curves:
+            pts = [(x, s[key] / GiB) for x, s in zip(xs, steps) if isinstance(s.get(key), (int, float))]
+            if pts:
+                mem_ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linestyle=style,
+                            color=_SERIES[j % len(_SERIES)] if many else color, label=run.label if many else label,
+                            gid=_gid("train-mem", run.label, key))
+        if many:
+            pts = [(x, s.get("cycle_s") or s.get("train_s")) for x, s in zip(xs, steps)]
+            pts = [p for p in pts if isinstance(p[1], (int, float))]
+            time_ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                         color=_SERIES[j % len(_SERIES)], label=run.label, gid=_gid("train-time", run.label))
+        else:
+            bottom = [0.0] * len(steps)
+            for key, label, color in _PHASES:
+                vals = [float(s.get(key) or 0.0) for s in steps]
+                if any(vals):
+                    time_ax.bar(xs, vals, bottom=bottom, color=color, label=label, width=0.75,
+                                gid=_gid("train-time", key))
+                    bottom = [b + v for b, v in zip(bottom, vals)]
+            plain = [x for x, s in zip(xs, steps) if not s.get("cycle")]
+            if plain:
+                time_ax.axvspan(min(plain) - 0.5, max(plain) + 0.5, color="#eceff1", zorder=0)
+                time_ax.text((min(plain) + max(plain)) / 2, 0, "plain\nsteps", ha="center", va="bottom",
+                             fontsize=7, color="#546e7a")
+    if ceiling:
+        mem_ax.axhline(ceiling, color="#37474f", linestyle="--", linewidth=1.0)
+        mem_ax.text(0, ceiling, f" GPU memory {ceiling:.0f} GiB", va="top", fontsize=8, color="#37474f")
+    mem_ax.set_title("GPU memory per step")
+    mem_ax.set_ylabel("GiB")
+    mem_ax.set_ylim(bottom=0)
+    time_ax.set_title("step time" + ("" if many else " by phase"))
+    time_ax.set_ylabel("seconds")
+    for ax in (mem_ax, time_ax):
+        ax.set_xlabel("step")
+        ax.grid(True, axis="y", color=_GRID, linewidth=0.6)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if ax.get_legend_handles_labels()[0] and len(runs) <= 8:
+            ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+@_styled
+def fleet_p2p_chart(nodes: List[Tuple[str, P2PMatrix, Status]]):
+    """Per node: the range of one-way P2P bandwidth over its GPU pairs as a fraction of line rate, a dot at the
+    slowest pair (coloured by the node's gpu.p2p status) and the fleet's median as a line."""
+    fig = _figure(min(2.5 + 0.16 * len(nodes), 14.0), 3.2)
+    ax = fig.add_subplot()
+    lows: List[float] = []
+    for i, (name, m, status) in enumerate(nodes):
+        vals = [c.fraction for c in m.cells.values() if c.fraction is not None]
+        if not vals:
+            ax.plot([i], [0], marker="x", color=STATUS_COLOR["fail"], gid=_gid("fleet-p2p", name))
+            continue
+        lo, hi = min(vals), max(vals)
+        lows.append(lo)
+        ax.plot([i, i], [lo, hi], color="#90a4ae", linewidth=3, solid_capstyle="round")
+        ax.plot([i], [lo], marker="o", markersize=5, color=STATUS_COLOR[status.value], gid=_gid("fleet-p2p", name))
+    if lows:
+        ax.axhline(statistics.median(lows), color="#37474f", linestyle=":", linewidth=1)
+    ax.axhline(0.74, color=STATUS_COLOR["fail"], linestyle="--", linewidth=0.8)
+    ax.text(len(nodes) - 0.5, 0.74, "pass line 0.74 ", ha="right", va="bottom", fontsize=7, color=STATUS_COLOR["fail"])
+    _node_axis(ax, [n[0] for n in nodes])
+    ax.set_ylabel("one-way P2P / line rate")
+    ax.set_ylim(0, 1.0)
+    ax.set_title("P2P bandwidth per node (range over GPU pairs; dot = slowest pair)")
+    return fig
+
+
+@_styled
+def fleet_busbw_bars(nodes: List[Tuple[str, float, Status]], line_rate: Optional[float], size_text: str):
+    """all_reduce busbw at the largest message size per node, against the fleet median and the line rate."""
+    fig = _figure(min(2.5 + 0.16 * len(nodes), 14.0), 3.2)
+    ax = fig.add_subplot()
+    for i, (name, bw, status) in enumerate(nodes):
+        ax.bar([i], [bw], color=STATUS_COLOR[status.value], width=0.7, gid=_gid("fleet-busbw", name))
+    med = statistics.median([n[1] for n in nodes])
+    ax.axhline(med, color="#37474f", linestyle=":", linewidth=1)
+    ax.text(-0.4, med, f"median {med:.0f} ", va="bottom", fontsize=7, color="#37474f")
+    if line_rate:
+        ax.axhline(line_rate, color="#37474f", linestyle="--", linewidth=1)
+        ax.text(-0.4, line_rate, f"line rate {line_rate:.0f} GB/s", va="bottom", fontsize=7, color="#37474f")
+    _node_axis(ax, [n[0] for n in nodes])
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"all_reduce busbw at {size_text} per node")
+    return fig
+
+
+def _node_axis(ax, names: List[str]) -> None:
+    ax.set_xlim(-0.7, len(names) - 0.3)
+    if len(names) <= 40:
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+    else:
+        step = math.ceil(len(names) / 32)
+        ax.set_xticks(range(0, len(names), step), names[::step], rotation=60, ha="right", fontsize=7)
+    ax.grid(True, axis="y", color=_GRID, linewidth=0.6)
