@@ -41,17 +41,19 @@ def _parse_sets(values: Tuple[str, ...]) -> Dict[str, str]:
 @click.option("--json", "json_path", metavar="PATH", help="Write the versioned JSON report here.")
 @click.option("--junit", "junit_path", metavar="PATH", help="Write a JUnit XML report here.")
 @click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile here.")
+@click.option("--html", "html_path", metavar="PATH", help="Write the report as one self-contained HTML page here.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Option for a check, e.g. train.layers=4.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
 def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
            mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
            strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
-           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool) -> int:
+           prom_path: Optional[str], html_path: Optional[str], sets: Tuple[str, ...], quiet: bool) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
     """
     from envbuild.doctor.session import DoctorOptions, run_doctor
+    from envbuild.report.html import doctor_with_html
 
     opts = DoctorOptions(
         profile=profile_name, python=python, prefix=prefix, root=root, mode=mode or "static",
@@ -59,4 +61,4 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
         require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,
         options=_parse_sets(sets), quiet=quiet,
     )
-    return run_doctor(opts)
+    return doctor_with_html(html_path, opts, run_doctor)

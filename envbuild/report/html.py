@@ -107,31 +107,38 @@ def _causes(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
     from envbuild.knowledge import load_causes
 
     known = load_causes()
+    fleet = len(nodes) > 1
     seen: Dict[str, Dict[str, Any]] = {}
     for n in nodes:
         for r in n.report.results:
             if r.status not in _FIX_STATUSES:
                 continue
             for cid in r.causes:
-                entry = seen.setdefault(cid, {"id": cid, "rank": -1, "where": [], "nodes": set()})
+                entry = seen.setdefault(cid, {"id": cid, "rank": -1, "checks": {}, "nodes": set()})
                 if r.status.rank > entry["rank"]:
                     entry["rank"], entry["status"] = r.status.rank, r.status.value
                 entry["nodes"].add(n.name)
-                if len(entry["where"]) < 12:
-                    entry["where"].append(_where(n, r, len(nodes) > 1))
+                label = r.check_id if fleet else r.check_id + (f" [{r.subject}]" if r.subject else "")
+                entry["checks"].setdefault(label, []).append(n.name)
     out = []
     for cid, entry in seen.items():
         cause = known.get(cid)
-        out.append({**entry, "nodes": sorted(entry["nodes"]), "title": cause.title if cause else "(not in this "
-                    "envbuild's knowledge/causes.toml)", "fix": cause.fix if cause else "",
-                    "mechanism": cause.mechanism if cause else ""})
+        where = [_on_nodes(label, names, len(nodes)) if fleet else label for label, names in entry.pop("checks").items()]
+        out.append({**entry, "nodes": sorted(entry["nodes"]), "where": where,
+                    "title": cause.title if cause else "(not in this envbuild's knowledge/causes.toml)",
+                    "fix": cause.fix if cause else "", "mechanism": cause.mechanism if cause else ""})
     out.sort(key=lambda e: (-e["rank"], -len(e["nodes"]), e["id"]))
     return out
 
 
-def _where(n: NodeReport, r: Result, fleet: bool) -> str:
-    name = r.check_id + (f" [{r.subject}]" if r.subject else "")
-    return f"{n.name}: {name}" if fleet else name
+def _on_nodes(label: str, names: List[str], total: int) -> str:
+    """'node.uvm_hmm on all 64 nodes', 'comm.nccl_collectives on node-017', '... on 9 nodes (a, b, c, ...)'."""
+    uniq = list(dict.fromkeys(names))
+    if len(uniq) == total:
+        return f"{label} on all {total} nodes"
+    if len(uniq) <= 3:
+        return f"{label} on {', '.join(uniq)}"
+    return f"{label} on {len(uniq)} nodes ({', '.join(uniq[:4])}, …)"
 
 
 def _findings(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
@@ -147,6 +154,15 @@ def _findings(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
                                         "remediation": r.remediation, "causes": [], "items": []})
             g["items"].append({"node": n.name, "subject": r.subject, "summary": r.summary})
             g["causes"] = sorted(set(g["causes"]) | set(r.causes))
+    fleet = len(nodes) > 1
+    for g in groups.values():
+        by_text: Dict[Tuple[str, str], List[str]] = {}
+        for it in g["items"]:
+            by_text.setdefault((it["subject"] or "", it["summary"]), []).append(it["node"])
+        g["nodes"] = len({it["node"] for it in g["items"]})
+        g["lines"] = [{"subject": subject, "summary": summary,
+                       "where": _on_nodes("", names, len(nodes)).strip() if fleet else ""}
+                      for (subject, summary), names in by_text.items()]
     return sorted(groups.values(), key=lambda g: (-g["rank"], g["check_id"]))
 
 
@@ -194,17 +210,31 @@ def _grid(nodes: List[NodeReport]) -> Dict[str, Any]:
 # ---------------------------------------------------------------- plot sections
 
 
-def _missing(n: NodeReport, check_id: str, how: str, fleet: bool) -> str:
+def _missing(n: NodeReport, check_id: str, how: str) -> str:
     """Why a node has no data for a plot: the check's own skip reason, its failure before measuring, or that it
     did not run (and how to make it run)."""
-    who = f"{n.name}: " if fleet else ""
     rs = results_of(n.report, check_id)
     if not rs:
-        return f"{who}{check_id} did not run: {how}"
+        return f"{check_id} did not run: {how}"
     r = max(rs, key=lambda x: x.status.rank)
     word = {"skip": "skipped", "fail": "failed before it measured", "error": "broke (the check itself)"}.get(
         r.status.value, "has no data for this plot")
-    return f"{who}{check_id} {word}: {r.summary}"
+    return f"{check_id} {word}: {r.summary}"
+
+
+def _grouped(missing: List[Tuple[str, str]], fleet: bool) -> List[str]:
+    """One line per distinct reason; on a fleet the nodes sharing it are named after it (64 identical lines
+    say less than one line with a count)."""
+    if not fleet:
+        return [why for _, why in missing]
+    by_why: Dict[str, List[str]] = {}
+    for name, why in missing:
+        by_why.setdefault(why, []).append(name)
+    out = []
+    for why, names in by_why.items():
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        out.append(f"{shown}: {why}" if len(names) == 1 else f"{len(names)} nodes ({shown}): {why}")
+    return out
 
 
 def _p2p_section(nodes: List[NodeReport]) -> Section:
@@ -214,13 +244,15 @@ def _p2p_section(nodes: List[NodeReport]) -> Section:
     how = "it runs with `envbuild doctor --quick` or `--full` on 2 or more GPUs"
     found = []
     sec = Section()
+    missing: List[Tuple[str, str]] = []
     for n in nodes:
         m = p2p_matrix(n.report)
         if m is None:
-            sec.missing.append(_missing(n, "gpu.p2p", how, fleet))
+            missing.append((n.name, _missing(n, "gpu.p2p", how)))
         else:
             worst = max((r.status for r in results_of(n.report, "gpu.p2p")), key=lambda s: s.rank)
             found.append((n.name, m, worst))
+    sec.missing = _grouped(missing, fleet)
     if not found:
         return sec
     if fleet:
@@ -247,12 +279,14 @@ def _nccl_section(nodes: List[NodeReport], reference: Sequence[BusbwSeries]) -> 
     how = "it runs with `envbuild doctor --quick` or `--full` on 2 or more GPUs"
     sec = Section()
     runs = []
+    missing: List[Tuple[str, str]] = []
     for n in nodes:
         run = nccl_run(n.report)
         if run is None:
-            sec.missing.append(_missing(n, "comm.nccl_collectives", how, fleet))
+            missing.append((n.name, _missing(n, "comm.nccl_collectives", how)))
         else:
             runs.append((n, run))
+    sec.missing = _grouped(missing, fleet)
     if not runs:
         if reference:
             sec.missing.append("the nccl-tests reference is not drawn without a comm.nccl_collectives result")
@@ -311,19 +345,21 @@ def _train_section(nodes: List[NodeReport]) -> Section:
     fleet = len(nodes) > 1
     sec = Section()
     runs = []
+    missing: List[Tuple[str, str]] = []
     for n in nodes:
         run = train_run(n.report)
         if run is None or not run.steps:
-            sec.missing.append(_missing(n, "train.moe_step", "it runs with `envbuild doctor --full` (or "
-                                        "`--check train.moe_step`) on a node with megatron-core", fleet))
+            missing.append((n.name, _missing(n, "train.moe_step", "it runs with `envbuild doctor --full` (or "
+                                             "`--check train.moe_step`) on a node with megatron-core")))
             continue
         run.label = n.name if fleet else run.label
         runs.append((n, run))
+    sec.missing = _grouped(missing, fleet)
     if runs:
         sec.svg = html_plots.train_chart([r for _, r in runs], salt="train")
-        sec.extra["runs"] = [{"node": n.name, "status": r.status.value, "summary": r.summary, "layout": r.layout,
-                              "steps": len(r.steps), "cycles": sum(1 for s in r.steps if s.get("cycle"))}
-                             for n, r in runs]
+        listed = [(n, r) for n, r in runs if not fleet or r.status is not Status.PASS]
+        sec.extra["runs"] = [{"node": n.name, "status": r.status.value, "summary": r.summary} for n, r in listed]
+        sec.extra["passed"] = len(runs) - len(listed)
     return sec
 
 
@@ -332,8 +368,8 @@ def _profile_section(nodes: List[NodeReport]) -> Dict[str, Any]:
     nodes that have it, so the one node with another NCCL stands out."""
     tables = [(n, profile_rows(n.report)) for n in nodes]
     have = [(n, t) for n, t in tables if t]
-    missing = [_missing(n, "stack.profile_match", "pass `--profile NAME` to `envbuild doctor`", len(nodes) > 1)
-               for n, t in tables if not t]
+    missing = _grouped([(n.name, _missing(n, "stack.profile_match", "pass `--profile NAME` to `envbuild doctor`"))
+                        for n, t in tables if not t], len(nodes) > 1)
     if not have:
         return {"rows": [], "missing": missing}
     first = have[0][1]
@@ -354,6 +390,8 @@ def _profile_section(nodes: List[NodeReport]) -> Dict[str, Any]:
             rows.append(comp)
     for row in rows:
         row["cls"] = _verdict_class(row)
+    order = {"fail": 0, "warn": 1, "skip": 2, "pass": 3}
+    rows.sort(key=lambda row: order[row["cls"]])  # mismatches first, the profile's order kept within each
     return {"rows": rows, "profile": first["profile"], "image": first["image"], "missing": missing,
             "status": first["status"].value, "summary": first["summary"]}
 
@@ -410,3 +448,28 @@ def write_html(text: str, path: str) -> None:
     from envbuild.fsutil import atomic_write_text
 
     atomic_write_text(path, text)
+
+
+def doctor_with_html(html_path: Optional[str], opts: Any, run: Any) -> int:
+    """`envbuild doctor --html FILE`: run the doctor (`run(opts)`, its exit code returned) and write the page of
+    the report it wrote. The page is read back from the JSON report, the same reader `report html` uses, so the
+    two pages of one run are the same page; without --json the JSON goes to a temporary file."""
+    import os
+    import tempfile
+
+    if not html_path or getattr(opts, "list_only", False):
+        return run(opts)
+    tmp = None
+    if not opts.json_path:
+        fd, tmp = tempfile.mkstemp(prefix="envbuild-doctor-", suffix=".json")
+        os.close(fd)
+        opts.json_path = tmp
+    try:
+        code = run(opts)
+        page, _ = render_files([opts.json_path])
+        write_html(page, html_path)
+    finally:
+        if tmp:
+            opts.json_path = None
+            os.unlink(tmp)
+    return code

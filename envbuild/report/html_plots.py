@@ -29,6 +29,10 @@ _RC = {
 GiB = float(1 << 30)
 
 
+def _isnum(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _gid(*parts: object) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))
 
@@ -51,10 +55,10 @@ def _styled(draw: Callable[..., Any]) -> Callable[..., str]:
     return wrapper
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, layout: Optional[str] = "constrained"):
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    return Figure(figsize=(width, height), layout=layout)
 
 
 def _size_ticks(ax, sizes: Sequence[int]) -> None:
@@ -132,7 +136,10 @@ def busbw_chart(groups: Dict[str, List[BusbwSeries]], line_rate: Optional[float]
     ops = list(groups)
     cols = min(len(ops), 3)
     rows = math.ceil(len(ops) / cols)
-    fig = _figure(3.6 * cols + 0.6, 2.9 * rows + 0.4)
+    width, height = (3.6 * cols + 0.6 if cols > 1 else 6.5), 2.9 * rows + 0.4
+    fig = _figure(width, height, layout=None)  # fixed margins: constrained layout costs more than the drawing here
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.65 / height, top=1 - 0.35 / height,
+                        wspace=0.12, hspace=0.75 / 2.9 + 0.15)
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     ref_by_op: Dict[str, List[BusbwSeries]] = {}
     for s in reference:
@@ -141,17 +148,17 @@ def busbw_chart(groups: Dict[str, List[BusbwSeries]], line_rate: Optional[float]
     top = line_rate or 0.0
     for i, op in enumerate(ops):
         ax = axes[i // cols][i % cols]
-        all_sizes: List[int] = []
+        all_sizes: List[int] = [z for s in groups[op] for z in s.sizes]
+        top = max([top] + [b for s in groups[op] for b in s.busbw])
+        if crowd:  # a fleet: the nodes as one collection of thin lines (fast to draw, one SVG group)
+            _crowd(ax, [(s.sizes, s.busbw) for s in groups[op] if s.label != highlight], _gid("busbw-crowd", op))
         for j, s in enumerate(groups[op]):
             hot = highlight is not None and s.label == highlight
-            if crowd:
-                color, width, z = ("#c62828", 2.0, 3) if hot else ("#90a4ae", 0.8, 2)
-            else:
-                color, width, z = _SERIES[j % len(_SERIES)], 1.8, 2
-            ax.plot(s.sizes, s.busbw, marker="o", markersize=3 if crowd else 4, color=color, linewidth=width,
-                    zorder=z, label=None if crowd and not hot else s.label, gid=_gid("busbw-line", op, s.label))
-            all_sizes += s.sizes
-            top = max(top, max(s.busbw, default=0.0))
+            if crowd and not hot:
+                continue
+            color = "#c62828" if crowd else _SERIES[j % len(_SERIES)]
+            ax.plot(s.sizes, s.busbw, marker="o", markersize=4, color=color, linewidth=2.0 if crowd else 1.8,
+                    zorder=3, label=s.label, gid=_gid("busbw-line", op, s.label))
         for k, ref in enumerate(ref_by_op.get(op, [])):
             ax.plot(ref.sizes, ref.busbw, linestyle="none", marker="x", markersize=7, markeredgewidth=1.8,
                     color="#212121", label=ref.label if k == 0 else None, zorder=4, gid=_gid("nccl-ref", op, k))
@@ -190,49 +197,54 @@ def train_chart(runs: List[TrainRun]):
     mem_ax, time_ax = fig.subplots(1, 2)
     many = len(runs) > 1
     ceiling = None
+    fleet_mem: List[Tuple[List[float], List[float]]] = []
+    fleet_time: List[Tuple[List[float], List[float]]] = []
     for j, run in enumerate(runs):
         steps = run.steps
         xs = [int(s.get("step", i)) for i, s in enumerate(steps)]
         if run.total_gib:
             ceiling = max(ceiling or 0.0, run.total_gib)
-        curves = _MEMORY[:1] if many else _MEMORY
-        for key, label, color, style in curves:
-            pts = [(x, s[key] / GiB) for x, s in zip(xs, steps) if isinstance(s.get(key), (int, float))]
+        if many:
+            mem = [(x, s["used_after_step"] / GiB) for x, s in zip(xs, steps) if _isnum(s.get("used_after_step"))]
+            tim = [(x, s.get("cycle_s") or s.get("train_s")) for x, s in zip(xs, steps)]
+            fleet_mem.append(([p[0] for p in mem], [p[1] for p in mem]))
+            fleet_time.append(([p[0] for p in tim if _isnum(p[1])], [p[1] for p in tim if _isnum(p[1])]))
+            continue
+        for key, label, color, style in _MEMORY:
+            pts = [(x, s[key] / GiB) for x, s in zip(xs, steps) if _isnum(s.get(key))]
             if pts:
                 mem_ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linestyle=style,
-                            color=_SERIES[j % len(_SERIES)] if many else color, label=run.label if many else label,
-                            gid=_gid("train-mem", run.label, key))
-        if many:
-            pts = [(x, s.get("cycle_s") or s.get("train_s")) for x, s in zip(xs, steps)]
-            pts = [p for p in pts if isinstance(p[1], (int, float))]
-            time_ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
-                         color=_SERIES[j % len(_SERIES)], label=run.label, gid=_gid("train-time", run.label))
-        else:
-            bottom = [0.0] * len(steps)
-            for key, label, color in _PHASES:
-                vals = [float(s.get(key) or 0.0) for s in steps]
-                if any(vals):
-                    time_ax.bar(xs, vals, bottom=bottom, color=color, label=label, width=0.75,
-                                gid=_gid("train-time", key))
-                    bottom = [b + v for b, v in zip(bottom, vals)]
-            plain = [x for x, s in zip(xs, steps) if not s.get("cycle")]
-            if plain:
-                time_ax.axvspan(min(plain) - 0.5, max(plain) + 0.5, color="#eceff1", zorder=0)
-                time_ax.text((min(plain) + max(plain)) / 2, 0, "plain\nsteps", ha="center", va="bottom",
-                             fontsize=7, color="#546e7a")
+                            color=color, label=label, gid=_gid("train-mem", key))
+        bottom = [0.0] * len(steps)
+        for key, label, color in _PHASES:
+            vals = [float(s.get(key) or 0.0) for s in steps]
+            if any(vals):
+                time_ax.bar(xs, vals, bottom=bottom, color=color, label=label, width=0.75,
+                            gid=_gid("train-time", key))
+                bottom = [b + v for b, v in zip(bottom, vals)]
+        plain = [x for x, s in zip(xs, steps) if not s.get("cycle")]
+        if plain:
+            time_ax.axvspan(min(plain) - 0.5, max(plain) + 0.5, color="#eceff1", zorder=0)
+            time_ax.text((min(plain) + max(plain)) / 2, 1.0, "plain steps", ha="center", va="top",
+                         fontsize=7, color="#546e7a", transform=time_ax.get_xaxis_transform())
+    if many:
+        _crowd(mem_ax, fleet_mem, "train-mem-nodes", color="#1565c0")
+        _crowd(time_ax, fleet_time, "train-time-nodes", color="#ef6c00")
     if ceiling:
         mem_ax.axhline(ceiling, color="#37474f", linestyle="--", linewidth=1.0)
         mem_ax.text(0, ceiling, f" GPU memory {ceiling:.0f} GiB", va="top", fontsize=8, color="#37474f")
     mem_ax.set_title("GPU memory per step")
     mem_ax.set_ylabel("GiB")
     mem_ax.set_ylim(bottom=0)
-    time_ax.set_title("step time" + ("" if many else " by phase"))
+    time_ax.set_title("cycle time, one line per node" if many else "step time by phase")
+    if many:
+        mem_ax.set_title("GPU memory after each step, one line per node")
     time_ax.set_ylabel("seconds")
     for ax in (mem_ax, time_ax):
         ax.set_xlabel("step")
         ax.grid(True, axis="y", color=_GRID, linewidth=0.6)
         ax.xaxis.get_major_locator().set_params(integer=True)
-        if ax.get_legend_handles_labels()[0] and len(runs) <= 8:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="best")
     return fig
 
@@ -241,18 +253,24 @@ def train_chart(runs: List[TrainRun]):
 def fleet_p2p_chart(nodes: List[Tuple[str, P2PMatrix, Status]]):
     """Per node: the range of one-way P2P bandwidth over its GPU pairs as a fraction of line rate, a dot at the
     slowest pair (coloured by the node's gpu.p2p status) and the fleet's median as a line."""
-    fig = _figure(min(2.5 + 0.16 * len(nodes), 14.0), 3.2)
+    fig = _figure(min(max(6.5, 2.5 + 0.16 * len(nodes)), 14.0), 3.6)
     ax = fig.add_subplot()
     lows: List[float] = []
+    spans, dots, colors, empty = [], [], [], []
     for i, (name, m, status) in enumerate(nodes):
         vals = [c.fraction for c in m.cells.values() if c.fraction is not None]
         if not vals:
-            ax.plot([i], [0], marker="x", color=STATUS_COLOR["fail"], gid=_gid("fleet-p2p", name))
+            empty.append(i)
             continue
-        lo, hi = min(vals), max(vals)
-        lows.append(lo)
-        ax.plot([i, i], [lo, hi], color="#90a4ae", linewidth=3, solid_capstyle="round")
-        ax.plot([i], [lo], marker="o", markersize=5, color=STATUS_COLOR[status.value], gid=_gid("fleet-p2p", name))
+        lows.append(min(vals))
+        spans.append((i, min(vals), max(vals)))
+        dots.append((i, min(vals)))
+        colors.append(STATUS_COLOR[status.value])
+    if spans:
+        ax.vlines([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans], color="#90a4ae", linewidth=3)
+        ax.scatter([d[0] for d in dots], [d[1] for d in dots], c=colors, s=22, zorder=3, gid="fleet-p2p")
+    if empty:
+        ax.scatter(empty, [0.02] * len(empty), marker="x", c=STATUS_COLOR["fail"], zorder=3, gid="fleet-p2p-none")
     if lows:
         ax.axhline(statistics.median(lows), color="#37474f", linestyle=":", linewidth=1)
     ax.axhline(0.74, color=STATUS_COLOR["fail"], linestyle="--", linewidth=0.8)
@@ -260,17 +278,18 @@ def fleet_p2p_chart(nodes: List[Tuple[str, P2PMatrix, Status]]):
     _node_axis(ax, [n[0] for n in nodes])
     ax.set_ylabel("one-way P2P / line rate")
     ax.set_ylim(0, 1.0)
-    ax.set_title("P2P bandwidth per node (range over GPU pairs; dot = slowest pair)")
+    ax.set_title("one-way P2P per node: range over GPU pairs, dot = slowest pair")
     return fig
 
 
 @_styled
 def fleet_busbw_bars(nodes: List[Tuple[str, float, Status]], line_rate: Optional[float], size_text: str):
     """all_reduce busbw at the largest message size per node, against the fleet median and the line rate."""
-    fig = _figure(min(2.5 + 0.16 * len(nodes), 14.0), 3.2)
+    fig = _figure(min(max(6.5, 2.5 + 0.16 * len(nodes)), 14.0), 3.6)
     ax = fig.add_subplot()
-    for i, (name, bw, status) in enumerate(nodes):
-        ax.bar([i], [bw], color=STATUS_COLOR[status.value], width=0.7, gid=_gid("fleet-busbw", name))
+    bars = ax.bar(range(len(nodes)), [n[1] for n in nodes], color=[STATUS_COLOR[n[2].value] for n in nodes], width=0.7)
+    for rect, (name, _, _) in zip(bars, nodes):
+        rect.set_gid(_gid("fleet-busbw", name))
     med = statistics.median([n[1] for n in nodes])
     ax.axhline(med, color="#37474f", linestyle=":", linewidth=1)
     ax.text(-0.4, med, f"median {med:.0f} ", va="bottom", fontsize=7, color="#37474f")
@@ -281,6 +300,16 @@ def fleet_busbw_bars(nodes: List[Tuple[str, float, Status]], line_rate: Optional
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title(f"all_reduce busbw at {size_text} per node")
     return fig
+
+
+def _crowd(ax, lines: List[Tuple[Sequence[float], Sequence[float]]], gid: str, color: str = "#90a4ae") -> None:
+    """Many series as one LineCollection: 64 nodes draw in one call instead of 64 (ax.plot's cost per line)."""
+    from matplotlib.collections import LineCollection
+
+    segs = [list(zip(xs, ys)) for xs, ys in lines if len(xs)]
+    if segs:
+        ax.add_collection(LineCollection(segs, colors=color, linewidths=0.8, zorder=2, gid=gid), autolim=True)
+        ax.autoscale_view()
 
 
 def _node_axis(ax, names: List[str]) -> None:
