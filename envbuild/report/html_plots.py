@@ -48,7 +48,7 @@ def _styled(draw: Callable[..., Any]) -> Callable[..., str]:
         with matplotlib.rc_context({**_RC, "svg.hashsalt": salt}):
             fig = draw(*args, **kwargs)
             buf = io.StringIO()
-            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
         text = buf.getvalue()
         return text[text.index("<svg"):]  # no XML prolog or DOCTYPE: the SVG sits inside HTML
 
@@ -215,13 +215,16 @@ def train_chart(runs: List[TrainRun]):
             if pts:
                 mem_ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linestyle=style,
                             color=color, label=label, gid=_gid("train-mem", key))
-        bottom = [0.0] * len(steps)
+        bottom = {x: 0.0 for x in xs}
         for key, label, color in _PHASES:
-            vals = [float(s.get(key) or 0.0) for s in steps]
-            if any(vals):
-                time_ax.bar(xs, vals, bottom=bottom, color=color, label=label, width=0.75,
-                            gid=_gid("train-time", key))
-                bottom = [b + v for b, v in zip(bottom, vals)]
+            have = [(x, float(s[key])) for x, s in zip(xs, steps) if _isnum(s.get(key))]
+            if not have:
+                continue
+            bars = time_ax.bar([h[0] for h in have], [h[1] for h in have], bottom=[bottom[h[0]] for h in have],
+                               color=color, label=label, width=0.75)
+            for (x, v), rect in zip(have, bars):
+                rect.set_gid(_gid("train-time", key, x))
+                bottom[x] += v
         plain = [x for x, s in zip(xs, steps) if not s.get("cycle")]
         if plain:
             time_ax.axvspan(min(plain) - 0.5, max(plain) + 0.5, color="#eceff1", zorder=0)
