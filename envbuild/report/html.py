@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from envbuild import __version__
-from envbuild.report.html_data import (BusbwSeries, p2p_matrix, nccl_run, profile_rows, read_nccl_tests,
-                                       results_of, train_run)
+from envbuild.report.html_data import (BusbwSeries, nccl_run, p2p_matrix, profile_rows, read_nccl_tests,
+                                       results_of, size_text, train_run)
 from envbuild.report.html_input import NodeReport, read_inputs
 from envbuild.report.model import Result, Status
 
@@ -45,10 +45,14 @@ def render_files(paths: Sequence[str], nccl_tests: Sequence[str] = (), title: Op
 def render_nodes(nodes: List[NodeReport], reference: Sequence[BusbwSeries] = (), title: Optional[str] = None,
                  notes: Sequence[str] = ()) -> str:
     """The page for these nodes: one node gets its full detail, several are a fleet."""
-    from envbuild.lock.spec import template_env
+    import jinja2
 
-    env = template_env()
-    env.autoescape = True  # the one template setup of the project, escaping for HTML
+    from envbuild.paths import templates_dir
+
+    # templates/ as lock.spec.template_env reads it (StrictUndefined), escaping for HTML; report/ sits below
+    # lock/ in the layers, so the setup is not imported from there
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
+                             autoescape=True, keep_trailing_newline=True)
     fleet = len(nodes) > 1
     ctx = {
         "title": title or (f"envbuild fleet report · {len(nodes)} nodes" if fleet else
@@ -185,13 +189,12 @@ def _node_card(n: NodeReport) -> Dict[str, Any]:
 
 def _grid(nodes: List[NodeReport]) -> Dict[str, Any]:
     """node x check: each cell the worst status over the check's subjects on that node, with its summary."""
-    from envbuild.doctor.registry import category_rank
-
     cats: Dict[str, str] = {}
     for n in nodes:
         for r in n.report.results:
             cats.setdefault(r.check_id, r.category)
-    checks = sorted(cats, key=lambda c: (category_rank(cats[c]), c))
+    rank = _category_order([cats[c] for c in cats])
+    checks = sorted(cats, key=lambda c: rank[cats[c]])  # stable: the doctor's order within a category
     rows = []
     for n in nodes:
         cells: Dict[str, Tuple[int, str, str]] = {}
@@ -313,30 +316,26 @@ def _nccl_section(nodes: List[NodeReport], reference: Sequence[BusbwSeries]) -> 
         return sec
     top = [(n.name, s.busbw[-1], s.status or Status.PASS, s.sizes[-1]) for n, s in per_node]
     slow = min(top, key=lambda t: t[1])
-    from envbuild.doctor.checks.comm_nccl import size_label
-
     sec.svg = html_plots.busbw_chart({"all_reduce": [s for _, s in per_node]}, line_rate, reference=reference,
                                      highlight=slow[0], salt="busbw-fleet")
     sec.extra["bars"] = html_plots.fleet_busbw_bars([(t[0], t[1], t[2]) for t in top], line_rate,
-                                                    size_label(slow[3]), salt="fleet-busbw")
+                                                    size_text(slow[3]), salt="fleet-busbw")
     import statistics
 
     med = statistics.median(t[1] for t in top)
-    sec.extra["slowest"] = (f"slowest node: {slow[0]}, all_reduce {slow[1]:.0f} GB/s at {size_label(slow[3])} = "
+    sec.extra["slowest"] = (f"slowest node: {slow[0]}, all_reduce {slow[1]:.0f} GB/s at {size_text(slow[3])} = "
                             f"{slow[1] / med:.2f} of the fleet median {med:.0f} GB/s")
     return sec
 
 
 def _busbw_table(series: Sequence[BusbwSeries], reference: Sequence[BusbwSeries]) -> Dict[str, Any]:
     """The plotted numbers as a table (op x size), so they can be copied and read without the plot."""
-    from envbuild.doctor.checks.comm_nccl import size_label
-
     sizes = sorted({z for s in series for z in s.sizes})
     rows = []
     for s in list(series) + list(reference):
         vals = dict(zip(s.sizes, s.busbw))
         rows.append({"op": s.op, "label": s.label, "cells": [f"{vals[z]:.0f}" if z in vals else "" for z in sizes]})
-    return {"sizes": [size_label(z) for z in sizes], "rows": rows}
+    return {"sizes": [size_text(z) for z in sizes], "rows": rows}
 
 
 def _train_section(nodes: List[NodeReport]) -> Section:
@@ -422,10 +421,18 @@ def _stack_table(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
     return rows
 
 
-def _details(n: NodeReport, with_evidence: bool) -> Dict[str, Any]:
-    from envbuild.doctor.registry import category_rank
+def _category_order(categories: List[str]) -> Dict[str, int]:
+    """Categories in the order the doctor wrote them (node, stack, gpu, comm, train): a report lists its results
+    grouped that way already, except a check whose id and category disagree, which this regroups."""
+    order: Dict[str, int] = {}
+    for c in categories:
+        order.setdefault(c, len(order))
+    return order
 
-    results = sorted(n.report.results, key=lambda r: category_rank(r.category))
+
+def _details(n: NodeReport, with_evidence: bool) -> Dict[str, Any]:
+    rank = _category_order([r.category for r in n.report.results])
+    results = sorted(n.report.results, key=lambda r: rank[r.category])
     rows = []
     for r in results:
         if not with_evidence and r.status is Status.PASS:

@@ -72,6 +72,16 @@ class TrainRun:
     notes: List[str] = field(default_factory=list)
 
 
+def size_text(b: int) -> str:
+    """64MiB, 1GiB, 4096B: a message size spelled as the checks spell it in metric names (the doctor's
+    size_label; report/ does not import doctor/, which sits above it in the layers)."""
+    b = int(b)
+    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << k and b % (1 << k) == 0:
+            return f"{b >> k}{unit}"
+    return f"{b}B"
+
+
 def results_of(report: Report, check_id: str) -> List[Result]:
     return [r for r in report.results if r.check_id == check_id]
 

@@ -14,7 +14,7 @@ import re
 import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from envbuild.report.html_data import BusbwSeries, P2PMatrix, TrainRun
+from envbuild.report.html_data import BusbwSeries, P2PMatrix, TrainRun, size_text
 from envbuild.report.model import Status
 
 STATUS_COLOR = {"pass": "#2e7d32", "warn": "#e09b00", "fail": "#c62828", "error": "#7b1fa2", "skip": "#9e9e9e"}
@@ -62,14 +62,12 @@ def _figure(width: float, height: float, layout: Optional[str] = "constrained"):
 
 
 def _size_ticks(ax, sizes: Sequence[int]) -> None:
-    from envbuild.doctor.checks.comm_nccl import size_label
-
     ticks = sorted(set(sizes))
     if len(ticks) > 8:
         step = math.ceil(len(ticks) / 8)
         ticks = ticks[::step]
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks, [size_label(t) for t in ticks])
+    ax.set_xticks(ticks, [size_text(t) for t in ticks])
     ax.minorticks_off()
 
 
