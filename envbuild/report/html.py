@@ -16,7 +16,7 @@ from envbuild import __version__
 from envbuild.report.html_data import (BusbwSeries, nccl_run, p2p_matrix, profile_rows, read_nccl_tests,
                                        results_of, size_text, train_run)
 from envbuild.report.html_input import NodeReport, read_inputs
-from envbuild.report.model import Result, Status
+from envbuild.report.model import Report, Result, Status
 
 TEMPLATE = "report.html.j2"
 _EVIDENCE_CHARS = 3000  # per result on a one-node page; a fleet page shows no evidence (size)
@@ -35,16 +35,19 @@ class Section:
 def render_files(paths: Sequence[str], nccl_tests: Sequence[str] = (), title: Optional[str] = None) -> Tuple[str, List[str]]:
     """(page, notes) for the reports at `paths` (files, folders, merged fleet reports); bad input raises
     InputFileError naming the file."""
-    nodes, notes = read_inputs(paths)
+    inputs = read_inputs(paths)
     reference: List[BusbwSeries] = []
     for ref in nccl_tests:
         reference += read_nccl_tests(ref)
-    return render_nodes(nodes, reference=reference, title=title, notes=notes), notes
+    page = render_nodes(inputs.nodes, reference=reference, title=title, notes=inputs.notes,
+                        fleet_results=inputs.fleet_results)
+    return page, inputs.notes
 
 
 def render_nodes(nodes: List[NodeReport], reference: Sequence[BusbwSeries] = (), title: Optional[str] = None,
-                 notes: Sequence[str] = ()) -> str:
-    """The page for these nodes: one node gets its full detail, several are a fleet."""
+                 notes: Sequence[str] = (), fleet_results: Sequence[Result] = ()) -> str:
+    """The page for these nodes: one node gets its full detail, several (or a merged report) are a fleet;
+    `fleet_results` are a merged report's results about the fleet as a whole."""
     import jinja2
 
     from envbuild.paths import templates_dir
@@ -53,17 +56,21 @@ def render_nodes(nodes: List[NodeReport], reference: Sequence[BusbwSeries] = (),
     # lock/ in the layers, so the setup is not imported from there
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
                              autoescape=True, keep_trailing_newline=True)
-    fleet = len(nodes) > 1
+    fleet = len(nodes) > 1 or bool(fleet_results)
+    whole = [NodeReport(name="fleet-wide", source="merged report",
+                        report=Report(host={}, gpus=[], results=list(fleet_results)))] if fleet_results else []
     ctx = {
         "title": title or (f"envbuild fleet report · {len(nodes)} nodes" if fleet else
                            f"envbuild doctor · {nodes[0].name}"),
         "version": __version__,
         "fleet": fleet,
-        "verdict": _verdict(nodes),
+        "verdict": _verdict(nodes, list(fleet_results)),
         "nodes": [_node_card(n) for n in nodes],
-        "causes": _causes(nodes),
-        "findings": _findings(nodes),
+        "causes": _causes(nodes + whole, len(nodes)),
+        "findings": _findings(nodes + whole, len(nodes)),
         "grid": _grid(nodes) if fleet else None,
+        "fleet_results": [{"status": r.status.value, "check": r.check_id, "subject": r.subject or "",
+                           "summary": r.summary, "remediation": r.remediation} for r in fleet_results],
         "p2p": _p2p_section(nodes),
         "nccl": _nccl_section(nodes, reference),
         "train": _train_section(nodes),
@@ -90,23 +97,28 @@ def _node_status(n: NodeReport) -> str:
     return "warn" if c["warn"] else "pass"
 
 
-def _verdict(nodes: List[NodeReport]) -> Dict[str, Any]:
+def _verdict(nodes: List[NodeReport], fleet_results: List[Result]) -> Dict[str, Any]:
     counts = {s.value: 0 for s in Status}
     for n in nodes:
         for k, v in n.report.counts().items():
             counts[k] += v
+    for r in fleet_results:
+        counts[r.status.value] += 1
     bad = [n.name for n in nodes if _failed(n)]
     warned = [n.name for n in nodes if not _failed(n) and n.report.counts()["warn"]]
-    if len(nodes) > 1:
+    fleet_bad = sorted({r.check_id for r in fleet_results if r.status in (Status.FAIL, Status.ERROR)})
+    if len(nodes) > 1 or fleet_results:
         word = f"{len(bad)} of {len(nodes)} nodes FAIL" if bad else (
             f"all {len(nodes)} nodes pass" + (f", {len(warned)} with warnings" if warned else ""))
+        if fleet_bad:
+            word = (word if bad else f"{len(nodes)} nodes") + f"; fleet-wide {', '.join(fleet_bad)} FAIL"
     else:
         word = "FAIL" if bad else ("PASS with warnings" if warned else "PASS")
-    status = "fail" if bad else ("warn" if warned else "pass")
+    status = "fail" if bad or fleet_bad else ("warn" if warned else "pass")
     return {"word": word, "status": status, "counts": counts, "bad": bad, "warned": warned}
 
 
-def _causes(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
+def _causes(nodes: List[NodeReport], total: int) -> List[Dict[str, Any]]:
     """Every root cause a failing or warning check names, worst first, with where it was seen and its fix."""
     from envbuild.knowledge import load_causes
 
@@ -127,7 +139,7 @@ def _causes(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
     out = []
     for cid, entry in seen.items():
         cause = known.get(cid)
-        where = [_on_nodes(label, names, len(nodes)) if fleet else label for label, names in entry.pop("checks").items()]
+        where = [_on_nodes(label, names, total) if fleet else label for label, names in entry.pop("checks").items()]
         out.append({**entry, "nodes": sorted(entry["nodes"]), "where": where,
                     "title": cause.title if cause else "(not in this envbuild's knowledge/causes.toml)",
                     "fix": cause.fix if cause else "", "mechanism": cause.mechanism if cause else ""})
@@ -145,7 +157,7 @@ def _on_nodes(label: str, names: List[str], total: int) -> str:
     return f"{label} on {len(uniq)} nodes ({', '.join(uniq[:4])}, …)"
 
 
-def _findings(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
+def _findings(nodes: List[NodeReport], total: int) -> List[Dict[str, Any]]:
     """Failing, erroring and warning results, one entry per check and verdict; on a fleet the nodes that share
     the same finding are listed under it instead of repeating it 64 times."""
     groups: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
@@ -165,7 +177,7 @@ def _findings(nodes: List[NodeReport]) -> List[Dict[str, Any]]:
             by_text.setdefault((it["subject"] or "", it["summary"]), []).append(it["node"])
         g["nodes"] = len({it["node"] for it in g["items"]})
         g["lines"] = [{"subject": subject, "summary": summary,
-                       "where": _on_nodes("", names, len(nodes)).strip() if fleet else ""}
+                       "where": _on_nodes("", names, total).strip() if fleet else ""}
                       for (subject, summary), names in by_text.items()]
     return sorted(groups.values(), key=lambda g: (-g["rank"], g["check_id"]))
 

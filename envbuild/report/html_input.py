@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
 from envbuild.errors import InputFileError, read_input_text
 from envbuild.report.json_report import SCHEMA_ID, SCHEMA_VERSION, report_from_dict
-from envbuild.report.model import Metric, Report, Result
+from envbuild.report.model import Metric, Report, Result, Status
 
 
 @dataclass
@@ -27,16 +27,29 @@ class NodeReport:
     report: Report
 
 
-def read_inputs(paths: Sequence[str]) -> Tuple[List[NodeReport], List[str]]:
-    """The nodes of every input, in the order given (a folder's files sorted by name), and notes about files of
-    a folder that were passed over (JSON that is not an envbuild report at all, e.g. a benchmark's output).
+FLEET_SCHEMA_ID = "envbuild.fleet"  # `envbuild report merge` (envbuild/report/merge.py, docs/fleet.md)
+FLEET_SCHEMA_VERSION = 1
 
-    Node names are the report's node name (a merged report's), else its hostname; when two reports carry the
-    same name (two runs of one host), the file's stem is added so each row of the page stays apart."""
+
+@dataclass
+class Inputs:
+    """Everything the page is made of: the nodes, the fleet-wide results of a merged report (cross-node
+    collectives, version agreement) and notes about files of a folder that were passed over."""
+
+    nodes: List[NodeReport]
+    fleet_results: List[Result] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+
+def read_inputs(paths: Sequence[str]) -> Inputs:
+    """The nodes of every input, in the order given (a folder's files sorted by name). A folder's JSON files that
+    are not envbuild reports at all (a benchmark's output) are passed over with a note.
+
+    Node names are the merged report's node name, else the report's hostname; when two reports carry the same
+    name (two runs of one host), the file's stem is added so each row of the page stays apart."""
     if not paths:
         raise InputFileError(".", "no report given: pass REPORT.json files or folders of them")
-    nodes: List[NodeReport] = []
-    notes: List[str] = []
+    out = Inputs(nodes=[])
     for given in paths:
         p = Path(given)
         if p.is_dir():
@@ -45,17 +58,30 @@ def read_inputs(paths: Sequence[str]) -> Tuple[List[NodeReport], List[str]]:
             for f in files:
                 data = _load_json(f)
                 if not _is_envbuild(data):
-                    notes.append(f"{f}: not an envbuild report, passed over")
+                    out.notes.append(f"{f}: not an envbuild report, passed over")
                     continue
-                nodes.extend(_nodes_of(f, data))
+                _add(out, f, data)
                 found += 1
             if not found:
                 raise InputFileError(p, "no envbuild report (*.json written by `envbuild doctor --json`) in this folder")
         elif p.exists():
-            nodes.extend(_nodes_of(p, _load_json(p)))
+            _add(out, p, _load_json(p))
         else:
             raise InputFileError(p, "no such file or folder")
-    return _unique_names(nodes), notes
+    _unique_names(out.nodes)
+    return out
+
+
+def _add(out: Inputs, path: Path, data: Any) -> None:
+    """A doctor report is one node; a merged fleet report is one node per entry plus its fleet-wide results."""
+    if not isinstance(data, dict):
+        raise InputFileError(path, f"not an envbuild report: the top level is a JSON {type(data).__name__}, "
+                                   "not an object")
+    if data.get("schema") == FLEET_SCHEMA_ID:
+        out.nodes.extend(_fleet_nodes(path, data))
+        out.fleet_results.extend(_results(path, data.get("fleet_results"), "fleet_results"))
+    else:
+        out.nodes.append(_one_node(path, str(path), data))
 
 
 def _load_json(path: Path) -> Any:
@@ -72,33 +98,48 @@ def _is_envbuild(data: Any) -> bool:
     return isinstance(data, dict) and str(data.get("schema", "")).startswith("envbuild.")
 
 
-def _nodes_of(path: Path, data: Any) -> List[NodeReport]:
-    """A doctor report is one node; a merged fleet report (`envbuild report merge`) is one node per entry."""
-    if not isinstance(data, dict):
-        raise InputFileError(path, f"not an envbuild report: the top level is a JSON {type(data).__name__}, "
-                                   "not an object")
-    if isinstance(data.get("nodes"), (list, dict)) and data.get("schema") != SCHEMA_ID:
-        return _fleet_nodes(path, data)
-    return [_one_node(path, str(path), data)]
-
-
 def _fleet_nodes(path: Path, data: Dict[str, Any]) -> List[NodeReport]:
-    """Entries of a merged report: a list of node reports (each naming its node) or a mapping node -> report;
-    an entry may wrap the report as {"node": NAME, "report": {...}}."""
-    raw = data["nodes"]
-    items: Iterable[Tuple[Any, Any]] = raw.items() if isinstance(raw, dict) else ((None, e) for e in raw)
+    """The entries of `envbuild report merge`'s JSON: each the node's own report plus `node`, `source`,
+    `error` (the node gave no usable report: it stays a row, with that error) and `fleet_findings` (what the
+    merge found about the node, e.g. another envbuild version)."""
+    version, entries = data.get("schema_version"), data.get("nodes")
+    if version != FLEET_SCHEMA_VERSION:
+        raise InputFileError(path, f"{FLEET_SCHEMA_ID} schema_version {version!r}; this envbuild reads version "
+                                   f"{FLEET_SCHEMA_VERSION} only: merge again with it")
+    if not isinstance(entries, list) or not entries:
+        raise InputFileError(path, f"a {FLEET_SCHEMA_ID} report without nodes (its 'nodes' list is missing or empty)")
     out: List[NodeReport] = []
-    for i, (key, entry) in enumerate(items):
+    for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            raise InputFileError(path, f"nodes[{key if key is not None else i}] is not an object")
-        name = key if key is not None else entry.get("node")
-        body = entry.get("report") if isinstance(entry.get("report"), dict) else entry
-        where = f"{path} (node {name if name is not None else i})"
-        node = _one_node(path, where, body, name=str(name) if name is not None else None)
+            raise InputFileError(path, f"nodes[{i}] is not an object")
+        name = str(entry.get("node") or (entry.get("host") or {}).get("hostname") or f"{path.stem}[{i}]")
+        where = f"{path} (node {name})"
+        if entry.get("error"):
+            node = _error_node(name, str(entry.get("source") or where), str(entry["error"]))
+        else:
+            node = _one_node(path, where, entry, name=name)
+        node.report.results.extend(_results(path, entry.get("fleet_findings"), f"nodes[{i}].fleet_findings"))
         out.append(node)
-    if not out:
-        raise InputFileError(path, "a merged report with no nodes in it")
     return out
+
+
+def _error_node(name: str, source: str, message: str) -> NodeReport:
+    """A node of a merged report that gave no usable report: one `error` result saying why (as merge wrote it)."""
+    result = Result("fleet.node_report", "fleet", Status.ERROR, message, evidence={"source": source},
+                    remediation="rerun `envbuild doctor --json` on this node and merge again")
+    return NodeReport(name=name, source=source, report=Report(host={"hostname": name, "source": source}, gpus=[],
+                                                              results=[result]))
+
+
+def _results(path: Path, raw: Any, where: str) -> List[Result]:
+    if not raw:
+        return []
+    if not isinstance(raw, list):
+        raise InputFileError(path, f"{where} is not a list")
+    try:
+        return [Result.from_dict(r) for r in _known_keys({"results": raw})["results"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputFileError(path, f"{where}: not a list of results: {_why(exc)}") from exc
 
 
 def _one_node(path: Path, where: str, data: Dict[str, Any], name: Any = None) -> NodeReport:
@@ -145,7 +186,7 @@ def _why(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _unique_names(nodes: List[NodeReport]) -> List[NodeReport]:
+def _unique_names(nodes: List[NodeReport]) -> None:
     seen: Dict[str, int] = {}
     for n in nodes:
         seen[n.name] = seen.get(n.name, 0) + 1
@@ -153,4 +194,3 @@ def _unique_names(nodes: List[NodeReport]) -> List[NodeReport]:
         if seen[n.name] > 1:
             stem = os.path.splitext(os.path.basename(n.source.split(" (")[0]))[0]
             n.name = f"{n.name} · {stem}"
-    return nodes

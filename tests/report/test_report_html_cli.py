@@ -151,13 +151,54 @@ def test_folder_input_passes_over_non_reports_and_says_so(tmp_path):
     assert "of 2 nodes" in out.read_text() or "all 2 nodes pass" in out.read_text()
 
 
+def merged(tmp_path, nodes, fleet_results=()):
+    """A fleet report as `envbuild report merge` writes it (envbuild/report/merge.py on the fleet branch,
+    fleet_to_dict): each entry the node's own report plus node/source/node_status/error/fleet_findings."""
+    data = {"schema": "envbuild.fleet", "schema_version": 1, "envbuild_version": "0.1.0", "node_count": len(nodes),
+            "fleet_results": list(fleet_results), "superseded": [], "nodes": nodes}
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def node_entry(name, report, **extra):
+    entry = {"node": name, "source": f"/reports/{name}.json", "node_status": "pass", "error": None,
+             "fleet_findings": []}
+    entry.update({k: v for k, v in report.items() if k not in entry})
+    entry.update(extra)
+    return entry
+
+
 def test_merged_fleet_report_is_read_node_by_node(tmp_path):
-    nodes = {f"gpu-{i:02d}": json.loads((RUNS / "h5-probes-2gpu-full.json").read_text()) for i in range(3)}
-    merged = tmp_path / "fleet.json"
-    merged.write_text(json.dumps({"schema": "envbuild.fleet", "schema_version": 1, "nodes": nodes}))
-    page = render(tmp_path, merged)
-    assert "all 3 nodes pass" in page
-    assert all(f"{name}</th>" in page for name in nodes)
+    good = json.loads((RUNS / "h5-probes-2gpu-full.json").read_text())
+    version = {"check_id": "fleet.envbuild_version", "category": "fleet", "status": "error",
+               "summary": "envbuild 0.0.9 on this node, 0.1.0 on the fleet's majority: results do not compare",
+               "evidence": {}, "remediation": "install one envbuild on every node", "metrics": [], "causes": [],
+               "duration_s": 0.0, "subject": None}
+    cross = dict(version, check_id="comm.cross_node", category="comm", status="fail", causes=["N3"],
+                 summary="all_reduce across 4 nodes: gpu-02 at 0.41 of the fleet median busbw", remediation="drain gpu-02")
+    nodes = [node_entry("gpu-00", good), node_entry("gpu-01", good, fleet_findings=[version]),
+             node_entry("gpu-02", good),
+             {"node": "gpu-03", "source": "/reports/gpu-03.json", "node_status": "error", "fleet_findings": [],
+              "error": "/reports/gpu-03.json:1: truncated JSON: Expecting value (column 1)"}]
+    page = render(tmp_path, merged(tmp_path, nodes, [cross]))
+    assert "2 of 4 nodes FAIL; fleet-wide comm.cross_node FAIL" in page
+    grid = page[page.index('id="grid"'):page.index('id="fleet-wide"')]
+    assert all(f"{name}</th>" in grid for name in ("gpu-00", "gpu-01", "gpu-02", "gpu-03"))
+    assert "gpu-03 · fleet.node_report · error: /reports/gpu-03.json:1: truncated JSON" in grid
+    assert "gpu-01 · fleet.envbuild_version · error" in grid
+    wide = page[page.index('id="fleet-wide"'):page.index('id="p2p"')]
+    assert "all_reduce across 4 nodes: gpu-02 at 0.41" in wide and "drain gpu-02" in wide
+    assert "N3 · " in page[page.index('id="causes"'):page.index('id="findings"')]
+
+
+def test_merged_report_of_another_version_exits_2(tmp_path):
+    path = merged(tmp_path, [])
+    data = json.loads(path.read_text())
+    data["schema_version"] = 2
+    path.write_text(json.dumps(data))
+    proc = envbuild("report", "html", path, "-o", tmp_path / "p.html")
+    assert proc.returncode == 2 and f"{path}: envbuild.fleet schema_version 2" in proc.stderr
 
 
 @pytest.mark.parametrize("case, content, message", [
