@@ -102,9 +102,9 @@ def p2p_heatmap(m: P2PMatrix):
                 label += f"\n{cell.fraction:.2f}×"
         else:
             label = "no data" if cell.status is Status.PASS else cell.status.value.upper()
-        dark = cell.fraction is not None and 0.62 < cell.fraction < 0.86
-        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=7 if small else 9,
-                color=_INK if dark or cell.fraction is None else "white")
+        light_face = (cell.fraction is not None and 0.62 < cell.fraction < 0.86) or face in ("#eceff1", "#b0bec5")
+        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=8 if small else 9,
+                fontweight="normal" if cell.gbps is not None else "bold", color=_INK if light_face else "white")
     for g in m.gpus:
         ax.add_patch(Rectangle((pos[g], pos[g]), 1, 1, facecolor="#f5f5f5", edgecolor="white", hatch="//"))
     ax.set_xlim(0, n)
@@ -155,8 +155,9 @@ def busbw_chart(groups: Dict[str, List[BusbwSeries]], line_rate: Optional[float]
             if crowd and not hot:
                 continue
             color = "#c62828" if crowd else _SERIES[j % len(_SERIES)]
+            flag = f" ({s.status.value.upper()})" if s.status not in (None, Status.PASS) else ""
             ax.plot(s.sizes, s.busbw, marker="o", markersize=4, color=color, linewidth=2.0 if crowd else 1.8,
-                    zorder=3, label=s.label, gid=_gid("busbw-line", op, s.label))
+                    zorder=3, label=s.label + flag, gid=_gid("busbw-line", op, s.label))
         for k, ref in enumerate(ref_by_op.get(op, [])):
             ax.plot(ref.sizes, ref.busbw, linestyle="none", marker="x", markersize=7, markeredgewidth=1.8,
                     color="#212121", label=ref.label if k == 0 else None, zorder=4, gid=_gid("nccl-ref", op, k))
@@ -173,7 +174,7 @@ def busbw_chart(groups: Dict[str, List[BusbwSeries]], line_rate: Optional[float]
         ax.set_xlabel("message size")
         handles, _ = ax.get_legend_handles_labels()
         if handles:
-            ax.legend(fontsize=7, loc="lower right")
+            ax.legend(fontsize=7, loc="best")
     for k in range(len(ops), rows * cols):
         axes[k // cols][k % cols].set_visible(False)
     axes[0][0].set_ylim(0, top * 1.12 if top else 1)
@@ -254,7 +255,7 @@ def train_chart(runs: List[TrainRun]):
 def fleet_p2p_chart(nodes: List[Tuple[str, P2PMatrix, Status]]):
     """Per node: the range of one-way P2P bandwidth over its GPU pairs as a fraction of line rate, a dot at the
     slowest pair (coloured by the node's gpu.p2p status) and the fleet's median as a line."""
-    fig = _figure(min(max(6.5, 2.5 + 0.16 * len(nodes)), 14.0), 3.6)
+    fig = _node_figure([n[0] for n in nodes])
     ax = fig.add_subplot()
     lows: List[float] = []
     spans, dots, colors, empty = [], [], [], []
@@ -286,7 +287,7 @@ def fleet_p2p_chart(nodes: List[Tuple[str, P2PMatrix, Status]]):
 @_styled
 def fleet_busbw_bars(nodes: List[Tuple[str, float, Status]], line_rate: Optional[float], size_text: str):
     """all_reduce busbw at the largest message size per node, against the fleet median and the line rate."""
-    fig = _figure(min(max(6.5, 2.5 + 0.16 * len(nodes)), 14.0), 3.6)
+    fig = _node_figure([n[0] for n in nodes])
     ax = fig.add_subplot()
     bars = ax.bar(range(len(nodes)), [n[1] for n in nodes], color=[STATUS_COLOR[n[2].value] for n in nodes], width=0.7)
     for rect, (name, _, _) in zip(bars, nodes):
@@ -311,6 +312,17 @@ def _crowd(ax, lines: List[Tuple[Sequence[float], Sequence[float]]], gid: str, c
     if segs:
         ax.add_collection(LineCollection(segs, colors=color, linewidths=0.8, zorder=2, gid=gid), autolim=True)
         ax.autoscale_view()
+
+
+def _node_figure(names: List[str]):
+    """A figure with one x position per node and fixed margins (room below for the rotated names): constrained
+    layout would measure every one of 64 rotated labels twice, the largest cost of a fleet page."""
+    width = min(max(6.5, 2.5 + 0.16 * len(names)), 14.0)
+    below = 0.45 + 0.06 * max((len(n) for n in names), default=4)  # inches: rotated names at fontsize 7
+    height = 2.6 + below
+    fig = _figure(width, height, layout=None)
+    fig.subplots_adjust(left=0.7 / width, right=1 - 0.2 / width, bottom=below / height, top=1 - 0.35 / height)
+    return fig
 
 
 def _node_axis(ax, names: List[str]) -> None:
