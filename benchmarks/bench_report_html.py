@@ -88,7 +88,7 @@ def main() -> None:
     import matplotlib.figure  # noqa: F401  (what the first page of a process pays once)
     import_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
-        fleet = write_fleet(Path(tmp) / "fleet", args.nodes)
+        write_fleet(Path(tmp) / "fleet", args.nodes)
         one = [str(RUNS / "doctor-full-2gpu.json")]
         render_seconds(one, 1)  # warm: fonts and the template
         anchor, anchor_cpu = render_seconds(one, args.runs)

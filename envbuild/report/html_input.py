@@ -143,22 +143,81 @@ def _results(path: Path, raw: Any, where: str) -> List[Result]:
 
 
 def _one_node(path: Path, where: str, data: Dict[str, Any], name: Any = None) -> NodeReport:
+    """One doctor report; in a merged report (`name` given) the messages name the node entry too."""
+    entry = f"node {name}: " if name is not None else ""
     schema, version = data.get("schema"), data.get("schema_version")
     if schema != SCHEMA_ID:
-        raise InputFileError(path, f"not an envbuild doctor report (schema {schema!r}, expected {SCHEMA_ID!r}); "
+        raise InputFileError(path, f"{entry}not an envbuild doctor report (schema {schema!r}, expected {SCHEMA_ID!r}); "
                                    "write one with `envbuild doctor --json FILE`")
     if version != SCHEMA_VERSION:
         age = "an older" if isinstance(version, int) and version < SCHEMA_VERSION else "another"
-        raise InputFileError(path, f"{age} report format: {SCHEMA_ID} schema_version {version!r}; this envbuild reads "
+        raise InputFileError(path, f"{entry}{age} report format: {SCHEMA_ID} schema_version {version!r}; this envbuild reads "
                                    f"version {SCHEMA_VERSION} only: re-run `envbuild doctor --json` with it")
+    problem = _type_problem(data)
+    if problem:
+        raise InputFileError(path, f"{entry}not a valid {SCHEMA_ID} v{SCHEMA_VERSION} report: {problem}")
     try:
         report = report_from_dict(_known_keys(data))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputFileError(path, f"not a complete {SCHEMA_ID} v{SCHEMA_VERSION} report: {_why(exc)}") from exc
-    if not isinstance(report.host, dict):
-        raise InputFileError(path, "not a complete report: 'host' is not an object")
-    node = name or data.get("node") or report.host.get("hostname") or path.stem
+        raise InputFileError(path, f"{entry}not a complete {SCHEMA_ID} v{SCHEMA_VERSION} report: {_why(exc)}") from exc
+    for key, kind in (("host", dict), ("gpus", list), ("options", dict)):
+        if not isinstance(getattr(report, key), kind):
+            raise InputFileError(path, f"{entry}not a complete report: {key!r} is not a JSON {kind.__name__}")
+    node = name or report.host.get("hostname") or path.stem
     return NodeReport(name=str(node), source=where, report=report)
+
+
+_NUM = (int, float)
+_TOP_TYPES = {"host": (dict,), "gpus": (list,), "options": (dict,), "results": (list,), "duration_s": _NUM,
+              "started_at": (str,), "envbuild_version": (str,), "profile": (str, type(None))}
+_RESULT_TYPES = {"check_id": (str,), "category": (str,), "status": (str,), "summary": (str,), "evidence": (dict,),
+                 "remediation": (str, type(None)), "metrics": (list,), "causes": (list,), "duration_s": _NUM,
+                 "subject": (str, type(None))}
+_METRIC_TYPES = {"name": (str,), "value": _NUM, "unit": (str,), "expect": (str, type(None)),
+                 "source": (str, type(None))}
+
+
+def _type_problem(data: Dict[str, Any]) -> str:
+    """The first field of the report whose JSON type is not the one docs/report-schema.md gives, or ''.
+    Checked here so that a hand-edited or corrupted report is one clear line, not a crash while drawing."""
+    def bad(obj: Dict[str, Any], types: Dict[str, tuple], where: str) -> str:
+        for key, kinds in types.items():
+            if key in obj and (not isinstance(obj[key], kinds) or (kinds is _NUM and isinstance(obj[key], bool))):
+                want = " or ".join("null" if k is type(None) else _JSON_NAME.get(k, k.__name__) for k in kinds)
+                return f"{where}{key!r} is {_json_kind(obj[key])}, expected {want}"
+        return ""
+
+    found = bad(data, _TOP_TYPES, "")
+    if found or not isinstance(data.get("results"), list):
+        return found
+    for i, r in enumerate(data["results"]):
+        if not isinstance(r, dict):
+            return f"results[{i}] is {_json_kind(r)}, expected an object"
+        where = f"results[{i}] ({r.get('check_id')}): "
+        found = bad(r, _RESULT_TYPES, where)
+        if found:
+            return found
+        if any(not isinstance(c, str) for c in r.get("causes", [])):
+            return f"{where}'causes' holds something other than cause ids (strings)"
+        for j, m in enumerate(r.get("metrics", [])):
+            if found:
+                break
+            found = bad(m, _METRIC_TYPES, f"{where}metrics[{j}] ") if isinstance(m, dict) else \
+                f"{where}metrics[{j}] is {_json_kind(m)}, expected an object"
+        if found:
+            return found
+    return ""
+
+
+_JSON_NAME = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return _JSON_NAME.get(type(value), type(value).__name__)
 
 
 def _known_keys(data: Dict[str, Any]) -> Dict[str, Any]:

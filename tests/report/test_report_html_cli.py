@@ -210,6 +210,12 @@ def test_merged_report_of_another_version_exits_2(tmp_path):
      "not a complete envbuild.report v1 report: the key 'results' is missing"),
     ("bad status", lambda t: t.replace('"status": "pass"', '"status": "great"', 1), "'great' is not a valid Status"),
     ("a list", lambda t: "[1, 2]", "the top level is a JSON list"),
+    ("options a list", lambda t: json.dumps(dict(json.loads(t), options=["--quick"])),
+     "'options' is an array, expected an object"),
+    ("subject an object", lambda t: t.replace('"subject": null', '"subject": {"gpu": 0}', 1),
+     "results[2] (comm.nccl_churn): 'subject' is an object, expected a string or null"),
+    ("metric value text", lambda t: t.replace('"value": ', '"value": "fast", "was": ', 1),
+     "'value' is a string, expected a number"),
 ])
 def test_bad_input_exits_2_naming_the_file_and_keeps_the_old_page(tmp_path, case, content, message):
     bad = tmp_path / "node-7.json"
@@ -296,3 +302,30 @@ def test_fleet_of_64_nodes_page_stays_under_5_mb(tmp_path):
     assert "1 of 64 nodes FAIL" in page and "slowest node: node-017" in page
     grid = page[page.index('id="grid"'):page.index('id="p2p"')]
     assert grid.count('<tr class="v-') == 64
+
+
+def test_corrupted_fields_give_a_page_or_exit_2_never_a_traceback(tmp_path):
+    """Every top-level and result field of a real report replaced by JSON of other types (on the static run,
+    which draws no plot, so 80 renders stay fast): exit 0 or 2, one line on a 2, no traceback."""
+    base = json.loads((RUNS / "node-doctor-static.json").read_text())
+    odd = [None, "x", [], {"a": None}, [1, "a"]]
+    seen = {0: 0, 2: 0}
+    for where in ["host", "gpus", "options", "profile", "duration_s", "results[4]"] + [
+            f"results[4].{k}" for k in ("summary", "evidence", "remediation", "metrics", "causes", "duration_s",
+                                        "subject", "category", "status")]:
+        for value in odd:
+            data = json.loads(json.dumps(base))
+            if where.startswith("results[4]."):
+                data["results"][4][where.split(".", 1)[1]] = value
+            elif where == "results[4]":
+                data["results"][4] = value
+            else:
+                data[where] = value
+            path = tmp_path / "r.json"
+            path.write_text(json.dumps(data))
+            proc = envbuild("report", "html", path, "-o", tmp_path / "p.html")
+            assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, (where, value, proc.stderr)
+            if proc.returncode == 2:
+                assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr, (where, proc.stderr)
+            seen[proc.returncode] += 1
+    assert seen[2] > 40 and seen[0] > 5  # most are refused; a null profile or remediation is valid v1
