@@ -12,9 +12,9 @@ import click
 
 # name -> (module, attribute, one-line help)
 SUBCOMMANDS: Dict[str, Tuple[str, str, str]] = {
-    "html": ("envbuild.commands.report_html", "report_html",
+    "html": ("envbuild.commands.report_html", "html",
              "One self-contained HTML page from doctor reports (one node or a fleet)."),
-    "merge": ("envbuild.commands.report_merge", "report_merge", "Join per-node doctor reports into one fleet report."),
+    "merge": ("envbuild.commands.report_merge", "merge", "Join per-node doctor reports into one fleet report."),
 }
 
 

@@ -16,7 +16,7 @@ import click
 @click.option("--nccl-tests", "nccl_tests", multiple=True, metavar="FILE",
               help="nccl-tests output (all_reduce_perf stdout, or a bench_allreduce.py JSON) to draw as the busbw reference.")
 @click.option("--title", metavar="TEXT", help="Page title (default: the node, or the fleet's size).")
-def report_html(reports: Tuple[str, ...], output: str, nccl_tests: Tuple[str, ...], title: Optional[str]) -> int:
+def html(reports: Tuple[str, ...], output: str, nccl_tests: Tuple[str, ...], title: Optional[str]) -> int:
     """Render doctor reports as one self-contained HTML page: verdict and causes first, then the P2P heat map,
     busbw against the line rate, the train step per cycle, the env-vs-image table and every fix. Several
     reports (or a merged one) make a fleet page with a node x check grid."""
