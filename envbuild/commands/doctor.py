@@ -51,6 +51,7 @@ def _profile_file(name: Optional[str]) -> Optional[str]:
 @click.option("--json", "json_path", metavar="PATH", help="Write the versioned JSON report here.")
 @click.option("--junit", "junit_path", metavar="PATH", help="Write a JUnit XML report here.")
 @click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile here.")
+@click.option("--html", "html_path", metavar="PATH", help="Write the report as one self-contained HTML page here.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Option for a check, e.g. train.layers=4 (--list-options shows them all).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
@@ -58,12 +59,13 @@ def _profile_file(name: Optional[str]) -> Optional[str]:
 def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
            mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
            list_options: bool, strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
-           prom_path: Optional[str], sets: Tuple[str, ...], quiet: bool, **fleet) -> int:
+           prom_path: Optional[str], html_path: Optional[str], sets: Tuple[str, ...], quiet: bool, **fleet) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
     """
     from envbuild.doctor.session import DoctorOptions, run_doctor
+    from envbuild.report.html import doctor_with_html
 
     opts = DoctorOptions(
         profile=_profile_file(profile_name), python=python, prefix=prefix, root=root, mode=mode or "static",
@@ -74,4 +76,7 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
     )
     from envbuild.fleet.options import run_fleet, wants_fleet
 
-    return run_fleet(opts, fleet) if wants_fleet(fleet) else run_doctor(opts)
+    def run(o: "DoctorOptions") -> int:
+        return run_fleet(o, fleet) if wants_fleet(fleet) else run_doctor(o)
+
+    return doctor_with_html(html_path, opts, run)

@@ -1,0 +1,30 @@
+"""`envbuild report html`: doctor reports (files, folders, a merged fleet report) -> one HTML page.
+
+Exit codes: 0 written; 2 bad input (a file that is not JSON, truncated, of another schema version), with one
+line naming the file. The page is written atomically, so a failed run leaves the previous page intact.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import click
+
+
+@click.command("html")
+@click.argument("reports", nargs=-1, required=True, metavar="REPORT.json|DIR...")
+@click.option("-o", "--output", required=True, metavar="FILE", help="The page to write (e.g. report.html).")
+@click.option("--nccl-tests", "nccl_tests", multiple=True, metavar="FILE",
+              help="nccl-tests output (all_reduce_perf stdout, or a bench_allreduce.py JSON) to draw as the busbw reference.")
+@click.option("--title", metavar="TEXT", help="Page title (default: the node, or the fleet's size).")
+def html(reports: Tuple[str, ...], output: str, nccl_tests: Tuple[str, ...], title: Optional[str]) -> int:
+    """Render doctor reports as one self-contained HTML page: verdict and causes first, then the P2P heat map,
+    busbw against the line rate, the train step per cycle, the env-vs-image table and every fix. Several
+    reports (or a merged one) make a fleet page with a node x check grid."""
+    from envbuild.report.html import render_files, write_html
+
+    page, notes = render_files(reports, nccl_tests=nccl_tests, title=title)
+    for note in notes:
+        click.echo(f"report html: {note}", err=True)
+    write_html(page, output)
+    click.echo(f"wrote {output} ({len(page.encode()) / 1024:.0f} KiB)")
+    return 0
