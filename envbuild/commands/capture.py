@@ -29,15 +29,22 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
     from envbuild.doctor.session import resolve_python
     from envbuild.errors import EnvbuildError
 
-    if bool(node_dir) == bool(env_out):
+    from envbuild.outputs import check_output_dir, check_output_file
+
+    if (node_dir is None) == (env_out is None):
         raise EnvbuildError("give exactly one of --node DIR or --env OUT.toml")
+    check_output_dir(node_dir, "--node")
+    check_output_file(env_out, "--env", allow_stdout=False)
     interpreter = resolve_python(python, prefix)
     if env_out:
         try:
             from envbuild.facts.manifest import write_env_manifest
         except ImportError as exc:
             raise EnvbuildError(f"capture --env is not available in this build ({exc})") from exc
-        write_env_manifest(interpreter, env_out)
+        try:
+            write_env_manifest(interpreter, env_out)
+        except OSError as exc:
+            raise EnvbuildError(f"--env {env_out}: cannot write: {exc.strerror or exc}") from exc
         click.echo(f"wrote {env_out}")
         return 0
     return capture_node(node_dir, interpreter, quiet=quiet)
@@ -62,9 +69,10 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     from envbuild.report.model import Report
     from envbuild.report.terminal import verdict_line
 
+    from envbuild.outputs import check_output_dir
+
     out = Path(directory)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise EnvbuildError(f"--node {out}: exists and is not an empty directory; choose a new path")
+    check_output_dir(directory, "--node")
     rec = RecordingSource(LiveSource("/", python=python))
     ctx = DoctorContext(facts=rec, mode="static", python=python)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -88,11 +96,14 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
         "python": python,
     }
     meta["trimmed"] = trim_kernel_logs(rec)
-    rec.save(out, meta)
+    try:
+        rec.save(out, meta)
+    except OSError as exc:
+        raise EnvbuildError(f"--node {out}: cannot write the bundle: {exc.strerror or exc}") from exc
     report = Report(host=host, gpus=gpus, results=results, profile=None,
                     options={"mode": "static", "python": python, "root": None, "capture": str(out)},
                     started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
-    write_json(report, out / ".envbuild" / "report.json")
+    write_json(report, out / ".envbuild" / "report.json", flag="--node")
     files = [p for p in out.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     click.echo(f"captured {out}: {len(files)} files, {size / 1024:.0f} KiB; {verdict_line(report)}")

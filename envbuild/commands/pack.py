@@ -27,6 +27,9 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
     from pathlib import Path
 
     from envbuild.pack.builder import make_bundle
+    from envbuild.outputs import check_output_file
+
+    check_output_file(output, "--output", allow_stdout=False)
 
     note = (lambda _m: None) if quiet else (lambda m: click.echo(f"pack: {m}", err=True))
     s = make_bundle(profile_name, Path(output), lockfiles=lockfiles,

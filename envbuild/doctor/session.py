@@ -94,6 +94,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.doctor.registry import select
     from envbuild.doctor.runner import run_selected
     from envbuild.facts.source import open_source
+    from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
     from envbuild.report import terminal
     from envbuild.report.model import Report
@@ -104,6 +105,7 @@ def run_doctor(opts: DoctorOptions) -> int:
         terminal.print_check_list(select(opts.checks, opts.skips, mode=None))
         return 0
     select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
+    check_report_paths(json=opts.json_path, junit=opts.junit_path, prometheus=opts.prom_path)
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
     facts = open_source(opts.root, python=python)

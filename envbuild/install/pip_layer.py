@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import sha256_file
+from envbuild.leftovers import tmp_prefix
 from envbuild.lock.pip_lock import isolated_pip_env
 from envbuild.lock.pip_lockfile import LockedWheel, read_pip_lock
 
@@ -90,7 +91,7 @@ def install_locked(
             cmd += ["--extra-index-url", url]
     for link in find_links:
         cmd += ["--find-links", str(link)]
-    with tempfile.TemporaryDirectory(prefix="envbuild-pip-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tmp_prefix("envbuild-pip")) as tmp:
         if not offline:  # wheels locked from a direct URL or a local folder are on no index: fetch them
             direct = [e for e in read_pip_lock(lock_file) if e.index in ("url", "find-links")]
             for entry in direct:

@@ -75,6 +75,15 @@ def write_tar(root: Path, out: Path) -> None:
     """Tar the staged bundle (manifest first, then members sorted), written beside `out` then renamed."""
     out = Path(out)
     partial = out.with_name(out.name + ".part")
+    try:
+        _write_members(root, partial)
+        os.replace(partial, out)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a failed or interrupted pack leaves no half bundle beside `out`
+        raise
+
+
+def _write_members(root: Path, partial: Path) -> None:
     with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
         def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
             info.uid = info.gid = 0
@@ -89,7 +98,6 @@ def write_tar(root: Path, out: Path) -> None:
                     tar.add(folder, arcname=folder.relative_to(root).as_posix(), recursive=False, filter=clean)
         for name, path in walk_members(root):
             tar.add(path, arcname=name, filter=clean)
-    os.replace(partial, out)
 
 
 def _safe_members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Union
 
 from envbuild.doctor.registry import category_rank
-from envbuild.fsutil import atomic_write_text
+from envbuild.outputs import write_output
 from envbuild.report.model import Report, Result, Status
 
 
@@ -94,4 +94,4 @@ def write_junit(report: Report, path: Union[str, Path]) -> None:
     if hasattr(ET, "indent"):  # python >= 3.9
         ET.indent(root)
     text = ET.tostring(root, encoding="unicode")
-    atomic_write_text(path, '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n")
+    write_output(str(path), '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n", "--junit")
