@@ -54,6 +54,7 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     """Run the static checks through a recorder, save the bundle and its report; exit code 0 (a capture that
     finds failures still succeeded: the failures are in the report)."""
     import datetime as _dt
+    import json
     import platform
     import socket
     import time
@@ -65,7 +66,9 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     from envbuild.doctor.session import gpu_inventory, host_facts
     from envbuild.errors import EnvbuildError
     from envbuild.facts.source import FactUnavailable, LiveSource, RecordingSource
-    from envbuild.report.json_report import write_json
+    from envbuild.outputs import write_output
+    from envbuild.redact import scrub_json
+    from envbuild.report.json_report import report_to_dict
     from envbuild.report.model import Report
     from envbuild.report.terminal import verdict_line
 
@@ -103,7 +106,8 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     report = Report(host=host, gpus=gpus, results=results, profile=None,
                     options={"mode": "static", "python": python, "root": None, "capture": str(out)},
                     started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
-    write_json(report, out / ".envbuild" / "report.json", flag="--node")
+    write_output(str(out / ".envbuild" / "report.json"),  # the same secrets rules as the bundle's other files
+                 json.dumps(scrub_json(report_to_dict(report)), indent=2, default=str) + "\n", "--node")
     files = [p for p in out.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     click.echo(f"captured {out}: {len(files)} files, {size / 1024:.0f} KiB; {verdict_line(report)}")

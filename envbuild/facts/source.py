@@ -230,18 +230,13 @@ class LiveSource(FactSource):
 
 
 _ENVIRON = re.compile(r"^/proc/[^/]+/environ$")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|API_?KEY|ACCESS_KEY|PRIVATE|AUTH|COOKIE|SESSION",
-                          re.IGNORECASE)
 
 
 def redact_environ(text: str) -> str:
-    """A bundle travels to other people: keep every variable name (checks judge names and CUDA/NCCL values),
-    but blank the values of variables whose names look like credentials."""
-    out = []
-    for item in text.split("\0"):
-        name, sep, value = item.partition("=")
-        out.append(f"{name}=<redacted>" if sep and _SECRET_NAME.search(name) else item)
-    return "\0".join(out)
+    """A bundle travels to other people: see envbuild.redact (allowlist of variables whose values are kept)."""
+    from envbuild.redact import redact_environ as redact
+
+    return redact(text)
 
 
 class RecordingSource(FactSource):
@@ -325,29 +320,30 @@ class RecordingSource(FactSource):
 
     def save(self, directory: Path, meta: Dict[str, Any]) -> None:
         """Write the bundle: node files at their paths under `directory`, the rest under .envbuild/."""
+        from envbuild.redact import scrub_json, scrub_text
+
         directory = Path(directory)
         meta_dir = directory / ".envbuild"
         meta_dir.mkdir(parents=True, exist_ok=True)
         for key, text in self.files.items():
-            if _ENVIRON.match(key):
-                text = redact_environ(text)
+            text = redact_environ(text) if _ENVIRON.match(key) else scrub_text(text)
             dest = directory / key.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text, encoding="utf-8")
-        index = {
+        index = scrub_json({
             "absent": sorted(self.absent),
             "unreadable": dict(sorted(self.unreadable.items())),
             "dirs": dict(sorted(self.dirs.items())),
             "links": dict(sorted(self.links.items())),
-        }
+        })
         (meta_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
-        (meta_dir / "commands.json").write_text(json.dumps(self.commands, indent=1, sort_keys=True) + "\n")
+        (meta_dir / "commands.json").write_text(json.dumps(scrub_json(self.commands), indent=1, sort_keys=True) + "\n")
         nvml = {"data": self.nvml_data, "unavailable": self.nvml_error}
-        (meta_dir / "nvml.json").write_text(json.dumps(nvml, indent=1, sort_keys=True) + "\n")
+        (meta_dir / "nvml.json").write_text(json.dumps(scrub_json(nvml), indent=1, sort_keys=True) + "\n")
         stack = {"data": self.stack_data, "unavailable": self.stack_error}
-        (meta_dir / "stack.json").write_text(json.dumps(stack, indent=1, sort_keys=True) + "\n")
+        (meta_dir / "stack.json").write_text(json.dumps(scrub_json(stack), indent=1, sort_keys=True) + "\n")
         marker = dict(meta, format=BUNDLE_FORMAT)
-        (directory / BUNDLE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
+        (directory / BUNDLE_MARKER).write_text(json.dumps(scrub_json(marker), indent=1, sort_keys=True) + "\n")
 
 
 class BundleSource(FactSource):
