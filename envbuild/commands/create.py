@@ -102,6 +102,9 @@ def _resolve(profile_name, prefix, env_name, bundle, backend, lockfiles):
         envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
         target = envs / (env_name or profile.name)
     target = target.absolute()
+    from envbuild.install.activation import check_prefix
+
+    check_prefix(target)  # a prefix the activation scripts cannot hold is refused before anything is built
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "conda-meta").is_dir())):
         raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "
                             f"(choose another --prefix/--name or remove it yourself)")
