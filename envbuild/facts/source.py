@@ -353,39 +353,43 @@ class BundleSource(FactSource):
 
     def __init__(self, directory: Path):
         from envbuild.errors import EnvbuildError
+        from envbuild.facts import bundle_files
 
         self.root = Path(directory)
         marker = self.root / BUNDLE_MARKER
         if not self.root.is_dir():
             raise EnvbuildError(f"--root {self.root}: no such directory")
-        if not marker.is_file():
+        if not marker.is_file() and not marker.is_symlink():
             raise EnvbuildError(
                 f"--root {self.root} is not an envbuild bundle (no {BUNDLE_MARKER}); "
                 "make one with `envbuild capture --node DIR` on the node"
             )
-        try:
-            self.meta = json.loads(marker.read_text())
-            meta_dir = self.root / ".envbuild"
-            self._index = json.loads((meta_dir / "index.json").read_text())
-            self._commands = json.loads((meta_dir / "commands.json").read_text())
-            self._nvml = json.loads((meta_dir / "nvml.json").read_text())
-            self._stack = json.loads((meta_dir / "stack.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise EnvbuildError(f"--root {self.root}: damaged bundle ({exc})") from exc
+        bundle_files.scan(self.root)  # links, special files, sizes: refused before anything is read
+        self.meta = bundle_files.load_meta(self.root, "bundle.json")
         if self.meta.get("format") != BUNDLE_FORMAT:
             raise EnvbuildError(f"--root {self.root}: bundle format {self.meta.get('format')!r}, this envbuild reads {BUNDLE_FORMAT}")
+        self._index = bundle_files.load_meta(self.root, "index.json")
+        self._commands = bundle_files.load_meta(self.root, "commands.json")
+        self._nvml = bundle_files.load_meta(self.root, "nvml.json")
+        self._stack = bundle_files.load_meta(self.root, "stack.json")
+        self.touched: List[str] = []  # bundle files handed to checks, in order (named when a check crashes)
         self.description = f"bundle {self.root} (captured {self.meta.get('captured_at', '?')} on {self.meta.get('hostname', '?')})"
 
     def read_text(self, path: str) -> str:
+        from envbuild.facts import bundle_files
+
         key = _norm(path)
         if key in self._index["unreadable"]:
             raise FactUnavailable(self._index["unreadable"][key] + " (when captured)")
         if key in self._index["absent"]:
             raise FileNotFoundError(key)
-        p = self.root / key.lstrip("/")
-        if p.is_file():
-            return p.read_text(encoding="utf-8")
-        raise FactUnavailable(f"{key} was not captured in the bundle")
+        self.touched.append(key.lstrip("/"))
+        try:
+            return bundle_files.read_text(self.root, key)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FactUnavailable(f"{key} was not captured in the bundle")
+        except bundle_files.BundleError as exc:
+            raise FactUnavailable(f"{exc} (refused)") from exc
 
     def listdir(self, path: str) -> List[str]:
         key = _norm(path)
@@ -405,6 +409,7 @@ class BundleSource(FactSource):
 
     def command(self, name: str) -> CommandResult:
         rec = self._commands.get(name)
+        self.touched.append(".envbuild/commands.json")
         if rec is None:
             raise FactUnavailable(f"output of {name!r} was not captured in the bundle")
         if "unavailable" in rec:
@@ -412,11 +417,13 @@ class BundleSource(FactSource):
         return CommandResult(rec["returncode"], rec["stdout"], rec["stderr"])
 
     def nvml(self) -> Dict[str, Any]:
+        self.touched.append(".envbuild/nvml.json")
         if self._nvml.get("data") is None:
             raise FactUnavailable((self._nvml.get("unavailable") or "NVML was not read") + " (when captured)")
         return self._nvml["data"]
 
     def stack(self) -> Dict[str, Any]:
+        self.touched.append(".envbuild/stack.json")
         if self._stack.get("data") is None:
             raise FactUnavailable((self._stack.get("unavailable") or "stack facts were not captured") + " (when captured)")
         return self._stack["data"]
