@@ -52,7 +52,9 @@ _SCRUB = [
     (re.compile(r"(?i)\b(bearer|token)\s+[A-Za-z0-9_\-.=+/]{16,}"), r"\1 " + REDACTED),
     # key=value / --key value / "key": "value" with a secret-looking key
     (re.compile(r"(?i)(\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
-                r"credentials?)[\w.-]*\s*[=:]\s*[\"']?)(?!<redacted>)([^\s\0\"',;&]+)"), r"\1" + REDACTED),
+                r"credentials?)[\w.-]*[\"']?\s*[=:]\s*[\"']?)(?!<redacted>)([^\s\0\"',;&]+)"), r"\1" + REDACTED),
+    # .netrc / ftp style: `password WORD`
+    (re.compile(r"(?i)(\b(?:password|passwd)\s+)(?!<redacted>)([^\s\0\"',;&]+)"), r"\1" + REDACTED),
     (re.compile(r"(?i)(--[\w-]*(?:password|passwd|secret|token|api-?key)[\w-]*[\0 ])(?!<redacted>)([^\s\0]+)"),
      r"\1" + REDACTED),
 ]
