@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_clean_error
+from clirun import assert_clean_error
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / "h200x2"
 SECRET = "root-only-secret-9f2c"
