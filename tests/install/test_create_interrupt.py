@@ -1,9 +1,11 @@
 """Ctrl-C during create: before the swap the old env is as it was; right after the swap (while the old env is
-being removed) create says the new env is in place — never "is as it was" about an env it just replaced."""
+being removed) create says the new env is in place — never "is as it was" about an env it just replaced.
+Also: the lock and the manifest it writes get the umask's mode."""
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -21,8 +23,15 @@ def test_ctrl_c_right_after_the_swap_reports_the_new_env(tmp_path):
     write_fixture_profile(tmp_path / "lockfiles", tmp_path / "channel")
     env = {"ENVBUILD_LOCKFILES": str(tmp_path / "lockfiles"), "ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
     target = tmp_path / "env"
-    assert _run(["lock"], env).returncode == 0
-    assert _run(["create", "--prefix", str(target)], env).returncode == 0
+    old_umask = os.umask(0o022)
+    try:
+        assert _run(["lock"], env).returncode == 0
+        assert _run(["create", "--prefix", str(target)], env).returncode == 0
+    finally:
+        os.umask(old_umask)
+    # files create and lock write honour the umask (a non-root reader can read a root-built env's manifest)
+    for written in (tmp_path / "lockfiles" / "fx" / "conda-lock.yml", target / "envbuild" / "manifest.json"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o644, written
     old_key = json.loads((target / "envbuild" / "manifest.json").read_text())["lock_key"]
     profile = tmp_path / "lockfiles" / "fx" / "profile.toml"
     profile.write_text(profile.read_text().replace('FIXTURE_MARK = "a"', 'FIXTURE_MARK = "b"'))
