@@ -64,10 +64,11 @@ def _same_file(path: Path, stream) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def check_output_file(path: Optional[str], flag: str, allow_stdout: bool = True) -> None:
+def check_output_file(path: Optional[str], flag: str, allow_stdout: bool = True, new_folder_ok: bool = False) -> None:
     """Refuse, before any work, an output path that cannot be written (see the module doc).
 
-    `allow_stdout=False` (a bundle, a manifest: files renamed into place) also refuses devices and FIFOs."""
+    `allow_stdout=False` (a bundle, a manifest: files renamed into place) also refuses devices and FIFOs;
+    `new_folder_ok` (capture --env writes a new profile folder) lets the writer create the parent."""
     if path is None:
         return
     if path == "":
@@ -87,7 +88,8 @@ def check_output_file(path: Optional[str], flag: str, allow_stdout: bool = True)
         return
     if p.is_dir():
         raise EnvbuildError(f"{flag} {path}: is a directory; name a file inside it")
-    _check_parent(p, flag, path)
+    if not new_folder_ok:
+        _check_parent(p, flag, path)
 
 
 def check_output_dir(path: Optional[str], flag: str) -> None:

@@ -34,7 +34,7 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
     if (node_dir is None) == (env_out is None):
         raise EnvbuildError("give exactly one of --node DIR or --env OUT.toml")
     check_output_dir(node_dir, "--node")
-    check_output_file(env_out, "--env", allow_stdout=False)
+    check_output_file(env_out, "--env", allow_stdout=False, new_folder_ok=True)  # a new profile's folder
     interpreter = resolve_python(python, prefix)
     if env_out:
         try:
