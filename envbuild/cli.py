@@ -42,7 +42,9 @@ class LazyGroup(click.Group):
             if exc.name == module_name:  # the command is declared but not built yet
                 return None
             raise
-        return getattr(module, attr)
+        from envbuild.cliargs import guard
+
+        return guard(getattr(module, attr))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
@@ -59,23 +61,52 @@ def cli() -> None:
     envbuild create --profile slime-v0.3.1-cu129 --prefix ~/envs/slime
     envbuild doctor --profile slime-v0.3.1-cu129 --prefix ~/envs/slime
     """
+    from envbuild.outputs import release_stdout
+
+    release_stdout()  # each invocation claims stdout for at most one report afresh
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console entry point. Bad usage or bad input exits 2 with one clear line, never a traceback."""
+    """Console entry point. Bad usage or bad input exits 2 with one clear line, never a traceback; Ctrl-C at any
+    moment (also while modules load) exits 130 with one line."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # envbuild/__init__.py's early handler is done
+        code = _run(argv)
+    except KeyboardInterrupt:
+        code = 130
+        _say("interrupted")
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit itself is not interrupted into a traceback
+    except ValueError:  # not the main thread (an embedding program)
+        pass
+    sys.exit(code)
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _run(argv: Optional[List[str]]) -> int:
     from envbuild.errors import EnvbuildError
 
     try:
         rv = cli.main(args=argv, prog_name="envbuild", standalone_mode=False)
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
-        sys.exit(2)
+        return 2
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        _say("aborted")
+        return 130
     except EnvbuildError as exc:
         click.echo(f"envbuild: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        return exc.exit_code
+    return rv if isinstance(rv, int) else 0

@@ -7,17 +7,37 @@ from pathlib import Path
 from typing import Union
 
 
-def atomic_write_text(path: Union[str, Path], text: str, durable: bool = False) -> None:
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (/proc/self/status, 4.7+).
+
+    Why: os.umask() can only be read by setting it, which races with other threads creating files."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: Union[str, Path], text: str, durable: bool = False, make_parents: bool = True) -> None:
     """Write via a unique temp file in the same folder, then rename over `path`.
 
     Why: reports are collected by other programs while nodes write them, and create's phase state must
     survive a SIGKILL at any instant (a rerun resumes from it). `durable` also fsyncs the data before
-    the rename, for state that a power cut or kill must not leave empty.
+    the rename, for state that a power cut or kill must not leave empty. The file gets the mode a plain
+    open() would give it (0666 & ~umask), not mkstemp's 0600: a non-root node_exporter must be able to read
+    a root cron's textfile. `make_parents=False` (user-named report paths) never creates folders.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             if durable:

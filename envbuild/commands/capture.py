@@ -29,15 +29,22 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
     from envbuild.doctor.session import resolve_python
     from envbuild.errors import EnvbuildError
 
-    if bool(node_dir) == bool(env_out):
+    from envbuild.outputs import check_output_dir, check_output_file
+
+    if (node_dir is None) == (env_out is None):
         raise EnvbuildError("give exactly one of --node DIR or --env OUT.toml")
+    check_output_dir(node_dir, "--node")
+    check_output_file(env_out, "--env", allow_stdout=False, new_folder_ok=True)  # a new profile's folder
     interpreter = resolve_python(python, prefix)
     if env_out:
         try:
             from envbuild.facts.manifest import write_env_manifest
         except ImportError as exc:
             raise EnvbuildError(f"capture --env is not available in this build ({exc})") from exc
-        write_env_manifest(interpreter, env_out)
+        try:
+            write_env_manifest(interpreter, env_out)
+        except OSError as exc:
+            raise EnvbuildError(f"--env {env_out}: cannot write: {exc.strerror or exc}") from exc
         click.echo(f"wrote {env_out}")
         return 0
     return capture_node(node_dir, interpreter, quiet=quiet)
@@ -46,6 +53,7 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
 def capture_node(directory: str, python: str, quiet: bool = False, argv: Optional[List[str]] = None) -> int:
     """Run the static checks through a recorder, save the bundle and its report; exit code 0 (a capture that
     finds failures still succeeded: the failures are in the report)."""
+    import json
     import platform
     import socket
     from pathlib import Path
@@ -55,12 +63,15 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
     from envbuild.doctor.session import run_session
     from envbuild.errors import EnvbuildError
     from envbuild.facts.source import FactUnavailable, LiveSource, RecordingSource
-    from envbuild.report.json_report import write_json
+    from envbuild.outputs import write_output
+    from envbuild.redact import scrub_json
+    from envbuild.report.json_report import report_to_dict
     from envbuild.report.terminal import verdict_line
 
+    from envbuild.outputs import check_output_dir
+
     out = Path(directory)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise EnvbuildError(f"--node {out}: exists and is not an empty directory; choose a new path")
+    check_output_dir(directory, "--node")
     rec = RecordingSource(LiveSource("/", python=python))
     ctx = DoctorContext(facts=rec, mode="static", python=python)
 
@@ -85,8 +96,12 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
         "python": python,
     }
     meta["trimmed"] = trim_kernel_logs(rec)
-    rec.save(out, meta)
-    write_json(report, out / ".envbuild" / "report.json")
+    try:
+        rec.save(out, meta)
+    except OSError as exc:
+        raise EnvbuildError(f"--node {out}: cannot write the bundle: {exc.strerror or exc}") from exc
+    write_output(str(out / ".envbuild" / "report.json"),  # the same secrets rules as the bundle's other files
+                 json.dumps(scrub_json(report_to_dict(report)), indent=2, default=str) + "\n", "--node")
     files = [p for p in out.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     click.echo(f"captured {out}: {len(files)} files, {size / 1024:.0f} KiB; {verdict_line(report)}")

@@ -40,10 +40,16 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, for
     if not force and pipeline.already_built(job):
         ui.note(f"{job.target} is already built from these locks; nothing to do (--force rebuilds)")
         return 0
+    from envbuild import children, leftovers
+
+    leftovers.sweep_for_create()  # what a killed create left: scratch folders, half cache entries
+    children.start_watchdog()  # pip/git/compilers never outlive this create, even a SIGKILLed one
     try:
         pipeline.run(job, ui)
     except KeyboardInterrupt:
-        ui.note(f"interrupted: {job.target} is as it was; rerun the same command to resume")
+        ui.note(leftovers.interrupted_message(job))
         return 130
+    finally:
+        children.stop_watchdog()
     ui.done(job)
     return 0

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from envbuild import leftovers
 from envbuild.paths import payload_dir
 
 # How long a rank's peers may keep running after it crashed before they count as hung: NCCL has no
@@ -392,7 +393,8 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
         raise FileNotFoundError(f"python {python!r} not found")
     if per_rank_env is not None and len(per_rank_env) != nranks:
         raise ValueError(f"per_rank_env has {len(per_rank_env)} entries for {nranks} ranks")
-    rd = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="envbuild-run-"))
+    leftovers.sweep_tmp(("envbuild-run",), min_age_s=leftovers.RUN_DIR_KEEP_S)  # dead doctors' old run dirs
+    rd = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix=leftovers.tmp_prefix("envbuild-run")))
     rd.mkdir(parents=True, exist_ok=True)
     port = free_port()
     in_payload_dir = script.parent.resolve() == payload_dir().resolve()

@@ -12,6 +12,7 @@ from typing import Callable, List, Optional, Sequence
 from envbuild.doctor.context import DoctorContext
 from envbuild.doctor.probe_run import ProbeBroken, ProbeRun
 from envbuild.doctor.registry import Check, verdict
+from envbuild.facts.bundle_files import crash_note
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
@@ -48,6 +49,7 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
         results = [verdict(status, reason,
                            remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]
     else:
+        mark = len(getattr(ctx.facts, "touched", ()))  # bundle replays: which files this check read
         try:
             out = check.fn(ctx) if check.probe is None else check.fn(ctx, ProbeRun(check, ctx))
             results = out if isinstance(out, list) else [out]
@@ -57,7 +59,7 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
             results = [verdict(Status.SKIP, str(exc))]
         except Exception as exc:  # a broken check is reported, never fatal to the run
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-            results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}",
+            results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}{crash_note(ctx.facts, mark)}",
                                evidence={"traceback": tail})]
     elapsed = time.monotonic() - start
     for r in results:

@@ -116,6 +116,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import declared_options, select, validate_options
     from envbuild.facts.source import open_source
+    from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
     from envbuild.report import terminal
 
@@ -129,6 +130,7 @@ def run_doctor(opts: DoctorOptions) -> int:
         return 0
     validate_options(opts.options)  # an undeclared key or a malformed value: exit 2 before any work
     select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
+    check_report_paths(json=opts.json_path, junit=opts.junit_path, prometheus=opts.prom_path)
     _note_renamed(opts.checks + opts.skips)
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)

@@ -228,18 +228,13 @@ class LiveSource(FactSource):
 
 
 _ENVIRON = re.compile(r"^/proc/[^/]+/environ$")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|API_?KEY|ACCESS_KEY|PRIVATE|AUTH|COOKIE|SESSION",
-                          re.IGNORECASE)
 
 
 def redact_environ(text: str) -> str:
-    """A bundle travels to other people: keep every variable name (checks judge names and CUDA/NCCL values),
-    but blank the values of variables whose names look like credentials."""
-    out = []
-    for item in text.split("\0"):
-        name, sep, value = item.partition("=")
-        out.append(f"{name}=<redacted>" if sep and _SECRET_NAME.search(name) else item)
-    return "\0".join(out)
+    """A bundle travels to other people: see envbuild.redact (allowlist of variables whose values are kept)."""
+    from envbuild.redact import redact_environ as redact
+
+    return redact(text)
 
 
 class RecordingSource(FactSource):
@@ -323,29 +318,30 @@ class RecordingSource(FactSource):
 
     def save(self, directory: Path, meta: Dict[str, Any]) -> None:
         """Write the bundle: node files at their paths under `directory`, the rest under .envbuild/."""
+        from envbuild.redact import scrub_json, scrub_text
+
         directory = Path(directory)
         meta_dir = directory / ".envbuild"
         meta_dir.mkdir(parents=True, exist_ok=True)
         for key, text in self.files.items():
-            if _ENVIRON.match(key):
-                text = redact_environ(text)
+            text = redact_environ(text) if _ENVIRON.match(key) else scrub_text(text)
             dest = directory / key.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text, encoding="utf-8")
-        index = {
+        index = scrub_json({
             "absent": sorted(self.absent),
             "unreadable": dict(sorted(self.unreadable.items())),
             "dirs": dict(sorted(self.dirs.items())),
             "links": dict(sorted(self.links.items())),
-        }
+        })
         (meta_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
-        (meta_dir / "commands.json").write_text(json.dumps(self.commands, indent=1, sort_keys=True) + "\n")
+        (meta_dir / "commands.json").write_text(json.dumps(scrub_json(self.commands), indent=1, sort_keys=True) + "\n")
         nvml = {"data": self.nvml_data, "unavailable": self.nvml_error}
-        (meta_dir / "nvml.json").write_text(json.dumps(nvml, indent=1, sort_keys=True) + "\n")
+        (meta_dir / "nvml.json").write_text(json.dumps(scrub_json(nvml), indent=1, sort_keys=True) + "\n")
         stack = {"data": self.stack_data, "unavailable": self.stack_error}
-        (meta_dir / "stack.json").write_text(json.dumps(stack, indent=1, sort_keys=True) + "\n")
+        (meta_dir / "stack.json").write_text(json.dumps(scrub_json(stack), indent=1, sort_keys=True) + "\n")
         marker = dict(meta, format=BUNDLE_FORMAT)
-        (directory / BUNDLE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
+        (directory / BUNDLE_MARKER).write_text(json.dumps(scrub_json(marker), indent=1, sort_keys=True) + "\n")
 
 
 class BundleSource(FactSource):
@@ -355,39 +351,43 @@ class BundleSource(FactSource):
 
     def __init__(self, directory: Path):
         from envbuild.errors import EnvbuildError
+        from envbuild.facts import bundle_files
 
         self.root = Path(directory)
         marker = self.root / BUNDLE_MARKER
         if not self.root.is_dir():
             raise EnvbuildError(f"--root {self.root}: no such directory")
-        if not marker.is_file():
+        if not marker.is_file() and not marker.is_symlink():
             raise EnvbuildError(
                 f"--root {self.root} is not an envbuild bundle (no {BUNDLE_MARKER}); "
                 "make one with `envbuild capture --node DIR` on the node"
             )
-        try:
-            self.meta = json.loads(marker.read_text())
-            meta_dir = self.root / ".envbuild"
-            self._index = json.loads((meta_dir / "index.json").read_text())
-            self._commands = json.loads((meta_dir / "commands.json").read_text())
-            self._nvml = json.loads((meta_dir / "nvml.json").read_text())
-            self._stack = json.loads((meta_dir / "stack.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise EnvbuildError(f"--root {self.root}: damaged bundle ({exc})") from exc
+        bundle_files.scan(self.root)  # links, special files, sizes: refused before anything is read
+        self.meta = bundle_files.load_meta(self.root, "bundle.json")
         if self.meta.get("format") != BUNDLE_FORMAT:
             raise EnvbuildError(f"--root {self.root}: bundle format {self.meta.get('format')!r}, this envbuild reads {BUNDLE_FORMAT}")
+        self._index = bundle_files.load_meta(self.root, "index.json")
+        self._commands = bundle_files.load_meta(self.root, "commands.json")
+        self._nvml = bundle_files.load_meta(self.root, "nvml.json")
+        self._stack = bundle_files.load_meta(self.root, "stack.json")
+        self.touched: List[str] = []  # bundle files handed to checks, in order (named when a check crashes)
         self.description = f"bundle {self.root} (captured {self.meta.get('captured_at', '?')} on {self.meta.get('hostname', '?')})"
 
     def read_text(self, path: str) -> str:
+        from envbuild.facts import bundle_files
+
         key = _norm(path)
         if key in self._index["unreadable"]:
             raise FactUnavailable(self._index["unreadable"][key] + " (when captured)")
         if key in self._index["absent"]:
             raise FileNotFoundError(key)
-        p = self.root / key.lstrip("/")
-        if p.is_file():
-            return p.read_text(encoding="utf-8")
-        raise FactUnavailable(f"{key} was not captured in the bundle")
+        self.touched.append(key.lstrip("/"))
+        try:
+            return bundle_files.read_text(self.root, key)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FactUnavailable(f"{key} was not captured in the bundle")
+        except bundle_files.BundleError as exc:
+            raise FactUnavailable(f"{exc} (refused)") from exc
 
     def listdir(self, path: str) -> List[str]:
         key = _norm(path)
@@ -407,6 +407,7 @@ class BundleSource(FactSource):
 
     def command(self, name: str) -> CommandResult:
         rec = self._commands.get(name)
+        self.touched.append(".envbuild/commands.json")
         if rec is None:
             raise FactUnavailable(f"output of {name!r} was not captured in the bundle")
         if "unavailable" in rec:
@@ -414,11 +415,13 @@ class BundleSource(FactSource):
         return CommandResult(rec["returncode"], rec["stdout"], rec["stderr"])
 
     def nvml(self) -> Dict[str, Any]:
+        self.touched.append(".envbuild/nvml.json")
         if self._nvml.get("data") is None:
             raise FactUnavailable((self._nvml.get("unavailable") or "NVML was not read") + " (when captured)")
         return self._nvml["data"]
 
     def stack(self) -> Dict[str, Any]:
+        self.touched.append(".envbuild/stack.json")
         if self._stack.get("data") is None:
             raise FactUnavailable((self._stack.get("unavailable") or "stack facts were not captured") + " (when captured)")
         return self._stack["data"]

@@ -68,9 +68,42 @@ def host_decision(cuda: str) -> Tuple[bool, str]:
     return compat_needed(driver, cuda, names)
 
 
-def _shell_value(value: str) -> str:
-    """Escape for a double-quoted shell string, keeping $VAR expansion (values may use $CONDA_PREFIX)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+_CONDA_PREFIX_REF = re.compile(r"\$\{CONDA_PREFIX\}|\$CONDA_PREFIX(?![A-Za-z0-9_])")
+# characters a prefix cannot hold: ':' splits PATH and LD_LIBRARY_PATH, control characters (newlines) break
+# every line-based tool that reads these paths; everything else is quoted
+_BAD_PREFIX = re.compile(r"[:\x00-\x1f\x7f]")
+
+
+def check_prefix(target: Path) -> None:
+    """Refuse, before anything is built, a prefix the activation scripts cannot put on PATH."""
+    from envbuild.errors import EnvbuildError
+
+    bad = _BAD_PREFIX.search(str(target))
+    if bad:
+        raise EnvbuildError(f"prefix {str(target)!r}: contains {bad.group(0)!r}, which PATH and LD_LIBRARY_PATH "
+                            f"cannot hold; choose a prefix without ':' or control characters")
+
+
+def shell_value(value: str) -> str:
+    """`value` as one sh word: literal text single-quoted (shlex.quote), `$CONDA_PREFIX` / `${CONDA_PREFIX}`
+    expanded to the env's prefix (the only reference profiles use); nothing else is ever expanded or run."""
+    import shlex
+
+    parts = []
+    pos = 0
+    for m in _CONDA_PREFIX_REF.finditer(value):
+        if m.start() > pos:
+            parts.append(shlex.quote(value[pos:m.start()]))
+        parts.append('"$_envbuild_prefix"')
+        pos = m.end()
+    if pos < len(value) or not parts:
+        parts.append(shlex.quote(value[pos:]))
+    return "".join(parts)
+
+
+def _comment(text: str) -> str:
+    """`text` safe inside a one-line shell comment."""
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text)
 
 
 def write_scripts(staging: Path, target: Path, profile_name: str, cuda: str, env: Dict[str, str]) -> Dict[str, Path]:
@@ -80,9 +113,13 @@ def write_scripts(staging: Path, target: Path, profile_name: str, cuda: str, env
     for name in env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"activation variable {name!r} is not a shell name")
+    import shlex
+
+    check_prefix(target)
     jenv = template_env()
-    ctx = dict(profile=profile_name, prefix=str(target), cuda=cuda, min_driver=min_driver(cuda),
-               compat_dir=COMPAT_DIR, env={k: _shell_value(v) for k, v in env.items()})
+    ctx = dict(profile=_comment(profile_name), prefix_q=shlex.quote(str(target)), prefix_comment=_comment(str(target)),
+               cuda=_comment(cuda), min_driver=min_driver(cuda), compat_dir=COMPAT_DIR,
+               env={k: shell_value(v) for k, v in env.items()})
     out = {
         "activate.d": staging / "etc" / "conda" / "activate.d" / "envbuild.sh",
         "deactivate.d": staging / "etc" / "conda" / "deactivate.d" / "envbuild.sh",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from envbuild import cachelock
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import file_digest
 from envbuild.install.relocate import replace_padded, rewrite_unlinked
@@ -102,8 +103,20 @@ def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = N
             if advance:
                 advance(item)
             continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".part")
+        with cachelock.entry_lock(dest):  # another create sharing the cache may be fetching the same archive
+            if not (dest.is_file() and file_digest(dest, algo) == expected):
+                _fetch_into_cache(item, dest, algo, expected)
+        out[pkg.filename] = dest
+        if advance:
+            advance(item)
+    return out
+
+
+def _fetch_into_cache(item: PlannedArchive, dest: Path, algo: str, expected: str) -> None:
+    """Copy the archive to a temp of our own, check its hash, publish it at `dest` (cachelock's rules)."""
+    pkg = item.locked
+    tmp = cachelock.temp_path(dest)
+    try:
         try:
             _copy_from(item.source, tmp)
         except EnvbuildError as exc:
@@ -111,15 +124,12 @@ def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = N
                                 f"nothing was installed at the target") from exc
         got = file_digest(tmp, algo)
         if got != expected:
-            tmp.unlink(missing_ok=True)
             raise ArchiveHashMismatch(
                 f"{pkg.filename}: {algo} mismatch, refusing to install it (from {item.source}; "
                 f"lock says {expected}, archive is {got}). Nothing was installed at the target.")
-        os.replace(tmp, dest)
-        out[pkg.filename] = dest
-        if advance:
-            advance(item)
-    return out
+        cachelock.publish_file(tmp, dest, replace=dest.exists())
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _copy_from(source: str, dest: Path) -> None:

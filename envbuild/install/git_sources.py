@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError, InputFileError
+from envbuild.leftovers import tmp_prefix
 
 _GIT_ERROR_FILE = re.compile(r"^error: (?:patch failed: )?(.+?):(?:\d+|\s)")
 
@@ -63,7 +64,7 @@ def _fetch(repo: Path, origin: str, commit: str) -> None:
 
 def _patched_trees(repo: Path, name: str, commit: str, patches: Sequence[Path], labels: Sequence[str]) -> List[str]:
     """Apply `patches` in order to a scratch index of `commit`; return the tree before and after each one."""
-    with tempfile.TemporaryDirectory(prefix="envbuild-git-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tmp_prefix("envbuild-git")) as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(["read-tree", commit], repo, env)
         trees = [_git(["write-tree"], repo, env).stdout.strip()]
@@ -80,7 +81,7 @@ def _patched_trees(repo: Path, name: str, commit: str, patches: Sequence[Path], 
 
 def _worktree_tree(repo: Path, commit: str, paths: List[str]) -> str:
     """Tree of `commit` with the working tree's version of `paths` (missing files removed)."""
-    with tempfile.TemporaryDirectory(prefix="envbuild-git-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tmp_prefix("envbuild-git")) as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(["read-tree", commit], repo, env)
         if paths:

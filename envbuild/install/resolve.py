@@ -92,6 +92,9 @@ def _target(prefix: Optional[str], env_name: Optional[str], profile_name: str) -
         envs = Path(os.environ.get("ENVBUILD_ENVS_DIR") or Path.home() / ".envbuild" / "envs").expanduser()
         target = envs / (env_name or profile_name)
     target = target.absolute()
+    from envbuild.install.activation import check_prefix
+
+    check_prefix(target)  # a prefix the activation scripts cannot hold is refused before anything is built
     built = (target / "conda-meta").is_dir() or (target / "envbuild" / "manifest.json").is_file()  # conda or venv
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not built)):
         raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Union
 
+from envbuild import cachelock
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import sha256_file
+from envbuild.leftovers import tmp_prefix
 from envbuild.lock.pip_lock import isolated_pip_env
 
 log = logging.getLogger("envbuild.source_builds")
@@ -118,7 +120,19 @@ def build_or_reuse(build: object, python: Union[str, Path], src_dir: Union[str, 
 
 def _build(build: object, python: Union[str, Path], src_dir: Path, folder: Path, key: Dict[str, object],
            extra_env: Optional[Mapping[str, str]]) -> CacheEntry:
-    """Compile `build` into the cache entry `folder` (absolute paths; its key already computed by the caller)."""
+    """Compile `build` into the cache entry `folder` (absolute paths; its key already computed by the caller).
+
+    Under the entry's lock (envbuild.cachelock): a create that waited for another one building the same entry
+    reuses that entry instead of building it again and replacing it under the other's feet."""
+    with cachelock.entry_lock(folder):
+        entry = read_entry(folder)
+        if entry is not None:
+            return entry
+        return _build_locked(build, python, src_dir, folder, key, extra_env)
+
+
+def _build_locked(build: object, python: Union[str, Path], src_dir: Path, folder: Path, key: Dict[str, object],
+                  extra_env: Optional[Mapping[str, str]]) -> CacheEntry:
     name = getattr(build, "name")
     tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -144,15 +158,11 @@ def _build(build: object, python: Union[str, Path], src_dir: Path, folder: Path,
     (tmp / "wheels").rmdir()
     meta = {"key": key, "wheel": wheel.name, "sha256": sha256_file(wheel), "build_seconds": seconds}
     (tmp / "entry.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    if folder.exists():  # a corrupt entry: replace it
-        shutil.rmtree(folder)
-    try:
-        tmp.replace(folder)
-    except OSError:  # another node finished the same entry first: use theirs if it is sound
-        shutil.rmtree(tmp, ignore_errors=True)
-        entry = read_entry(folder)
+    # a corrupt entry in the way is renamed aside (a reader holding it open keeps its bytes), then ours goes in
+    if not cachelock.publish_dir(tmp, folder, trash_name=f".tmp-{folder.name}-trash-{os.getpid()}"):
+        entry = read_entry(folder)  # another node (not sharing our lock: other filesystem semantics) won
         if entry is None:
-            raise
+            raise EnvbuildError(f"source build {name!r}: cannot publish the cache entry {folder}")
         return entry
     return CacheEntry(folder=folder, wheel=folder / wheel.name, sha256=meta["sha256"], key=key, build_seconds=seconds)
 
@@ -207,7 +217,7 @@ def env_key_facts(python: Union[str, Path], prefix: Union[str, Path], build: obj
 def _install_wheel(python: Union[str, Path], wheel: Path, sha256: str) -> None:
     """pip-install exactly the verified bytes (a one-line hashed requirement), no deps, no index."""
     project = wheel.name.split("-", 1)[0]
-    with tempfile.TemporaryDirectory(prefix="envbuild-build-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tmp_prefix("envbuild-build")) as tmp:
         req = Path(tmp) / "wheel.txt"
         req.write_text(f"{project} @ {wheel.absolute().as_uri()} --hash=sha256:{sha256}\n", encoding="utf-8")
         proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--require-hashes",

@@ -118,7 +118,6 @@ def write_tar(root: Path, out: Path) -> None:
                     tar.add(folder, arcname=folder.relative_to(root).as_posix(), recursive=False, filter=clean)
         for name, path in walk_members(root):
             tar.add(path, arcname=name, filter=clean)
-    os.replace(partial, out)
 
 
 def _safe_members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:

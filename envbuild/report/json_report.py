@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from envbuild.fsutil import atomic_write_text
+from envbuild.outputs import write_output
 from envbuild.report.model import Report, Result
 
 SCHEMA_ID = "envbuild.report"
@@ -40,5 +40,5 @@ def report_from_dict(data: Dict[str, Any]) -> Report:
     )
 
 
-def write_json(report: Report, path: Union[str, Path]) -> None:
-    atomic_write_text(path, json.dumps(report_to_dict(report), indent=2, sort_keys=False, default=str) + "\n")
+def write_json(report: Report, path: Union[str, Path], flag: str = "--json") -> None:
+    write_output(str(path), json.dumps(report_to_dict(report), indent=2, sort_keys=False, default=str) + "\n", flag)

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Union
 
-from envbuild.fsutil import atomic_write_text
+from envbuild.outputs import write_output
 from envbuild.report.model import Report, Result, Status, category_rank
 
 
@@ -98,4 +98,4 @@ def write_junit(report: Report, path: Union[str, Path]) -> None:
     if hasattr(ET, "indent"):  # python >= 3.9
         ET.indent(root)
     text = ET.tostring(root, encoding="unicode")
-    atomic_write_text(path, '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n")
+    write_output(str(path), '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n", "--junit")

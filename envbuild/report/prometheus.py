@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple, Union
 
-from envbuild.fsutil import atomic_write_text
+from envbuild.outputs import write_output
 from envbuild.report.model import Report, Status
 
 def _escape(value: str) -> str:
@@ -92,4 +92,4 @@ def report_to_text(report: Report) -> str:
 
 
 def write_prometheus(report: Report, path: Union[str, Path]) -> None:
-    atomic_write_text(path, report_to_text(report))
+    write_output(str(path), report_to_text(report), "--prometheus")

@@ -22,6 +22,9 @@ def _console(stderr: bool = False):
 
     from rich.console import Console
 
+    from envbuild.outputs import stdout_claimed
+
+    stderr = stderr or stdout_claimed()  # a report on stdout (--json -): the table goes to stderr
     stream = sys.stderr if stderr else sys.stdout
     width = None
     if not (hasattr(stream, "isatty") and stream.isatty()):

@@ -136,12 +136,12 @@ def test_sigkill_at_every_phase_keeps_old_env_and_rerun_finishes(world):
         assert killed.returncode == -9, (phase, killed.stderr)
         if phase != "swap":
             assert (target / "envbuild" / "manifest.json").read_bytes() == old_manifest, phase
-            assert f'FIXTURE_MARK="{mark}"' in (target / "etc/conda/activate.d/envbuild.sh").read_text(), phase
+            assert f'export FIXTURE_MARK={mark}\n' in (target / "etc/conda/activate.d/envbuild.sh").read_text(), phase
         rerun = run(["create", "--name", "fx"], world["env"])
         assert rerun.returncode == 0, (phase, rerun.stderr)
         if phase not in ("fetch", "swap"):
             assert "resuming" in rerun.stderr, phase
-        assert f'FIXTURE_MARK="{new_mark}"' in (target / "etc/conda/activate.d/envbuild.sh").read_text(), phase
+        assert f'export FIXTURE_MARK={new_mark}\n' in (target / "etc/conda/activate.d/envbuild.sh").read_text(), phase
         assert (target / "bin" / "footool").read_text().endswith(f"prefix={target}\n")
         assert not list(target.parent.glob(".fx.envbuild-staging")), phase
         mark = new_mark
@@ -278,7 +278,7 @@ def test_sigint_leaves_old_env_and_rerun_resumes(world):
     assert (target / "envbuild" / "manifest.json").read_bytes() == before
     again = run(["create", "--name", "fx"], world["env"])
     assert again.returncode == 0 and "resuming" in again.stderr and "done already: fetch" in again.stderr
-    assert 'FIXTURE_MARK="b"' in (target / "etc/conda/activate.d/envbuild.sh").read_text()
+    assert 'export FIXTURE_MARK=b' in (target / "etc/conda/activate.d/envbuild.sh").read_text()
 
 
 def test_archive_missing_from_channel_names_the_package(world):
@@ -337,7 +337,7 @@ def test_sigkill_in_the_middle_of_linking_then_rerun_finishes(tmp_path):
     r = run(["create", "--prefix", str(target)], env)
     assert r.returncode == 0, r.stderr
     assert len(list((target / "conda-meta").glob("*.json"))) == 157
-    assert 'FIXTURE_MARK="b"' in (target / "etc/conda/activate.d/envbuild.sh").read_text()
+    assert 'export FIXTURE_MARK=b' in (target / "etc/conda/activate.d/envbuild.sh").read_text()
     manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
     for f in manifest["files"]:
         if "sha256" in f:

@@ -1,0 +1,47 @@
+"""Inputs that must be refused (exit 2 naming the file) whose validation belongs to another helper's branch.
+
+xfail(strict=False) until builder's/uv's parts land; then the lead removes the marks. Each test fails today
+because the input is accepted, not because of a traceback."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from clirun import run_cli
+from conftest import env_vars, fresh_copy
+
+
+def _dry_run(world, tmp_path, edit):
+    base = fresh_copy(world / "lockfiles", tmp_path / "lockfiles")
+    edit(base / "fx")
+    with env_vars(ENVBUILD_LOCKFILES=str(base), ENVBUILD_CACHE_DIR=str(world / "cache")):
+        return run_cli(["create", "--dry-run", "--prefix", str(tmp_path / "env")])
+
+
+@pytest.mark.xfail(strict=False, reason="owned by builder: unknown [recipe] keys (platfroms, chanels) pass")
+def test_unknown_recipe_key_is_refused(world, tmp_path):
+    def edit(folder):
+        p = folder / "profile.toml"
+        p.write_text(p.read_text().replace("[recipe]\n", "[recipe]\nplatfroms = [\"linux-64\"]\n", 1))
+    res = _dry_run(world, tmp_path, edit)
+    assert res.code == 2 and "platfroms" in res.err and "profile.toml" in res.err
+
+
+@pytest.mark.xfail(strict=False, reason="owned by builder: activation variable names are checked only after "
+                                        "every build phase ran")
+def test_activation_name_that_is_not_a_shell_name_is_refused_before_building(world, tmp_path):
+    def edit(folder):
+        p = folder / "profile.toml"
+        p.write_text(p.read_text().replace("FIXTURE_MARK =", '"1-BAD" = "x", FIXTURE_MARK =', 1))
+    res = _dry_run(world, tmp_path, edit)
+    assert res.code == 2 and "1-BAD" in res.err
+
+
+@pytest.mark.xfail(strict=False, reason="owned by uv: a non-hex sha256 in conda-lock.yml passes create --dry-run")
+def test_non_hex_sha256_in_the_conda_lock_is_refused(world, tmp_path):
+    def edit(folder):
+        p = folder / "conda-lock.yml"
+        p.write_text(re.sub(r"sha256: [0-9a-f]{64}", "sha256: " + "z" * 64, p.read_text(), count=1))
+    res = _dry_run(world, tmp_path, edit)
+    assert res.code == 2 and "conda-lock.yml" in res.err and "sha256" in res.err
