@@ -91,19 +91,20 @@ def gpu_inventory(facts: "FactSource") -> List[Dict[str, Any]]:
 def run_doctor(opts: DoctorOptions) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
     from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.interrupt import Stopped, stop_on_signals
     from envbuild.doctor.registry import select
     from envbuild.doctor.runner import run_selected
     from envbuild.facts.source import open_source
     from envbuild.profile import load_profile
     from envbuild.report import terminal
     from envbuild.report.model import Report
+    from envbuild.report.progress import Progress, load_durations, save_durations
 
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
     if opts.list_only:
         terminal.print_check_list(select(opts.checks, opts.skips, mode=None))
         return 0
-    select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
     facts = open_source(opts.root, python=python)
@@ -111,18 +112,30 @@ def run_doctor(opts: DoctorOptions) -> int:
                         require_gpu=opts.require_gpu, options=dict(opts.options))
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    live = terminal.LiveProgress(enabled=not opts.quiet)
-    with live:
-        results = run_selected(ctx, opts.checks, opts.skips, on_result=live.update)
-    report = Report(
-        host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
-        profile=profile.name if profile else None,
-        options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks, "skips": opts.skips,
-                 "strict": opts.strict, "python": python, "root": opts.root, "set": opts.options},
-        started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__,
-    )
-    _write_reports(report, opts)
-    terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
+    chosen = select(opts.checks, opts.skips, mode=opts.mode)
+    progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
+    interrupted: Optional[Dict[str, Any]] = None
+    with stop_on_signals():
+        try:
+            results = run_selected(ctx, opts.checks, opts.skips, on_result=progress.result, on_start=progress.start)
+        except Stopped as stop:
+            # The launcher has already killed the probe's ranks; write what was found before the stop.
+            results = list(getattr(stop, "partial", []))
+            interrupted = {"signal": stop.name, "exit_code": stop.exit_code, "where": getattr(stop, "where", "")}
+        finally:
+            progress.stop()
+        if interrupted is None:
+            save_durations(opts.mode, progress.durations)
+        report = Report(
+            host=host_facts(facts), gpus=gpu_inventory(facts), results=results,
+            profile=profile.name if profile else None,
+            options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks, "skips": opts.skips,
+                     "strict": opts.strict, "python": python, "root": opts.root, "set": opts.options},
+            started_at=started, duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__,
+            interrupted=interrupted,
+        )
+        _write_reports(report, opts)
+        terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)
 
 
