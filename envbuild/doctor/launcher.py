@@ -9,7 +9,11 @@ launcher only hands them the env:// variables.
 
 Each rank runs in its own session (hence its own process group), so one ``killpg`` reaches the
 rank and anything it spawned; descendants that left the group (setsid) are found through /proc and
-killed by PID. The payload side (checks/_harness.py) writes:
+killed by PID. A process counts as the run's only if it descends from a rank or carries the run's
+directory in its environment (``ENVBUILD_RUN_DIR``, inherited by everything a rank starts): a process the
+doctor itself starts while a run goes on is never adopted and killed as a stray. Every rank also gets a
+parent-death signal (Linux ``PR_SET_PDEATHSIG``), so a doctor killed with SIGKILL — whose cleanup cannot
+run — still takes its ranks with it. The payload side (checks/_harness.py) writes:
 
 - ``rank<k>.phase``   the phase the rank is in (JSON, rewritten at every phase change),
 - ``rank<k>.json``    its result (written atomically at the end),
@@ -21,6 +25,7 @@ This module must not import torch: envbuild runs in a small python without it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,9 +36,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from envbuild import leftovers
+from envbuild.doctor.interrupt import Stopped
 from envbuild.paths import payload_dir
 
 # How long a rank's peers may keep running after it crashed before they count as hung: NCCL has no
@@ -215,6 +221,70 @@ def group_members(pgids: List[int]) -> List[int]:
     return sorted(pid for pid, (_pp, pgid, state) in _proc_table().items() if pgid in wanted and state != "Z")
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _libc():
+    """libc through ctypes, loaded once in the parent (never inside a forked child), None off Linux."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _LIBC = False
+    return _LIBC or None
+
+
+_LIBC = None
+
+
+def die_with_parent_hook() -> "Optional[Callable[[], None]]":
+    """A Popen preexec_fn that makes the child receive SIGKILL when this process dies, or None without prctl.
+
+    SIGKILL, not SIGTERM: a payload stuck in a CUDA call may ignore SIGTERM, and nothing is left to send the
+    second signal once the doctor is gone. The child exits at once when the parent already died between fork
+    and prctl (its parent pid is no longer ours)."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "prctl"):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(137)
+
+    return hook
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP back (pending, not lost) while the block runs: a rank being started or the
+    cleanup that kills the ranks must not be cut in half by a stop signal, or a rank would escape both the
+    cleanup and the report. The held signal is delivered when the block ends."""
+    mask = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - no pthread_sigmask on this platform
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _environ_has(pid: int, entry: bytes) -> bool:
+    """Whether /proc/<pid>/environ holds `entry` (``NAME=value``) exactly; False when unreadable or gone."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return entry in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
 class _Rank:
     def __init__(self, rank: int, proc: subprocess.Popen, run_dir: Path):
         self.rank = rank
@@ -297,20 +367,25 @@ class _Subreaper:
 class _Tracker:
     """Every process a run started, directly or not: rank PIDs, their descendants, and orphans that
     were re-parented to us (the subreaper). Scanned while the run goes, so a child that outlives its
-    rank is still known when the run ends."""
+    rank is still known when the run ends.
 
-    def __init__(self) -> None:
+    An orphan re-parented to us belongs to the run only when its environment carries the run's tag
+    (ENVBUILD_RUN_DIR=<this run's directory>): the doctor may start processes of its own while a run goes on
+    (the next probe's interpreters, a fact reader), and those are not this run's to kill."""
+
+    def __init__(self, run_dir: str) -> None:
         self.me = os.getpid()
-        table = _proc_table()
-        self.before = {pid for pid, (ppid, _g, _s) in table.items() if ppid == self.me}
-        self.before |= set(descendants(list(self.before), table))
+        self.tag = f"ENVBUILD_RUN_DIR={run_dir}".encode()
         self.known: set = set()
+        self.foreign: set = set()  # children of ours found not to be the run's: never looked at again
 
     def scan(self, ranks: List["_Rank"]) -> None:
         table = _proc_table()
         roots = [r.proc.pid for r in ranks]
-        adopted = [pid for pid, (ppid, _g, _s) in table.items()
-                   if ppid == self.me and pid not in self.before and pid not in roots]
+        candidates = [pid for pid, (ppid, _g, _s) in table.items()
+                      if ppid == self.me and pid not in roots and pid not in self.known and pid not in self.foreign]
+        adopted = [pid for pid in candidates if _environ_has(pid, self.tag)]
+        self.foreign |= set(candidates) - set(adopted)
         self.known |= set(descendants(roots, table)) | set(adopted) | set(descendants(adopted, table))
         self.known -= set(roots)
 
@@ -408,12 +483,16 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     ranks: List[_Rank] = []  # filled by _watch as ranks start, so the cleanup sees every one
     start = time.monotonic()
     with _Subreaper():
-        tracker = _Tracker()
+        tracker = _Tracker(str(rd))
         try:
             timed_out, reason = _watch(ranks, [python, "-u", str(script)] + list(args), envs, rd, deadline_s,
                                        phase_deadlines, tracker, start)
+        except Stopped as stop:
+            stop.where = _where(ranks, payload)
+            raise
         finally:
-            leftover = _kill_all(ranks, tracker)
+            with _signals_deferred():
+                leftover = _kill_all(ranks, tracker)
     return _outcome(ranks, timed_out, reason, leftover, time.monotonic() - start, rd)
 
 
@@ -427,10 +506,11 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
     reason = ""
     timed_out = False
     for k, env in enumerate(envs):
-        with open(rd / f"rank{k}.stdout.log", "wb") as out, open(rd / f"rank{k}.log", "wb") as err:
+        with _signals_deferred(), open(rd / f"rank{k}.stdout.log", "wb") as out, \
+                open(rd / f"rank{k}.log", "wb") as err:
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=str(rd),
-                                    start_new_session=True, close_fds=True)
-        ranks.append(_Rank(k, proc, rd))
+                                    start_new_session=True, close_fds=True, preexec_fn=die_with_parent_hook())
+            ranks.append(_Rank(k, proc, rd))
     first_crash_at: Optional[float] = None
     last_scan = 0.0
     while True:
@@ -467,6 +547,15 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             if r.proc.poll() is None:
                 r.killed = True
     return timed_out, reason
+
+
+def _where(ranks: List[_Rank], payload: str) -> str:
+    """What the ranks were doing when the run was stopped from outside: 'p2p.py: rank 0 in phase ...'."""
+    parts = []
+    for r in ranks:
+        phase = (r.phase() or {}).get("phase")
+        parts.append(f"rank {r.rank} in phase {phase!r}" if phase else f"rank {r.rank} starting")
+    return f"{payload}: " + ", ".join(parts) if parts else f"{payload}: no rank started yet"
 
 
 def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[int], wall: float,

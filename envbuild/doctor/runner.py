@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from envbuild.doctor.context import DoctorContext
 from envbuild.doctor.probe_run import ProbeBroken, ProbeRun
@@ -15,6 +15,9 @@ from envbuild.doctor.registry import Check, verdict
 from envbuild.facts.bundle_files import crash_note
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuild.doctor.interrupt import Stopped
 
 
 def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
@@ -82,28 +85,66 @@ def mode_skip(check: Check, ctx: DoctorContext) -> Result:
     return Result(check.id, check.category, Status.SKIP, reason)
 
 
+def interrupted_result(check: Check, stop: "Stopped", elapsed_s: float) -> Result:
+    """The check a stop signal cut short: a skip (nothing was judged) that says so, with the phase the probe's
+    ranks were in when the launcher stopped them."""
+    where = f" ({stop.where})" if getattr(stop, "where", "") else ""
+    return Result(check.id, check.category, Status.SKIP,
+                  f"interrupted by {stop.name} after {elapsed_s:.1f} s{where}; not judged",
+                  evidence={"interrupted": True, "signal": stop.name, "where": getattr(stop, "where", "")},
+                  duration_s=round(elapsed_s, 4))
+
+
+def not_run_result(check: Check, stop: "Stopped") -> Result:
+    return Result(check.id, check.category, Status.SKIP, f"not run: the doctor was stopped by {stop.name}",
+                  evidence={"interrupted": True, "signal": stop.name})
+
+
 def run_checks(checks: List[Check], ctx: DoctorContext,
-               on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
-    """Run `checks` in order; `on_result` sees each result as it comes (the live progress of long GPU probes)."""
+               on_result: Optional[Callable[[Result], None]] = None,
+               on_start: Optional[Callable[[Check, List[str]], None]] = None) -> List[Result]:
+    """Run `checks` in order; `on_start` is told of each check (and the ids still to come) as it begins,
+    `on_result` sees each result as it comes (the live progress of long GPU probes).
+
+    A stop signal (envbuild.doctor.interrupt.Stopped) propagates, carrying in `stop.partial` every result so
+    far, the interrupted check marked, and a `not run` skip for each check after it, so the caller can still
+    write a complete report."""
+    from envbuild.doctor.interrupt import Stopped
+
     results: List[Result] = []
-    for check in checks:
-        for r in run_check(check, ctx):
-            results.append(r)
-            if on_result is not None:
-                on_result(r)
+    for i, check in enumerate(checks):
+        if on_start is not None:
+            on_start(check, [c.id for c in checks[i + 1:]])
+        began = time.monotonic()
+        try:
+            for r in run_check(check, ctx):
+                results.append(r)
+                if on_result is not None:
+                    on_result(r)
+        except Stopped as stop:
+            stop.partial = results + [interrupted_result(check, stop, time.monotonic() - began)] + \
+                [not_run_result(c, stop) for c in checks[i + 1:]]
+            raise
     return results
 
 
 def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequence[str] = (),
-                 on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
+                 on_result: Optional[Callable[[Result], None]] = None,
+                 on_start: Optional[Callable[[Check, List[str]], None]] = None) -> List[Result]:
     """Run the checks of ctx.mode matching `patterns` (all when empty), minus `skips`.
 
     Without patterns the report also lists, as skips with their reason, the checks this mode leaves
     out (the GPU probes of a static run), so a reader sees every check and why it did not run.
     """
+    from envbuild.doctor.interrupt import Stopped
     from envbuild.doctor.registry import select
 
-    results = run_checks(select(patterns, skips, mode=ctx.mode), ctx, on_result=on_result)
+    left_out: List[Result] = []
     if not patterns:
-        results += [mode_skip(c, ctx) for c in select((), skips, mode=None) if ctx.mode not in c.modes]
-    return results
+        left_out = [mode_skip(c, ctx) for c in select((), skips, mode=None) if ctx.mode not in c.modes]
+    try:
+        results = run_checks(select(patterns, skips, mode=ctx.mode), ctx, on_result=on_result, on_start=on_start)
+    except Stopped as stop:
+        stop.partial = list(getattr(stop, "partial", [])) + left_out
+        raise
+    return results + left_out

@@ -14,6 +14,7 @@ from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.registry import Check
     from envbuild.facts.source import FactSource
     from envbuild.report.model import Report, Result
 
@@ -92,7 +93,8 @@ def gpu_inventory(facts: "FactSource") -> List[Dict[str, Any]]:
 
 def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Sequence[str] = (), *,
                 options: Dict[str, Any], on_result: Optional[Callable[["Result"], None]] = None,
-                before: Optional[Callable[[], None]] = None) -> "Report":
+                before: Optional[Callable[[], None]] = None,
+                on_start: Optional[Callable[["Check", List[str]], None]] = None) -> "Report":
     """Run the checks of ctx.mode matching `patterns` on ctx.facts and return the Report (host, GPUs, results,
     timing): what `envbuild doctor` writes, and what `envbuild capture --node` saves beside its bundle.
     `before` runs inside the timed run, before the checks (capture reads NVML and the stack first)."""
@@ -103,22 +105,31 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
     t0 = time.monotonic()
     if before is not None:
         before()
+    from envbuild.doctor.interrupt import Stopped
     from envbuild.knowledge.fold import fold_consequences  # issue 14: consequences under their root cause
 
-    results = fold_consequences(run_selected(ctx, patterns, skips, on_result=on_result))
-    return Report(host=host_facts(ctx.facts), gpus=gpu_inventory(ctx.facts), results=results,
+    interrupted: Optional[Dict[str, Any]] = None
+    try:
+        results = run_selected(ctx, patterns, skips, on_result=on_result, on_start=on_start)
+    except Stopped as stop:
+        # The launcher has already killed the probe's ranks; the report keeps what was found before the stop.
+        results = list(getattr(stop, "partial", []))
+        interrupted = {"signal": stop.name, "exit_code": stop.exit_code, "where": getattr(stop, "where", "")}
+    return Report(host=host_facts(ctx.facts), gpus=gpu_inventory(ctx.facts), results=fold_consequences(results),
                   profile=ctx.profile.name if ctx.profile else None, options=options, started_at=started,
-                  duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__)
+                  duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__, interrupted=interrupted)
 
 
 def run_doctor(opts: DoctorOptions) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
     from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.interrupt import stop_on_signals
     from envbuild.doctor.registry import declared_options, select, validate_options
     from envbuild.facts.source import open_source
     from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
     from envbuild.report import terminal
+    from envbuild.report.progress import Progress, load_durations, save_durations
 
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
@@ -137,13 +148,20 @@ def run_doctor(opts: DoctorOptions) -> int:
     facts = open_source(opts.root, python=python)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
-    live = terminal.LiveProgress(enabled=not opts.quiet)
-    with live:
-        report = run_session(ctx, opts.checks, opts.skips, on_result=live.update, options={
-            "mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks, "skips": opts.skips, "strict": opts.strict,
-            "python": python, "root": opts.root, "set": opts.options})
-    _write_reports(report, opts)
-    terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
+    chosen = select(opts.checks, opts.skips, mode=opts.mode)
+    progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
+    with stop_on_signals():
+        try:
+            report = run_session(ctx, opts.checks, opts.skips, on_result=progress.result, on_start=progress.start,
+                                 options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks,
+                                          "skips": opts.skips, "strict": opts.strict, "python": python,
+                                          "root": opts.root, "set": opts.options})
+        finally:
+            progress.stop()
+        if not report.interrupted:
+            save_durations(opts.mode, progress.durations)
+        _write_reports(report, opts)
+        terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)
 
 

@@ -27,6 +27,7 @@ def report_to_dict(report: Report) -> Dict[str, Any]:
         "summary": report.counts(),
         "exit_code": report.exit_code(strict=bool(report.options.get("strict"))),
         "results": [r.to_dict() for r in report.results],
+        **({"interrupted": report.interrupted} if report.interrupted else {}),
     }
 
 
@@ -37,6 +38,7 @@ def report_from_dict(data: Dict[str, Any]) -> Report:
         host=data["host"], gpus=data["gpus"], results=[Result.from_dict(r) for r in data["results"]],
         profile=data.get("profile"), options=data.get("options", {}), started_at=data.get("started_at", ""),
         duration_s=data.get("duration_s", 0.0), envbuild_version=data.get("envbuild_version", ""),
+        interrupted=data.get("interrupted"),
     )
 
 

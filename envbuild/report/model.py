@@ -83,6 +83,8 @@ class Report:
     started_at: str = ""
     duration_s: float = 0.0
     envbuild_version: str = ""
+    # Set when a stop signal ended the run early: {"signal": "SIGTERM", "exit_code": 143, "where": "..."}.
+    interrupted: Optional[Dict[str, Any]] = None
 
     def counts(self) -> Dict[str, int]:
         out = {s.value: 0 for s in Status}
@@ -91,6 +93,9 @@ class Report:
         return out
 
     def exit_code(self, strict: bool = False) -> int:
-        """0 no fail, 1 any fail (or warn under --strict). Errors count as fails: a broken check proves nothing."""
+        """0 no fail, 1 any fail (or warn under --strict), 128 + the signal when a stop signal cut the run short.
+        Errors count as fails: a broken check proves nothing."""
+        if self.interrupted:
+            return int(self.interrupted.get("exit_code", 130))
         bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
         return 1 if any(r.status in bad for r in self.results) else 0

@@ -35,26 +35,6 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
-class LiveProgress:
-    """Prints one line per finished check to stderr while the run goes on (GPU probes take minutes)."""
-
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-        self._console = None
-
-    def __enter__(self) -> "LiveProgress":
-        if self.enabled:
-            self._console = _console(stderr=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def update(self, result: Result) -> None:
-        if self._console is not None and self._console.is_terminal:
-            self._console.print(f"[dim]… {result.check_id}: {result.status.value}[/dim]")
-
-
 def print_check_list(checks) -> None:
     """One line per check (id first, never wrapped) so the list greps and pastes into --check."""
     import click
@@ -82,7 +62,10 @@ def verdict_line(report: Report, strict: bool = False) -> str:
     counts = report.counts()
     parts = [f"{counts[s.value]} {s.value}" for s in (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)
              if counts[s.value] or s in (Status.FAIL, Status.PASS)]
-    verdict = "FAIL" if report.exit_code(strict=strict) else "OK"
+    if report.interrupted:
+        verdict = f"STOPPED by {report.interrupted.get('signal')}"
+    else:
+        verdict = "FAIL" if report.exit_code(strict=strict) else "OK"
     return f"{verdict}: " + " · ".join(parts)
 
 

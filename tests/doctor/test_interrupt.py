@@ -1,0 +1,141 @@
+"""A doctor stopped from outside — Ctrl-C, `timeout`/Slurm's SIGTERM, a closed terminal's SIGHUP, or SIGKILL —
+leaves no process behind, and (except for SIGKILL, which nothing can catch) writes the report of what it had
+finished with the interrupted check marked, exiting 128 + the signal.
+
+The doctor here is the real CLI (envbuild.cli.main in its own process) running one probe check that launches
+a real torch CPU payload (checks/nccl_churn.py, two gloo ranks); the check is registered by a small driver
+script, since no shipped check runs without a GPU. Every process the run starts inherits a marker variable,
+so after each kill /proc tells whether anything survived.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from torch_env import torch_env  # noqa: F401
+
+DRIVER = textwrap.dedent('''
+    import sys
+    from envbuild.doctor.registry import check
+    from envbuild.report.model import Result, Status
+
+    @check("comm.stop_probe", "comm", "a long gloo churn, to be interrupted", modes=("quick",))
+    def stop_probe(ctx):
+        from envbuild.doctor.launcher import launch
+        out = launch("comm_nccl_churn.py", 2, python=sys.executable, gpus=None, backend="gloo", deadline_s=120,
+                     args=["--cycles", "400", "--groups", "4", "--numel", "256"])
+        return Result("comm.stop_probe", "comm", Status.PASS if out.ok else Status.FAIL, "churned")
+
+    @check("comm.stop_first", "comm", "a check that finishes before the probe", modes=("quick",))
+    def stop_first(ctx):
+        return Result("comm.stop_first", "comm", Status.PASS, "done before the stop")
+
+    from envbuild.cli import main
+    main(["doctor", "--check", "comm.stop_first", "--check", "comm.stop_probe", "--json", sys.argv[1]])
+''')
+
+
+def marked(marker: str):
+    """PIDs (not zombies) whose environment carries the marker."""
+    found = []
+    entry = f"ENVBUILD_TEST_MARK={marker}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if entry not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(name))
+    return found
+
+
+def ranks_running(marker: str) -> bool:
+    for pid in marked(marker):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"comm_nccl_churn.py" in fh.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def wait_gone(marker: str, seconds: float):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        left = marked(marker)
+        if not left:
+            return []
+        time.sleep(0.1)
+    return marked(marker)
+
+
+def start(tmp_path, torch_env, k):
+    python, env = torch_env
+    marker = uuid.uuid4().hex
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    report = tmp_path / f"report{k}.json"
+    proc_env = {**os.environ, **env, "ENVBUILD_TEST_MARK": marker}
+    proc = subprocess.Popen([python, str(driver), str(report)], env=proc_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    end = time.monotonic() + 90
+    while not ranks_running(marker):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < end, "the probe's ranks never started"
+        time.sleep(0.05)
+    return proc, marker, report
+
+
+@pytest.mark.slow
+def test_stop_signals_at_random_moments_leave_nothing_and_write_the_report(tmp_path, torch_env):
+    """20 stops: SIGINT, SIGTERM, SIGHUP and SIGKILL in turn, each at a random moment of the probe (rank start-up
+    and torch import, gloo rendezvous, the churn loop)."""
+    rng = random.Random(1305)
+    sigs = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL] * 5
+    for k, sig in enumerate(sigs):
+        proc, marker, report = start(tmp_path, torch_env, k)
+        time.sleep(rng.uniform(0.0, 4.0))
+        os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=60)
+        left = wait_gone(marker, 10.0)
+        assert left == [], f"stop {k} ({sig.name}): processes left {left}"
+        if sig == signal.SIGKILL:
+            assert proc.returncode == -signal.SIGKILL
+            continue
+        assert proc.returncode == 128 + sig, (sig.name, proc.returncode, err[-2000:])
+        assert "Traceback" not in err, err[-2000:]
+        data = json.loads(report.read_text())
+        assert data["interrupted"]["signal"] == sig.name and data["exit_code"] == 128 + sig
+        by_id = {r["check_id"]: r for r in data["results"]}
+        assert by_id["comm.stop_first"]["status"] == "pass"
+        stopped = by_id["comm.stop_probe"]
+        assert stopped["status"] == "skip" and f"interrupted by {sig.name}" in stopped["summary"]
+        assert "comm_nccl_churn.py: rank" in stopped["summary"], stopped["summary"]
+        assert f"STOPPED by {sig.name}" in out + err
+
+
+def test_progress_prints_one_flushed_line_per_check_in_a_pipe(tmp_path):
+    """In a pipe every finished check is one plain line with its verdict and time, before the final table."""
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--check", "node.*"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
+    assert lines, proc.stderr
+    total = int(lines[0].split("/")[1].split("]")[0])
+    assert total >= 5
+    assert all(any(w in ln for w in ("PASS", "WARN", "FAIL", "skip", "ERROR")) and " s " in ln + " " for ln in lines)
+    assert lines[-1].startswith(f"[{total}/{total}]")
