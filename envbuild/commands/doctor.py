@@ -17,6 +17,15 @@ def _parse_gpus(value: Optional[str]) -> Optional[List[int]]:
         raise click.BadParameter(f"{value!r}: expected GPU indices like 0,1", param_hint="--gpus")
 
 
+def _with_soak(sets: Dict[str, str], soak: Optional[int]) -> Dict[str, str]:
+    """--soak N is train.steps=N; giving both with different values is a usage error, not a silent choice."""
+    if soak is None:
+        return sets
+    if sets.get("train.steps", str(soak)) != str(soak):
+        raise click.UsageError(f"--soak {soak} and --set train.steps={sets['train.steps']} disagree")
+    return {**sets, "train.steps": str(soak)}
+
+
 def _parse_sets(values: Tuple[str, ...]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for item in values:
@@ -54,12 +63,15 @@ def _profile_file(name: Optional[str]) -> Optional[str]:
 @click.option("--html", "html_path", metavar="PATH", help="Write the report as one self-contained HTML page here.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Option for a check, e.g. train.layers=4 (--list-options shows them all).")
+@click.option("--soak", type=click.IntRange(min=1), metavar="N",
+              help="Run the train step's slime cycle N times (a soak; implies --full; = --set train.steps=N).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
 @fleet_options
 def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[str], root: Optional[str],
            mode: Optional[str], gpus: Optional[str], checks: Tuple[str, ...], skips: Tuple[str, ...], list_only: bool,
            list_options: bool, strict: bool, require_gpu: bool, json_path: Optional[str], junit_path: Optional[str],
-           prom_path: Optional[str], html_path: Optional[str], sets: Tuple[str, ...], quiet: bool, **fleet) -> int:
+           prom_path: Optional[str], html_path: Optional[str], sets: Tuple[str, ...], soak: Optional[int], quiet: bool,
+           **fleet) -> int:
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
@@ -72,8 +84,12 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
         gpus=_parse_gpus(gpus), checks=list(checks), skips=list(skips), list_only=list_only,
         list_options=list_options, strict=strict,
         require_gpu=require_gpu, json_path=json_path, junit_path=junit_path, prom_path=prom_path,
-        options=_parse_sets(sets), quiet=quiet,
+        options=_with_soak(_parse_sets(sets), soak), quiet=quiet,
     )
+    if soak is not None:
+        if opts.mode == "quick":
+            raise click.UsageError("--soak runs the --full train step; it cannot go with --quick")
+        opts.mode = "full"
     from envbuild.fleet.options import run_fleet, wants_fleet
 
     def run(o: "DoctorOptions") -> int:

@@ -19,6 +19,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.registry import Check
 
 
+# A quick probe's phases last seconds on a healthy node (docs/gpu-runs: the longest quick phase, NCCL init with the
+# torch import before it, took under 10 s); a rank stuck in one is reported after this long, not after the full
+# mode's 60-90 s. Applies to the deadlines a spec declares; deadlines a check passes from a user's --set stay.
+QUICK_PHASE_CAP_S = 30.0
+
+
 class ProbeBroken(Exception):
     """A launch that hung or crashed; carries the Result that reports it (raised by ProbeRun.launch)."""
 
@@ -45,6 +51,13 @@ class ProbeRun:
     def deadline_s(self) -> float:
         return float(self.spec.deadline_s[self.mode])
 
+    def phase_deadlines(self) -> Dict[str, float]:
+        """The spec's phase deadlines, each capped at QUICK_PHASE_CAP_S in a quick run."""
+        declared = {k: float(v) for k, v in self.spec.phase_deadlines.items()}
+        if self.mode == "quick":
+            return {k: min(v, QUICK_PHASE_CAP_S) for k, v in declared.items()}
+        return declared
+
     def option(self, key: str) -> Any:
         """The typed value of one of this check's declared options: the user's `--set`, else its default."""
         return self.ctx.option(key)
@@ -62,7 +75,7 @@ class ProbeRun:
         return launch(self.spec.payload, nranks, python=self.ctx.python or sys.executable, gpus=self.gpus,
                       args=list(args), deadline_s=self.deadline_s if deadline_s is None else deadline_s,
                       backend=self.spec.backend, env=env, per_rank_env=per_rank_env,
-                      phase_deadlines=dict(self.spec.phase_deadlines if phase_deadlines is None else phase_deadlines),
+                      phase_deadlines=self.phase_deadlines() if phase_deadlines is None else dict(phase_deadlines),
                       run_dir=run_dir)
 
     def launch(self, args: Sequence[str] = (), **kw: Any) -> "LaunchOutcome":

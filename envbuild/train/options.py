@@ -13,11 +13,13 @@ from envbuild.train.presets import PRESETS
 PREFIX = "train."
 DEFAULT_LAYERS = 4  # quick: 4 of the real 48 layers keep one step well under a second on an H200
 DEFAULT_SEQ = 4096
-STEPS_BY_MODE = {"static": 3, "quick": 3, "full": 10}
+# --full runs 3 slime cycles (each ~60-80x a plain step with torch_memory_saver's CPU backup: 10 took over 570 s on
+# one H200, 3 kept the whole --full at 259 s); `doctor --soak N` (= --set train.steps=N) runs long cycle counts.
+STEPS_BY_MODE = {"static": 3, "quick": 3, "full": 3}
 
 HELP = {
     "layers": "model depth (the real model has 48)",
-    "steps": "steps with the slime cycle (default 3; 10 with --full)",
+    "steps": "steps with the slime cycle (default 3; `doctor --soak N` sets it)",
     "plain_steps": "steps without the cycle, timed for the overhead ratio (default 3)",
     "tp": "tensor-parallel size", "sp": "sequence parallel (0/1; default 1 when TP > 1)",
     "ep": "expert-parallel size", "pp": "pipeline-parallel size", "cp": "context-parallel size",

@@ -46,7 +46,7 @@ def _declared_options() -> Tuple[Option, ...]:
     for name, help_text in train_options.HELP.items():
         kind = ("int" if name in train_options.INTS else "choice" if name in train_options.CHOICES
                 else "bool" if name == "sp" else "float")
-        default = None if name == "steps" else getattr(defaults, name)  # steps: 3, or 10 with --full
+        default = None if name == "steps" else getattr(defaults, name)  # steps: by mode (train.options.STEPS_BY_MODE), or --soak N
         out.append(Option(train_options.PREFIX + name, kind, default, help_text,
                           choices=tuple(train_options.CHOICES.get(name, ()))))
     return tuple(out)
