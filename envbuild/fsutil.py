@@ -23,6 +23,25 @@ def current_umask() -> int:
     return mask
 
 
+def _write_in_place(path: Path, text: str) -> bool:
+    """A character device or FIFO (/dev/null, /dev/stdout's target, a named pipe) is written into, never renamed
+    over: as root a rename would replace /dev/null with a regular file for every process on the node. True when
+    the text went there; IsADirectoryError for a directory (a rename would fail later with a worse message)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return True
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path} is a directory")
+    return False
+
+
 def atomic_write_text(path: Union[str, Path], text: str, durable: bool = False, make_parents: bool = True) -> None:
     """Write via a unique temp file in the same folder, then rename over `path`.
 
@@ -33,6 +52,8 @@ def atomic_write_text(path: Union[str, Path], text: str, durable: bool = False, 
     a root cron's textfile. `make_parents=False` (user-named report paths) never creates folders.
     """
     path = Path(path)
+    if _write_in_place(path, text):
+        return
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.")

@@ -28,14 +28,14 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
 
     from envbuild.lock.freshness import require_fresh
     from envbuild.pack.builder import make_bundle
+    from envbuild.outputs import check_output_file
+
+    check_output_file(output, "--output", allow_stdout=False)
     from envbuild.profile import load_profile, lockfiles_base, select_profile
 
     base = lockfiles_base(lockfiles)
     profile = load_profile(select_profile(base, profile_name), base)
     require_fresh(profile, profile.require_recipe())  # a stale bundle would be found out only on the air-gapped node
-    from envbuild.outputs import check_output_file
-
-    check_output_file(output, "--output", allow_stdout=False)
 
     note = (lambda _m: None) if quiet else (lambda m: click.echo(f"pack: {m}", err=True))
     s = make_bundle(profile.name, Path(output), lockfiles=str(base),

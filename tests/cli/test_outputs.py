@@ -143,3 +143,22 @@ def test_capture_and_pack_destinations(cli, tmp_path, case):
            "-": "-"}[case]
     assert_clean_error(cli(["pack", "-o", out]), "--output")
     assert not list(tmp_path.rglob("*.part"))
+
+
+def test_the_atomic_writer_never_renames_over_a_device_or_a_fifo(tmp_path):
+    """Every writer (lock files, manifests, fleet reports, HTML pages) goes through atomic_write_text; as root a
+    rename over /dev/null would replace the node's /dev/null with a regular file."""
+    import stat
+
+    from envbuild.fsutil import atomic_write_text
+
+    before = os.stat("/dev/null")
+    atomic_write_text("/dev/null", "nothing\n")
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    atomic_write_text(fifo, "through the pipe\n")
+    assert os.read(reader, 100) == b"through the pipe\n" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    os.close(reader)
