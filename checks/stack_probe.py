@@ -19,6 +19,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -542,6 +543,12 @@ def probe_torch(result, errors, init_state):
     # Never NVLS on a probe (it is one rank anyway); set after the environment was recorded.
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+    # NCCL's own banner says which NCCL ran the group: with a second libnccl preloaded (LD_PRELOAD) or first on the
+    # path, torch.cuda.nccl.version() still reports the NCCL torch was built against (seen on the lent H200:
+    # banner 2.28.3, torch 2.28.9). The banner goes to a file of ours, whatever NCCL_DEBUG the user set.
+    banner_dir = tempfile.mkdtemp(prefix="envbuild-stackprobe-nccl-")
+    os.environ["NCCL_DEBUG"] = "VERSION"
+    os.environ["NCCL_DEBUG_FILE"] = os.path.join(banner_dir, "nccl.%p.log")
     fd, store_path = tempfile.mkstemp(prefix="envbuild-stackprobe-")
     os.close(fd)
     os.unlink(store_path)
@@ -552,13 +559,31 @@ def probe_torch(result, errors, init_state):
         dist.all_reduce(x)
         torch.cuda.synchronize()
         init["nccl_group"] = True
+        init.update(nccl_banner(banner_dir))
         init["method"] = "1-rank NCCL process group over a FileStore + all_reduce"
         init_state["phase"] = "nccl destroy"
         dist.destroy_process_group()
     finally:
         if os.path.exists(store_path):
             os.unlink(store_path)
+        shutil.rmtree(banner_dir, ignore_errors=True)
     return torch
+
+
+NCCL_BANNER = re.compile(r"NCCL version (\d+\.\d+\.\d+)\S*")
+
+
+def nccl_banner(directory):
+    """{"nccl_banner": the line, "nccl_banner_version": "2.28.3"} from NCCL's VERSION output in `directory`."""
+    for name in sorted(os.listdir(directory)):
+        try:
+            with open(os.path.join(directory, name), "r", errors="replace") as fh:
+                m = NCCL_BANNER.search(fh.read(65536))
+        except OSError:
+            continue
+        if m:
+            return {"nccl_banner": m.group(0), "nccl_banner_version": m.group(1)}
+    return {}
 
 
 def probe_without_torch(result, errors):

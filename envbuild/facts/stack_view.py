@@ -138,8 +138,17 @@ def main_library(entries: Iterable[Dict[str, Any]], soname_prefix: str) -> List[
     return [e for e in entries if os.path.basename(e.get("path", "")).startswith(soname_prefix)]
 
 
+def nccl_banner_version(stack: Dict[str, Any]) -> Optional[str]:
+    """The version in NCCL's own banner when the probe's 1-rank group ran (None without a GPU): what really ran."""
+    return (stack.get("init") or {}).get("nccl_banner_version")
+
+
 def nccl_version_in_use(stack: Dict[str, Any]) -> Tuple[Optional[str], str]:
-    """The NCCL this env runs, and where that was read: the mapped libnccl, else torch's report."""
+    """The NCCL this env runs, and where that was read: NCCL's own banner, else the mapped libnccl, else torch's
+    report."""
+    banner = nccl_banner_version(stack)
+    if banner:
+        return banner, "NCCL's banner in the probe's process group"
     libs = mapped(stack, "libnccl")
     for m in libs:
         if m.get("version"):

@@ -92,6 +92,14 @@ def _old_nccl(data):
             d["version"] = "2.27.3"
 
 
+def _preloaded_nccl(data):
+    """The lent H200's run (issue 14): the system libnccl 2.28.3 in LD_PRELOAD; torch still reports the 2.28.9 it
+    was built with and the wheel's copy is mapped too, but NCCL's own banner in the 1-rank group says 2.28.3."""
+    _two_nccl(data)
+    data["env"]["LD_PRELOAD"] = "/lib/x86_64-linux-gnu/libnccl.so.2"
+    data["init"].update(nccl_banner="NCCL version 2.28.3+cuda12.9", nccl_banner_version="2.28.3")
+
+
 @pytest.mark.parametrize("edit,check,cause,allowed", [
     (_stub, "stack.libcuda_stub", "C7", set()),
     (_compat, "stack.libcuda_compat", "C8", set()),
@@ -111,6 +119,16 @@ def test_stack_fault_is_caught_with_its_cause(tmp_path, edit, check, cause, allo
     for cid in others:  # the side-by-side table fails on the same component, with the same cause
         assert cause in res[cid]["causes"], res[cid]
     assert cause in proc.stdout
+
+
+def test_the_nccl_that_ran_is_judged_not_the_one_torch_was_built_with(tmp_path):
+    """Before, stack.nccl_version passed on torch's 2.28.9 and only stack.nccl_copies failed."""
+    root = derive_bundle(H200X2, tmp_path / "bundle", lambda b: b.stack(_preloaded_nccl))
+    proc, res = doctor(root, tmp_path)
+    r = res["stack.nccl_version"]
+    assert r["status"] == "fail" and r["causes"][0] == "C2", r
+    assert "NCCL 2.28.3 differs" in r["summary"] and "NCCL's banner" in r["summary"]
+    assert res["stack.nccl_copies"]["status"] == "fail" and res["stack.nccl_copies"]["causes"] == ["C3"]
 
 
 def test_compat_libcuda_on_a_geforce_gpu_fails_c8_804(tmp_path):

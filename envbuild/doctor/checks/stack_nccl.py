@@ -17,14 +17,18 @@ NCCL_WHY = ("slime destroys and re-creates every NCCL communicator at each offlo
 
 @check("stack.nccl_version", "stack", "NCCL torch runs equals the image's", needs=("profile",), causes=("C2", "M4"))
 def nccl_version(ctx) -> Result:
-    """Compares torch.cuda.nccl.version() (the NCCL torch's collectives call; without torch, the libnccl the
-    loader mapped) and the pip wheel with the profile's NCCL. Extra mapped copies are stack.nccl_copies'."""
+    """Compares NCCL's own banner from the probe's 1-rank group (the NCCL that really ran: a preloaded or
+    path-first libnccl shows there, while torch.cuda.nccl.version() keeps reporting its build's), torch's report
+    (without torch, the libnccl the loader mapped) and the pip wheel with the profile's NCCL. Extra mapped copies are stack.nccl_copies'."""
     stack = ctx.facts.stack()
     comp = ctx.profile.components.get("nccl")
     if comp is None or not comp.version:
         return verdict(Status.SKIP, f"profile {ctx.profile.name} pins no NCCL version")
     seen = {}
     t = sv.torch_info(stack)
+    banner = sv.nccl_banner_version(stack)
+    if banner:  # what ran: a preloaded or path-first libnccl shows here, not in torch's own report
+        seen["NCCL's banner (the NCCL that ran)"] = banner
     if t.get("nccl_version"):
         seen["torch.cuda.nccl.version()"] = t["nccl_version"]
     mapped = {m["path"]: m.get("version") for m in sv.mapped(stack, "libnccl")}
