@@ -86,8 +86,6 @@ def test_fuzz_profile_toml(tmp_path, data):
 
 
 # -- 2. profile bytes: other encodings, stray bytes (builder owns the fix) -----------------------------------------
-@pytest.mark.xfail(strict=False, reason="owned by builder: non-UTF-8/UTF-16 profiles (read_input_text decodes "
-                                        "without catching UnicodeDecodeError)")
 @settings(max_examples=20, **FUZZ)
 @given(enc=st.sampled_from(["utf-16", "utf-16-le", "utf-32", "latin-1", "cp1252"]), junk=st.binary(max_size=8))
 def test_fuzz_profile_encodings(tmp_path, enc, junk):
@@ -98,7 +96,6 @@ def test_fuzz_profile_encodings(tmp_path, enc, junk):
 
 
 # -- 3. deeply nested TOML (builder owns the fix) ---------------------------------------------------------------------
-@pytest.mark.xfail(strict=False, reason="owned by builder: deeply nested TOML (tomllib's RecursionError)")
 @settings(max_examples=10, **FUZZ)
 @given(depth=st.integers(500, 5000), kind=st.sampled_from(["[", "{a="]))
 def test_fuzz_deep_toml(tmp_path, depth, kind):

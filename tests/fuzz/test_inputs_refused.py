@@ -1,7 +1,5 @@
-"""Inputs that must be refused (exit 2 naming the file) whose validation belongs to another helper's branch.
-
-xfail(strict=False) until builder's/uv's parts land; then the lead removes the marks. Each test fails today
-because the input is accepted, not because of a traceback."""
+"""Inputs that were accepted and must be refused (exit 2 naming the file): unknown [recipe] keys, activation names
+that are no shell names, a non-hex sha256 in conda-lock.yml (issue 12's "locks accepted that should not be")."""
 from __future__ import annotations
 
 import re
@@ -19,7 +17,6 @@ def _dry_run(world, tmp_path, edit):
         return run_cli(["create", "--dry-run", "--prefix", str(tmp_path / "env")])
 
 
-@pytest.mark.xfail(strict=False, reason="owned by builder: unknown [recipe] keys (platfroms, chanels) pass")
 def test_unknown_recipe_key_is_refused(world, tmp_path):
     def edit(folder):
         p = folder / "profile.toml"
@@ -28,8 +25,6 @@ def test_unknown_recipe_key_is_refused(world, tmp_path):
     assert res.code == 2 and "platfroms" in res.err and "profile.toml" in res.err
 
 
-@pytest.mark.xfail(strict=False, reason="owned by builder: activation variable names are checked only after "
-                                        "every build phase ran")
 def test_activation_name_that_is_not_a_shell_name_is_refused_before_building(world, tmp_path):
     def edit(folder):
         p = folder / "profile.toml"
@@ -38,7 +33,6 @@ def test_activation_name_that_is_not_a_shell_name_is_refused_before_building(wor
     assert res.code == 2 and "1-BAD" in res.err
 
 
-@pytest.mark.xfail(strict=False, reason="owned by uv: a non-hex sha256 in conda-lock.yml passes create --dry-run")
 def test_non_hex_sha256_in_the_conda_lock_is_refused(world, tmp_path):
     def edit(folder):
         p = folder / "conda-lock.yml"
