@@ -109,15 +109,20 @@ def write_tar(root: Path, out: Path) -> None:
         info.pax_headers = {}
         return info
 
-    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(root / MANIFEST, arcname=MANIFEST, filter=clean)
-        for name in PARTS:  # folders too: a bare git mirror needs its empty refs/ folders
-            base = root / name
-            if base.is_dir():
-                for folder in [base, *sorted(p for p in base.rglob("*") if p.is_dir() and not p.is_symlink())]:
-                    tar.add(folder, arcname=folder.relative_to(root).as_posix(), recursive=False, filter=clean)
-        for name, path in walk_members(root):
-            tar.add(path, arcname=name, filter=clean)
+    try:
+        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+            tar.add(root / MANIFEST, arcname=MANIFEST, filter=clean)
+            for name in PARTS:  # folders too: a bare git mirror needs its empty refs/ folders
+                base = root / name
+                if base.is_dir():
+                    for folder in [base, *sorted(p for p in base.rglob("*") if p.is_dir() and not p.is_symlink())]:
+                        tar.add(folder, arcname=folder.relative_to(root).as_posix(), recursive=False, filter=clean)
+            for name, path in walk_members(root):
+                tar.add(path, arcname=name, filter=clean)
+        os.replace(partial, out)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a failed or interrupted pack leaves no half bundle beside `out`
+        raise
 
 
 def _safe_members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:
