@@ -62,8 +62,8 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
             results = [verdict(Status.SKIP, str(exc))]
         except Exception as exc:  # a broken check is reported, never fatal to the run
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-            results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}{crash_note(ctx.facts, mark)}",
-                               evidence={"traceback": tail})]
+            results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}"
+                                             f"{crash_note(ctx.facts, mark)}", evidence={"traceback": tail})]
     elapsed = time.monotonic() - start
     for r in results:
         r.check_id, r.category = check.id, check.category
