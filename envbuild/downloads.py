@@ -50,9 +50,9 @@ class DownloadHashMismatch(EnvbuildError):
 
 
 def _redact(url: str) -> str:
-    from envbuild.lock.uv_cli import redact
+    from envbuild.redact import url_without_credentials
 
-    return redact(url)
+    return url_without_credentials(url)
 
 
 def _digests(path: Path) -> Tuple["hashlib._Hash", "hashlib._Hash"]:

@@ -106,3 +106,13 @@ def scrub_json(data: Any) -> Any:
                 out[k] = scrub_json(v)
         return out
     return data
+
+
+def url_without_credentials(url: str) -> str:
+    """`url` without user:password@ (credentials never go into a lock file or a message)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

@@ -17,8 +17,11 @@ from typing import Dict, List, Set, Tuple
 # result model and its renderers under the doctor that fills them.
 LAYERS = {
     "errors": 0, "fsutil": 0, "paths": 0, "hashing": 0, "tomlcompat": 0, "__init__": 0,
-    "profile": 1, "knowledge": 1, "train": 1,
-    "facts": 2, "report": 2,
+    # stdlib-only helpers every layer may call: output paths, CLI argument checks, redaction, child processes,
+    # temporaries left by killed runs, shared-cache locks, downloads
+    "outputs": 0, "cliargs": 0, "redact": 0, "children": 0, "leftovers": 0, "cachelock": 0, "downloads": 0,
+    "profile": 1, "train": 1,
+    "facts": 2, "report": 2, "knowledge": 2,
     "lock": 3, "doctor": 3,
     "install": 4, "pack": 4, "explain": 4, "fleet": 4,
     "commands": 5,

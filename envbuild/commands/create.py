@@ -40,14 +40,15 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, for
     if not force and pipeline.already_built(job):
         ui.note(f"{job.target} is already built from these locks; nothing to do (--force rebuilds)")
         return 0
-    from envbuild import children, leftovers
+    from envbuild import children
+    from envbuild.install import create_cleanup
 
-    leftovers.sweep_for_create()  # what a killed create left: scratch folders, half cache entries
+    create_cleanup.sweep_for_create()  # what a killed create left: scratch folders, half cache entries
     children.start_watchdog()  # pip/git/compilers never outlive this create, even a SIGKILLed one
     try:
         pipeline.run(job, ui)
     except KeyboardInterrupt:
-        ui.note(leftovers.interrupted_message(job))
+        ui.note(create_cleanup.interrupted_message(job))
         return 130
     finally:
         children.stop_watchdog()

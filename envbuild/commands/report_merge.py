@@ -25,7 +25,8 @@ def merge(paths: Tuple[str, ...], json_path: Optional[str], junit_path: Optional
     that node; the merge itself never stops on one bad file.
     """
     from envbuild.fleet import table
-    from envbuild.report.merge import merge_files
+    from envbuild.fleet.merge import merge_files
+    from envbuild.fleet.write import write_outputs
 
     fleet = merge_files(paths, exclude=(json_path or "", junit_path or "", prom_path or ""), strict=strict)
     write_outputs(fleet, json_path, junit_path, prom_path)
@@ -33,17 +34,3 @@ def merge(paths: Tuple[str, ...], json_path: Optional[str], junit_path: Optional
     return fleet.exit_code()
 
 
-def write_outputs(fleet, json_path: Optional[str], junit_path: Optional[str], prom_path: Optional[str]) -> None:
-    """Write the fleet report's files (also used by `doctor --ray`)."""
-    if json_path:
-        from envbuild.report.merge import write_fleet_json
-
-        write_fleet_json(fleet, json_path)
-    if junit_path:
-        from envbuild.fleet.junit import write_fleet_junit
-
-        write_fleet_junit(fleet, junit_path)
-    if prom_path:
-        from envbuild.fleet.prometheus import write_fleet_prometheus
-
-        write_fleet_prometheus(fleet, prom_path)

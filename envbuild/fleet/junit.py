@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import xml.etree.ElementTree as ET
 
-from envbuild.report.merge import FleetReport
+from envbuild.fleet.merge import FleetReport
 from envbuild.report.model import Report
 
 _TOTALS = ("tests", "failures", "errors", "skipped")

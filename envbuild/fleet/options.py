@@ -59,7 +59,7 @@ def run_fleet(opts: Any, fleet: Dict[str, Any]) -> int:
 
 
 def _ray(opts: Any, fleet: Dict[str, Any]) -> int:
-    from envbuild.commands.report_merge import write_outputs
+    from envbuild.fleet.write import write_outputs
     from envbuild.errors import EnvbuildError
     from envbuild.fleet import table
     from envbuild.fleet.ray_sweep import RaySweepOptions, parse_runtime_env, run_sweep

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Tuple
 
-from envbuild.report.merge import FleetReport
+from envbuild.fleet.merge import FleetReport
 from envbuild.report.model import Status
 
 

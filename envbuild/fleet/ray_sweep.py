@@ -5,7 +5,7 @@ bundle a NodeAgent actor (ray_worker.py) runs the doctor in the Ray worker's own
 environment the job's actors get (the `ray start` shell plus the job's runtime_env), not the driver's shell.
 With --quick/--full every GPU of every node then joins one all-reduce and one all-to-all (NCCL; gloo on a
 cluster without GPUs), busbw per node, the slowest node named against the median. The node reports are
-merged by report/merge.py, the same code as `envbuild report merge`.
+merged by fleet/merge.py, the same code as `envbuild report merge`.
 
 Nothing waits without a deadline: every ray.get goes through ray.wait with a timeout; a node that dies is
 reported with the phase it was in, one that hangs is ray.kill-ed at the sweep's deadline and reported the same.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from envbuild.errors import EnvbuildError
-from envbuild.report.merge import FleetReport, NodeReport, error_node, merge, node_from_dict
+from envbuild.fleet.merge import FleetReport, NodeReport, error_node, merge, node_from_dict
 from envbuild.report.model import Metric, Result, Status
 
 DEADLINES = {"static": 120.0, "quick": 600.0, "full": 1800.0}  # whole sweep, seconds

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-from envbuild.report.merge import FleetReport
+from envbuild.fleet.merge import FleetReport
 from envbuild.report.model import Result, Status
 
 CELL = {Status.PASS: ".", Status.SKIP: "-", Status.WARN: "W", Status.ERROR: "E", Status.FAIL: "F"}

@@ -27,7 +27,7 @@ class NodeReport:
     report: Report
 
 
-FLEET_SCHEMA_ID = "envbuild.fleet"  # `envbuild report merge` (envbuild/report/merge.py, docs/fleet.md)
+FLEET_SCHEMA_ID = "envbuild.fleet"  # `envbuild report merge` (envbuild/fleet/merge.py, docs/fleet.md)
 FLEET_SCHEMA_VERSION = 1
 
 

@@ -243,7 +243,8 @@ def test_replayed_deadline_with_every_rank_moving_is_a_warning_not_a_hang(monkey
     ranks = [RankOutcome(rank=k, returncode=-15, result=partial, phase=rec["phases"][f"rank{k}"], stderr_tail="",
                          log_path="", stack_dump="", phase_elapsed_s=2.0 + k) for k in (0, 1)]
     res = _replay(monkeypatch, ranks, timed_out=True, hung_ranks=[0, 1], wall_s=rec["wall_s"],
-                  reason="run deadline of 140 s passed")
+                  reason="run deadline of 140 s passed",  # the recorded run asked for 10 cycles (now --soak 10)
+                  options={"train.layers": "2", "train.tp": "1", "train.ep": "2", "train.steps": "10"})
     assert res.status == Status.WARN, res.summary
     assert "did not finish: run deadline of 140 s passed" in res.summary and "no hang" in res.summary
     assert "4 of 10 cycles" in res.summary

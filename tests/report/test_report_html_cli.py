@@ -152,7 +152,7 @@ def test_folder_input_passes_over_non_reports_and_says_so(tmp_path):
 
 
 def merged(tmp_path, nodes, fleet_results=()):
-    """A fleet report as `envbuild report merge` writes it (envbuild/report/merge.py on the fleet branch,
+    """A fleet report as `envbuild report merge` writes it (envbuild/fleet/merge.py on the fleet branch,
     fleet_to_dict): each entry the node's own report plus node/source/node_status/error/fleet_findings."""
     data = {"schema": "envbuild.fleet", "schema_version": 1, "envbuild_version": "0.1.0", "node_count": len(nodes),
             "fleet_results": list(fleet_results), "superseded": [], "nodes": nodes}
