@@ -240,21 +240,25 @@ def _libc():
 _LIBC = None
 
 
-def die_with_parent_hook() -> "Optional[Callable[[], None]]":
-    """A Popen preexec_fn that makes the child receive SIGKILL when this process dies, or None without prctl.
+def rank_preexec() -> Callable[[], None]:
+    """The Popen preexec_fn of a rank: an empty signal mask, and SIGKILL when this process dies.
 
-    SIGKILL, not SIGTERM: a payload stuck in a CUDA call may ignore SIGTERM, and nothing is left to send the
-    second signal once the doctor is gone. The child exits at once when the parent already died between fork
-    and prctl (its parent pid is no longer ours)."""
+    The mask: ranks are started while the launcher holds stop signals back (_signals_deferred), and a child
+    inherits the mask across exec; a rank with SIGTERM blocked would run on after the launcher's SIGTERM (and
+    SIGCONT) instead of dying. The parent-death signal is SIGKILL, not SIGTERM: a payload stuck in a CUDA call
+    may ignore SIGTERM, and nothing is left to send the second signal once the doctor is gone. The child exits
+    at once when the parent already died between fork and prctl (its parent pid is no longer ours). Without
+    prctl (not Linux) only the mask is reset."""
     libc = _libc()
-    if libc is None or not hasattr(libc, "prctl"):
-        return None
+    prctl = getattr(libc, "prctl", None) if libc is not None else None
     parent = os.getpid()
 
     def hook() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(137)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(137)
 
     return hook
 
@@ -509,7 +513,7 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
         with _signals_deferred(), open(rd / f"rank{k}.stdout.log", "wb") as out, \
                 open(rd / f"rank{k}.log", "wb") as err:
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=str(rd),
-                                    start_new_session=True, close_fds=True, preexec_fn=die_with_parent_hook())
+                                    start_new_session=True, close_fds=True, preexec_fn=rank_preexec())
             ranks.append(_Rank(k, proc, rd))
     first_crash_at: Optional[float] = None
     last_scan = 0.0

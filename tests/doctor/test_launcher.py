@@ -121,6 +121,14 @@ def test_crash_reports_stderr_tail_and_stops_the_waiting_peers():
     assert_nothing_left(out)
 
 
+def test_ranks_start_with_no_signal_blocked_and_die_with_the_launcher():
+    """Ranks are started while the launcher holds SIGINT/SIGTERM/SIGHUP back; a rank that inherited that mask
+    ran on after the launcher's SIGTERM (a SIGSTOPped churn rank reached 'teardown')."""
+    out = run("ok_payload.py", nranks=2)
+    assert out.ok
+    assert [int(r.result["evidence"]["sig_blocked"], 16) for r in out.ranks] == [0, 0]
+
+
 def test_signal_death_without_result():
     out = run("segv_payload.py", nranks=2)
     assert out.crashed_ranks == [0] and out.ranks[0].returncode == -11 and out.ranks[0].result is None
