@@ -140,7 +140,7 @@ def run_doctor(opts: DoctorOptions) -> int:
         terminal.print_option_list(declared_options())
         return 0
     validate_options(opts.options)  # an undeclared key or a malformed value: exit 2 before any work
-    select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing is bad usage: fail before any work
+    chosen = select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing: bad usage, before any work
     check_report_paths(json=opts.json_path, junit=opts.junit_path, prometheus=opts.prom_path)
     _note_renamed(opts.checks + opts.skips)
     profile = load_profile(opts.profile) if opts.profile else None
@@ -148,7 +148,6 @@ def run_doctor(opts: DoctorOptions) -> int:
     facts = open_source(opts.root, python=python)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
-    chosen = select(opts.checks, opts.skips, mode=opts.mode)
     progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
     with stop_on_signals():
         try:
