@@ -63,6 +63,9 @@ def leftovers() -> List[str]:
 
 def run_mode(mode: str, gpus: Optional[str], extra: List[str], workdir: str) -> Dict[str, object]:
     report_path = os.path.join(workdir, f"doctor-{mode}.json")
+    n = 2
+    while os.path.exists(report_path):  # a mode asked for twice keeps both reports
+        report_path, n = os.path.join(workdir, f"doctor-{mode}-run{n}.json"), n + 1
     argv = [sys.executable, "-m", "envbuild", "doctor", "--json", report_path, "--quiet"]
     if mode != "static":
         argv.append(f"--{mode}")
@@ -78,21 +81,24 @@ def run_mode(mode: str, gpus: Optional[str], extra: List[str], workdir: str) -> 
         report = {}
     ngpus = len(report.get("gpus") or []) if not gpus else len(gpus.split(","))
     goal = goal_for(mode, max(ngpus, 1))
-    return {"mode": mode, "exit_code": proc.returncode, "wall_s": round(wall, 2), "goal_s": goal,
+    return {"mode": mode, "report": os.path.basename(report_path), "exit_code": proc.returncode, "wall_s": round(wall, 2), "goal_s": goal,
             "ratio_to_goal": round(wall / goal, 3), "gpus": ngpus, "split_s": per_check_seconds(report),
             "summary": report.get("summary"), "leftovers": leftovers(), "stderr_tail": proc.stderr[-2000:]}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modes", default="static,quick", help="comma-separated: static, quick, full")
+    ap.add_argument("--modes", default="static,quick", help="comma-separated: static, quick, full (repeat one to run it again)")
     ap.add_argument("--gpus", default=None, help="passed to the doctor (default: every GPU)")
     ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--keep", default=None, metavar="DIR", help="keep each run's doctor report in DIR")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: further doctor arguments")
     args = ap.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-doctor-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="bench-doctor-") as tmp:
+        workdir = args.keep or tmp
+        os.makedirs(workdir, exist_ok=True)
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
             if mode not in ("static", "quick", "full"):
                 ap.error(f"unknown mode {mode!r}")

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Session 4's GPU runs on the lent 1xH200 (kind nvidia-h200), in parts, each skipped when too little of
+# LIMIT is left:
+#   facts   nvidia-smi, torch/NCCL versions, the cost of `import torch` (the static doctor's floor)
+#   bench   benchmarks/bench_doctor.py: whole `envbuild doctor` runs (MODES, default static,quick) on GPU 0,
+#           reports kept (issue 10's doctor --quick with gpu.compute; issue 17's time goals)
+#   ray     a one-node Ray cluster on the GPU, `envbuild doctor --ray auto --quick --audit` (issue 11)
+#   faults  the recorded faults that one GPU can show, again after the speed work (issue 17): SIGSTOP in
+#           comm.offload_cycle's 2nd pause, pidfd blocked under expandable segments (M3), a second libnccl
+#           preloaded on the rollout side (C3), NCCL_CUMEM_ENABLE differing between train and rollout (C5)
+#   stop    benchmarks/stop_doctor.py: the whole doctor --quick stopped at random moments, ps + nvidia-smi after
+# Repo root, $OUT set; carry .whl (torch_memory_saver, megatron-core, py-spy, jsonschema for ray) and .bin
+# (ray-slim.tar.xz: the ray 2.60.0 wheel's files without jars/rllib/data/serve/train/tune/llm and the
+# dashboard's web build, xz-packed to fit the 64 MiB the tool carries):
+#   PARTS="facts bench ray faults stop" LIMIT=540 bash docs/gpu-runs/s4-gpu.sh
+# Writes $OUT/s4-summary-$TAG.txt and $OUT/s4-$TAG.tar.gz (every JSON, log and run dir).
+set -u
+OUT=${OUT:?set OUT}
+LIMIT=${LIMIT:-540}
+PARTS=${PARTS:-facts bench ray faults stop}
+MODES=${MODES:-static,quick}
+TAG=${TAG:-call1}
+start=$SECONDS
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
+[ -d /tmp/site/ray ] || tar -xJf .bin/ray-slim.tar.xz -C /tmp/site || { echo "ray unpack failed"; exit 1; }
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
+export PATH=/tmp/site/bin:$PATH   # py-spy for hang stacks
+R=/tmp/s4-$TAG; rm -rf "$R"; mkdir -p "$R"
+SUMMARY=$OUT/s4-summary-$TAG.txt; : > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+left() { echo $(( LIMIT - (SECONDS - start) )); }
+want() { case " $PARTS " in *" $1 "*) [ "$(left)" -ge "$2" ] && return 0; say "$1: not run, $(left) s left";; esac; return 1; }
+timed() {  # timed NAME SECONDS CMD...: run, log to $R/NAME.log, one summary line
+  local name=$1 lim=$2; shift 2
+  local t0=$SECONDS
+  timeout "$lim" "$@" > "$R/$name.log" 2>&1
+  say "$name: exit $? after $(( SECONDS - t0 )) s (timeout $lim)"
+}
+
+say "== $(date -u +%FT%TZ) $(git log --oneline -1 2>/dev/null | cut -c1-60) parts: $PARTS"
+if want facts 10; then
+  { nvidia-smi --query-gpu=index,name,driver_version,memory.used,clocks.sm,power.draw --format=csv
+    python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count(), sys.version.split()[0])'
+    TIMEFORMAT="%R s wall, %U s user"
+    for i in 1 2 3; do echo -n "import torch: "; { time python3 -c 'import torch'; } 2>&1; done
+    echo -n "python3 -c pass: "; { time python3 -c pass; } 2>&1
+    echo -n "envbuild --help: "; { time python3 -m envbuild --help >/dev/null; } 2>&1
+    ls -la /lib/x86_64-linux-gnu/libnccl.so* 2>&1 | head -3; } >> "$SUMMARY" 2>&1
+fi
+
+if want bench 100; then
+  timed bench "$(( $(left) > 420 ? 420 : $(left) - 5 ))" python3 benchmarks/bench_doctor.py --modes "$MODES" --gpus 0 \
+    --keep "$R/bench" --json "$R/bench-doctor-$TAG.json"
+  cat "$R/bench.log" >> "$SUMMARY"
+fi
+
+if want ray 90; then
+  python3 -m ray.scripts.scripts start --head --num-gpus 1 --num-cpus 8 --include-dashboard=false \
+    --port 6380 > "$R/ray-start.log" 2>&1
+  say "ray start: exit $?"
+  RAY_ADDRESS=127.0.0.1:6380 timed ray-quick 150 python3 -m envbuild doctor --ray 127.0.0.1:6380 --quick --audit \
+    --deadline 140 --json "$R/doctor-ray-1gpu-quick.json" --junit "$R/doctor-ray-1gpu-quick.junit.xml"
+  tail -25 "$R/ray-quick.log" >> "$SUMMARY"
+  python3 -m ray.scripts.scripts stop --force > "$R/ray-stop.log" 2>&1
+fi
+
+if want faults 60; then
+  ENVBUILD_TEST_SIGSTOP_AT="pause 1" timed fault-sigstop-offload 90 python3 -m envbuild doctor --quick --gpus 0 \
+    --check comm.offload_cycle --json "$R/fault-sigstop-offload.json"
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ENVBUILD_FAULT_IPC_BLOCK_PTRACE=seccomp timed fault-m3-pidfd 60 \
+    python3 -m envbuild doctor --quick --gpus 0 --check gpu.cumem_ipc --json "$R/fault-m3-pidfd.json"
+  timed fault-c3-second-libnccl 60 python3 -m envbuild doctor --quick --gpus 0 --check comm.weight_sync \
+    --set weight.sync.rollout_env=LD_PRELOAD=/lib/x86_64-linux-gnu/libnccl.so.2 --json "$R/fault-c3-second-libnccl.json"
+  timed fault-c5-cumem-mismatch 60 python3 -m envbuild doctor --quick --gpus 0 --check comm.weight_sync \
+    --set weight.sync.train_env=NCCL_CUMEM_ENABLE=0 --set weight.sync.rollout_env=NCCL_CUMEM_ENABLE=1 \
+    --json "$R/fault-c5-cumem-mismatch.json"
+  for f in "$R"/fault-*.log; do echo "## $(basename "$f")"; tail -6 "$f"; done >> "$SUMMARY"
+fi
+
+if want stop 80; then
+  n=$(( ($(left) - 20) / 16 )); [ "$n" -gt 12 ] && n=12
+  timed stop "$(( $(left) - 5 ))" python3 benchmarks/stop_doctor.py --stops "$n" --after 2,22 \
+    --json "$R/stop-doctor-1gpu.json" -- --quick --gpus 0
+  cat "$R/stop.log" >> "$SUMMARY"
+fi
+
+{ echo "## left after everything"; ps -eo pid,stat,etime,args | grep -E "checks/[a-z_]+\.py|raylet|gcs_server" | grep -v grep
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv; } >> "$SUMMARY" 2>&1
+tar -czf "$OUT/s4-$TAG.tar.gz" -C /tmp "s4-$TAG" 2>/dev/null
+say "== total $(( SECONDS - start )) s of LIMIT $LIMIT"
