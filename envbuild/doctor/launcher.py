@@ -25,21 +25,21 @@ This module must not import torch: envbuild runs in a small python without it.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 from envbuild import leftovers
 from envbuild.doctor.interrupt import Stopped
+from envbuild.doctor.rankproc import NVLS_OFF, rank_preexec, rendezvous_port
+from envbuild.doctor.rankproc import signals_deferred as _signals_deferred
 from envbuild.paths import payload_dir
 
 # How long a rank's peers may keep running after it crashed before they count as hung: NCCL has no
@@ -53,10 +53,6 @@ SCAN_S = 0.2  # how often /proc is scanned for the ranks' descendants
 TAIL_CHARS = 4000
 RUN_DEADLINE = "run deadline"  # how LaunchOutcome.reason starts when the whole-run deadline stopped the run
 
-# Variables that could turn on NVLink multicast (NVLS). On lent machines NVLS must never run
-# (research/gpu-machine.md; DESIGN.md "Rules of the house"), so the launcher always pins them off; only
-# with allow_nvls=True, which only a user-facing flag may set, do values the caller passes replace the pin.
-NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
 @dataclass
@@ -74,6 +70,7 @@ class RankOutcome:
     pid: int = 0
     phase_elapsed_s: Optional[float] = None  # time spent in `phase` when the run ended
     state: Optional[str] = None  # /proc state letter when the run was stopped (T = stopped), for hung ranks
+    warm: bool = False  # started ahead of the launch with torch imported (envbuild/doctor/warm.py), not cold
 
 
 @dataclass
@@ -100,13 +97,6 @@ class LaunchOutcome:
         """Every rank exited 0 on its own and emitted a result."""
         return (not self.timed_out and not self.hung_ranks and not self.crashed_ranks
                 and all(r.returncode == 0 and r.result is not None for r in self.ranks))
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface for the env:// rendezvous (MASTER_PORT)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def resolve_payload(payload: str) -> Path:
@@ -221,65 +211,6 @@ def group_members(pgids: List[int]) -> List[int]:
     return sorted(pid for pid, (_pp, pgid, state) in _proc_table().items() if pgid in wanted and state != "Z")
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _libc():
-    """libc through ctypes, loaded once in the parent (never inside a forked child), None off Linux."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            import ctypes
-
-            _LIBC = ctypes.CDLL(None, use_errno=True)
-        except OSError:
-            _LIBC = False
-    return _LIBC or None
-
-
-_LIBC = None
-
-
-def rank_preexec() -> Callable[[], None]:
-    """The Popen preexec_fn of a rank: an empty signal mask, and SIGKILL when this process dies.
-
-    The mask: ranks are started while the launcher holds stop signals back (_signals_deferred), and a child
-    inherits the mask across exec; a rank with SIGTERM blocked would run on after the launcher's SIGTERM (and
-    SIGCONT) instead of dying. The parent-death signal is SIGKILL, not SIGTERM: a payload stuck in a CUDA call
-    may ignore SIGTERM, and nothing is left to send the second signal once the doctor is gone. The child exits
-    at once when the parent already died between fork and prctl (its parent pid is no longer ours). Without
-    prctl (not Linux) only the mask is reset."""
-    libc = _libc()
-    prctl = getattr(libc, "prctl", None) if libc is not None else None
-    parent = os.getpid()
-
-    def hook() -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-            if os.getppid() != parent:
-                os._exit(137)
-
-    return hook
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP back (pending, not lost) while the block runs: a rank being started or the
-    cleanup that kills the ranks must not be cut in half by a stop signal, or a rank would escape both the
-    cleanup and the report. The held signal is delivered when the block ends."""
-    mask = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, mask)
-    except (AttributeError, OSError, ValueError):  # pragma: no cover - no pthread_sigmask on this platform
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def _environ_has(pid: int, entry: bytes) -> bool:
     """Whether /proc/<pid>/environ holds `entry` (``NAME=value``) exactly; False when unreadable or gone."""
     try:
@@ -290,8 +221,9 @@ def _environ_has(pid: int, entry: bytes) -> bool:
 
 
 class _Rank:
-    def __init__(self, rank: int, proc: subprocess.Popen, run_dir: Path):
+    def __init__(self, rank: int, proc: subprocess.Popen, run_dir: Path, warm: bool = False):
         self.rank = rank
+        self.warm = warm  # a pre-started interpreter (envbuild/doctor/warm.py) became this rank
         self.proc = proc
         self.pgid = proc.pid  # start_new_session=True: the rank leads its own group
         self.run_dir = run_dir
@@ -475,7 +407,7 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     leftovers.sweep_tmp(("envbuild-run",), min_age_s=leftovers.RUN_DIR_KEEP_S)  # dead doctors' old run dirs
     rd = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix=leftovers.tmp_prefix("envbuild-run")))
     rd.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = rendezvous_port()
     in_payload_dir = script.parent.resolve() == payload_dir().resolve()
     pythonpath = None if in_payload_dir else str(payload_dir())
     base = dict(os.environ)
@@ -509,12 +441,19 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
     """
     reason = ""
     timed_out = False
+    from envbuild.doctor import warm
+
     for k, env in enumerate(envs):
-        with _signals_deferred(), open(rd / f"rank{k}.stdout.log", "wb") as out, \
-                open(rd / f"rank{k}.log", "wb") as err:
-            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=str(rd),
-                                    start_new_session=True, close_fds=True, preexec_fn=rank_preexec())
-            ranks.append(_Rank(k, proc, rd))
+        with _signals_deferred():
+            proc = warm.take(argv[0], Path(argv[2]), argv[3:], env, rd, rd / f"rank{k}.stdout.log",
+                             rd / f"rank{k}.log")
+            is_warm = proc is not None
+            if proc is None:
+                with open(rd / f"rank{k}.stdout.log", "wb") as out, open(rd / f"rank{k}.log", "wb") as err:
+                    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                            cwd=str(rd), start_new_session=True, close_fds=True,
+                                            preexec_fn=rank_preexec())
+            ranks.append(_Rank(k, proc, rd, warm=is_warm))
     first_crash_at: Optional[float] = None
     last_scan = 0.0
     while True:
@@ -574,7 +513,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             rank=r.rank, returncode=r.proc.returncode, result=_read_json(r.path(".json")),
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
             log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
-            pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state,
+            pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state, warm=r.warm,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

@@ -5,9 +5,10 @@ hang or crash into a result, and stamps the check's id and category on every res
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, List, Optional, Sequence
 
 from envbuild.doctor.context import DoctorContext
 from envbuild.doctor.probe_run import ProbeBroken, ProbeRun
@@ -128,6 +129,20 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
     return results
 
 
+def warm_ranks(ctx: DoctorContext, checks: List[Check]) -> ContextManager[object]:
+    """The warm pool for this run's probe ranks (envbuild/doctor/warm.py), or nothing when it would not help:
+    a static run, a bundle replay, no GPU, no probe check selected, or ENVBUILD_WARM_POOL=0."""
+    import sys
+
+    from envbuild.doctor import warm
+
+    probes = [c for c in checks if c.probe is not None]
+    gpus = ctx.gpu_indices() if probes and ctx.facts.is_live else []
+    if not warm.wanted(ctx.mode, ctx.facts.is_live, len(gpus), bool(probes)):
+        return contextlib.nullcontext()
+    return warm.pool(ctx.python or sys.executable, len(gpus) or 2, gpus or None)
+
+
 def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequence[str] = (),
                  on_result: Optional[Callable[[Result], None]] = None,
                  on_start: Optional[Callable[[Check, List[str]], None]] = None) -> List[Result]:
@@ -142,8 +157,10 @@ def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequen
     left_out: List[Result] = []
     if not patterns:
         left_out = [mode_skip(c, ctx) for c in select((), skips, mode=None) if ctx.mode not in c.modes]
+    chosen = select(patterns, skips, mode=ctx.mode)
     try:
-        results = run_checks(select(patterns, skips, mode=ctx.mode), ctx, on_result=on_result, on_start=on_start)
+        with warm_ranks(ctx, chosen):
+            results = run_checks(chosen, ctx, on_result=on_result, on_start=on_start)
     except Stopped as stop:
         stop.partial = list(getattr(stop, "partial", [])) + left_out
         raise

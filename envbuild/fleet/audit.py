@@ -156,7 +156,21 @@ def audit_process(group: Optional[str] = None) -> Dict[str, Any]:
         "env": environment(), "libraries": libs, "kernel_module": kernel_module_version(),
         "usermode_driver": usermode_driver_version(libcuda), "cuda_driver_api": driver_api_version(libcuda),
         "torch_cuda": torch_cuda(), "tms_hook": tms_hook(mapped=libs.get("torch_memory_saver", [])),
+        "ray_gpu_ids": ray_gpu_ids(),
     }
+
+
+def ray_gpu_ids() -> Optional[List[str]]:
+    """The GPUs Ray assigned to this worker (it sets CUDA_VISIBLE_DEVICES to them), None outside a Ray worker."""
+    ray = sys.modules.get("ray")  # never import ray here: a process that has not, is no Ray worker
+    if ray is None:
+        return None
+    try:
+        if not ray.is_initialized():
+            return None
+        return [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+    except Exception:  # an older Ray without the accelerator API: unknown, and the variable is compared as is
+        return None
 
 
 def check_process(audit: Dict[str, Any], shell: Optional[Dict[str, Any]] = None):
@@ -201,9 +215,17 @@ def check_process(audit: Dict[str, Any], shell: Optional[Dict[str, Any]] = None)
         diff = {k: {"shell": theirs.get(k), "process": mine.get(k)} for k in sorted(set(mine) | set(theirs))
                 if mine.get(k) != theirs.get(k)}
         steering = {k: v for k, v in diff.items() if k.startswith(("NCCL_", "LD_", "PYTORCH_", "TMS_", "CUDA_"))}
+        assigned = audit.get("ray_gpu_ids")
+        by_ray = ""
+        if assigned is not None and "CUDA_VISIBLE_DEVICES" in steering and \
+                mine.get("CUDA_VISIBLE_DEVICES") == ",".join(assigned):
+            # Ray itself sets it to the GPUs it gave the worker: expected, not a difference the user made
+            del steering["CUDA_VISIBLE_DEVICES"]
+            by_ray = f" (CUDA_VISIBLE_DEVICES={mine.get('CUDA_VISIBLE_DEVICES')}: the GPUs Ray assigned this worker)"
         out.append(Result("fleet.audit_env", "stack", Status.WARN if steering else Status.PASS,
                           (f"{len(steering)} variable(s) differ between your shell and the Ray worker: "
-                           + ", ".join(steering)) if steering else "the Ray worker sees your shell's NCCL/CUDA/LD variables",
+                           + ", ".join(steering) + by_ray) if steering else
+                          "the Ray worker sees your shell's NCCL/CUDA/LD variables" + by_ray,
                           evidence={"differs": diff, "process_env": mine}, causes=["C4"] if steering else [],
                           remediation="set these in the job's runtime_env (env_vars) so every worker gets the same, "
                                       "or restart Ray from the shell you tested" if steering else None))

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import socket
 import time
 from typing import Any, Dict, Optional
 
 
 def free_port() -> int:
-    """A TCP port free on this node now, for rank 0's rendezvous."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on this node now, for rank 0's rendezvous (below the ephemeral range: see rendezvous_port)."""
+    from envbuild.doctor.rankproc import rendezvous_port
+
+    return rendezvous_port("")
 
 
 def _sync(torch: Any, device: Any) -> None:

@@ -39,7 +39,13 @@ DRIVER = textwrap.dedent('''
         return Result("comm.stop_first", "comm", Status.PASS, "done before the stop")
 
     from envbuild.cli import main
-    main(["doctor", "--check", "comm.stop_first", "--check", "comm.stop_probe", "--json", sys.argv[1]])
+    argv = ["doctor", "--check", "comm.stop_first", "--check", "comm.stop_probe", "--json", sys.argv[1]]
+    if len(sys.argv) > 2:  # "warm": the probe's ranks come from a warm pool, as on a GPU node
+        from envbuild.doctor import warm
+        with warm.pool(sys.executable, 2, None):
+            main(argv)
+    else:
+        main(argv)
 ''')
 
 
@@ -63,11 +69,11 @@ def marked(marker: str):
     return found
 
 
-def ranks_running(marker: str) -> bool:
+def ranks_running(marker: str, payload: bytes = b"comm_nccl_churn.py") -> bool:
     for pid in marked(marker):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"comm_nccl_churn.py" in fh.read():
+                if payload in fh.read():
                     return True
         except OSError:
             pass
@@ -84,17 +90,17 @@ def wait_gone(marker: str, seconds: float):
     return marked(marker)
 
 
-def start(tmp_path, torch_env, k):
+def start(tmp_path, torch_env, k, warm=False):
     python, env = torch_env
     marker = uuid.uuid4().hex
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     report = tmp_path / f"report{k}.json"
     proc_env = {**os.environ, **env, "ENVBUILD_TEST_MARK": marker}
-    proc = subprocess.Popen([python, str(driver), str(report)], env=proc_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen([python, str(driver), str(report)] + (["warm"] if warm else []), env=proc_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     end = time.monotonic() + 90
-    while not ranks_running(marker):
+    while not ranks_running(marker, b"_warm.py" if warm else b"comm_nccl_churn.py"):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < end, "the probe's ranks never started"
         time.sleep(0.05)
@@ -102,13 +108,15 @@ def start(tmp_path, torch_env, k):
 
 
 @pytest.mark.slow
-def test_stop_signals_at_random_moments_leave_nothing_and_write_the_report(tmp_path, torch_env):
+@pytest.mark.parametrize("warm,stops", [(False, 20), (True, 8)], ids=["cold", "warm"])
+def test_stop_signals_at_random_moments_leave_nothing_and_write_the_report(tmp_path, torch_env, warm, stops):
     """20 stops: SIGINT, SIGTERM, SIGHUP and SIGKILL in turn, each at a random moment of the probe (rank start-up
-    and torch import, gloo rendezvous, the churn loop)."""
+    and torch import, gloo rendezvous, the churn loop). Warm: 8 more with a warm pool (envbuild/doctor/warm.py)
+    whose interpreters may be importing torch, waiting, or running the probe when the signal comes."""
     rng = random.Random(1305)
-    sigs = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL] * 5
+    sigs = ([signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL] * 5)[:stops]
     for k, sig in enumerate(sigs):
-        proc, marker, report = start(tmp_path, torch_env, k)
+        proc, marker, report = start(tmp_path, torch_env, k, warm=warm)
         time.sleep(rng.uniform(0.0, 4.0))
         os.kill(proc.pid, sig)
         out, err = proc.communicate(timeout=60)

@@ -151,3 +151,20 @@ def test_missing_payload_and_python():
         launch("no_such_probe.py", 1, python=sys.executable, gpus=None, args=[], deadline_s=1)
     with pytest.raises(FileNotFoundError, match="python"):
         launch(str(PAYLOADS / "ok_payload.py"), 1, python="/no/such/python", gpus=None, args=[], deadline_s=1)
+
+
+def test_rendezvous_port_is_free_and_below_the_ephemeral_range():
+    """bind(0) ports come from the range the kernel also hands to outgoing connections; one taken in the seconds
+    before rank 0 listened failed a probe with EADDRINUSE inside a Ray worker (docs/gpu-runs, session 4)."""
+    import socket
+
+    from envbuild.doctor.rankproc import _ephemeral_low, rendezvous_port
+
+    low = _ephemeral_low()
+    ports = {rendezvous_port() for _ in range(20)}
+    assert len(ports) > 1
+    for port in ports:
+        if low > 20100:
+            assert 20000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

@@ -1,0 +1,100 @@
+"""Warm ranks (envbuild/doctor/warm.py): interpreters that imported torch before the launch become its ranks, give
+the result a cold rank gives, are used only when the launch's start-time variables match, and leave nothing.
+
+Real torch CPU payloads (checks/comm_nccl_churn.py, two gloo ranks), the real launcher and pool."""
+import os
+import time
+import uuid
+
+import pytest
+
+from envbuild.doctor import warm
+from envbuild.doctor.launcher import launch
+from torch_env import torch_env  # noqa: F401
+
+ARGS = ["--cycles", "2", "--groups", "2", "--numel", "64"]
+
+
+def marked(marker):
+    entry = f"ENVBUILD_TEST_MARK={marker}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if entry not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(name))
+    return found
+
+
+def maps_torch(pid):
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return "libtorch" in fh.read()
+    except OSError:
+        return False
+
+
+def churn(python, **kw):
+    return launch("comm_nccl_churn.py", 2, python=python, gpus=None, backend="gloo", deadline_s=120, args=ARGS, **kw)
+
+
+@pytest.mark.slow
+def test_warm_ranks_imported_torch_first_and_give_the_cold_result(torch_env, monkeypatch):
+    python, env = torch_env
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv("ENVBUILD_TEST_MARK", marker)
+    cold = churn(python)
+    with warm.pool(python, 2, None) as pool:
+        end = time.monotonic() + 120
+        while not all(maps_torch(p.pid) for p in pool.waiting):  # torch is loaded before any launch asks
+            assert time.monotonic() < end, "the waiting interpreters never imported torch"
+            time.sleep(0.2)
+        waiting = {p.pid for p in pool.waiting}
+        first = churn(python)
+        second = churn(python)  # the replacements the first launch's take started
+        odd = churn(python, env={"PYTHONHASHSEED": "7"})  # a start-time variable differs: cold ranks
+        assert pool.handed == 4
+    for outcome in (cold, first, second, odd):
+        assert outcome.ok, outcome.reason
+        assert [r.result["status"] for r in outcome.ranks] == [r.result["status"] for r in cold.ranks]
+        assert sorted(m["name"] for m in outcome.ranks[0].result.get("metrics", [])) == \
+            sorted(m["name"] for m in cold.ranks[0].result.get("metrics", []))
+    assert [r.warm for r in cold.ranks] == [False, False] == [r.warm for r in odd.ranks]
+    assert [r.warm for r in first.ranks] == [True, True] == [r.warm for r in second.ranks]
+    assert {r.pid for r in first.ranks} == waiting  # the very interpreters that had imported torch
+    for r in first.ranks:  # the rank wrote its own logs in its run directory, as a cold rank does
+        assert os.path.dirname(r.log_path) == first.run_dir and os.path.exists(r.stdout_path)
+    end = time.monotonic() + 10
+    while marked(marker) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert marked(marker) == [], "the pool left interpreters behind after it closed"
+
+
+def test_warm_pool_is_off_for_static_runs_replays_and_on_request(monkeypatch):
+    monkeypatch.delenv("ENVBUILD_WARM_POOL", raising=False)
+    assert warm.wanted("quick", True, 1, True) and warm.wanted("full", True, 8, True)
+    assert not warm.wanted("static", True, 1, True)
+    assert not warm.wanted("quick", False, 1, True)  # a bundle replay runs no payload
+    assert not warm.wanted("quick", True, 0, True) and not warm.wanted("quick", True, 1, False)
+    monkeypatch.setenv("ENVBUILD_WARM_POOL", "0")
+    assert not warm.wanted("quick", True, 8, True)
+    monkeypatch.setenv("ENVBUILD_WARM_POOL", "1")
+    assert warm.wanted("quick", True, 0, True) and not warm.wanted("quick", True, 0, False)
+
+
+def test_start_time_variables_decide_whether_a_rank_may_be_warm():
+    base = {"PATH": "/bin", "NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/a", "CUDA_VISIBLE_DEVICES": "0"}
+    assert warm.start_vars(base) == {"LD_LIBRARY_PATH": "/a", "CUDA_VISIBLE_DEVICES": "0"}
+    assert warm.start_vars({**base, "NCCL_CUMEM_ENABLE": "0"}) == warm.start_vars(base)  # read at NCCL init
+    for name in ("LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PYTHONPATH", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
+        assert warm.start_vars({**base, name: "x"}) != warm.start_vars(base), name
