@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Session 4's GPU runs on the lent 1xH200 (kind nvidia-h200), in parts, each skipped when too little of
 # LIMIT is left:
+#   cold    the same quick run with ENVBUILD_WARM_POOL=0 (every rank cold): the warm pool's anchor
 #   facts   nvidia-smi, torch/NCCL versions, the cost of `import torch` (the static doctor's floor)
 #   bench   benchmarks/bench_doctor.py: whole `envbuild doctor` runs (MODES, default static,quick) on GPU 0,
 #           reports kept (issue 10's doctor --quick with gpu.compute; issue 17's time goals)
 #   ray     a one-node Ray cluster on the GPU, `envbuild doctor --ray auto --quick --audit` (issue 11)
 #   faults  the recorded faults that one GPU can show, again after the speed work (issue 17): SIGSTOP in
 #           comm.offload_cycle's 2nd pause, pidfd blocked under expandable segments (M3), a second libnccl
-#           preloaded on the rollout side (C3), NCCL_CUMEM_ENABLE differing between train and rollout (C5)
+#           preloaded on the rollout side (C3), NCCL_CUMEM_ENABLE differing between train and rollout (C5);
+#           FAULTS picks (sigstop-compute: a warm gpu.compute rank stopped in its bf16 GEMM)
 #   stop    benchmarks/stop_doctor.py: the whole doctor --quick stopped at random moments, ps + nvidia-smi after
 # Repo root, $OUT set; carry .whl (torch_memory_saver, megatron-core, py-spy, jsonschema for ray) and .bin
 # (ray-slim.tar.xz: the ray 2.60.0 wheel's files without jars/rllib/data/serve/train/tune/llm and the
 # dashboard's web build, xz-packed to fit the 64 MiB the tool carries):
-#   PARTS="facts bench ray faults stop" LIMIT=540 bash docs/gpu-runs/s4-gpu.sh
+#   PARTS="facts bench ray faults stop" LIMIT=540 bash docs/gpu-runs/s4-gpu.sh        (call 1)
+#   PARTS=bench MODES=full TAG=call2 bash docs/gpu-runs/s4-gpu.sh                       (call 2)
+#   PARTS="bench cold ray faults stop" MODES=static,quick,quick FAULTS=sigstop-compute TAG=call3 bash ...
 # Writes $OUT/s4-summary-$TAG.txt and $OUT/s4-$TAG.tar.gz (every JSON, log and run dir).
 set -u
 OUT=${OUT:?set OUT}
@@ -56,6 +60,12 @@ if want bench 100; then
   cat "$R/bench.log" >> "$SUMMARY"
 fi
 
+if want cold 60; then  # the same quick run with every rank started cold: the warm pool's anchor, same call
+  ENVBUILD_WARM_POOL=0 timed cold "$(( $(left) > 150 ? 150 : $(left) - 5 ))" python3 benchmarks/bench_doctor.py \
+    --modes quick --gpus 0 --keep "$R/cold" --json "$R/bench-doctor-cold-$TAG.json"
+  cat "$R/cold.log" >> "$SUMMARY"
+fi
+
 if want ray 90; then
   python3 -m ray.scripts.scripts start --head --num-gpus 1 --num-cpus 8 --include-dashboard=false \
     --port 6380 > "$R/ray-start.log" 2>&1
@@ -66,14 +76,18 @@ if want ray 90; then
   python3 -m ray.scripts.scripts stop --force > "$R/ray-stop.log" 2>&1
 fi
 
+FAULTS=${FAULTS:-sigstop-offload m3 c3 c5}
+has() { case " $FAULTS " in *" $1 "*) return 0;; esac; return 1; }
 if want faults 60; then
-  ENVBUILD_TEST_SIGSTOP_AT="pause 1" timed fault-sigstop-offload 90 python3 -m envbuild doctor --quick --gpus 0 \
+  has sigstop-compute && ENVBUILD_TEST_SIGSTOP_AT="gemm.bf16" timed fault-sigstop-compute 90 python3 -m envbuild \
+    doctor --quick --gpus 0 --check gpu.compute --json "$R/fault-sigstop-compute.json"
+  has sigstop-offload && ENVBUILD_TEST_SIGSTOP_AT="pause 1" timed fault-sigstop-offload 90 python3 -m envbuild doctor --quick --gpus 0 \
     --check comm.offload_cycle --json "$R/fault-sigstop-offload.json"
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ENVBUILD_FAULT_IPC_BLOCK_PTRACE=seccomp timed fault-m3-pidfd 60 \
+  has m3 && PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ENVBUILD_FAULT_IPC_BLOCK_PTRACE=seccomp timed fault-m3-pidfd 60 \
     python3 -m envbuild doctor --quick --gpus 0 --check gpu.cumem_ipc --json "$R/fault-m3-pidfd.json"
-  timed fault-c3-second-libnccl 60 python3 -m envbuild doctor --quick --gpus 0 --check comm.weight_sync \
+  has c3 && timed fault-c3-second-libnccl 60 python3 -m envbuild doctor --quick --gpus 0 --check comm.weight_sync \
     --set weight.sync.rollout_env=LD_PRELOAD=/lib/x86_64-linux-gnu/libnccl.so.2 --json "$R/fault-c3-second-libnccl.json"
-  timed fault-c5-cumem-mismatch 60 python3 -m envbuild doctor --quick --gpus 0 --check comm.weight_sync \
+  has c5 && timed fault-c5-cumem-mismatch 60 python3 -m envbuild doctor --quick --gpus 0 --check comm.weight_sync \
     --set weight.sync.train_env=NCCL_CUMEM_ENABLE=0 --set weight.sync.rollout_env=NCCL_CUMEM_ENABLE=1 \
     --json "$R/fault-c5-cumem-mismatch.json"
   for f in "$R"/fault-*.log; do echo "## $(basename "$f")"; tail -6 "$f"; done >> "$SUMMARY"
