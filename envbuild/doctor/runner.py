@@ -140,7 +140,9 @@ def warm_ranks(ctx: DoctorContext, checks: List[Check]) -> ContextManager[object
     gpus = ctx.gpu_indices() if probes and ctx.facts.is_live else []
     if not warm.wanted(ctx.mode, ctx.facts.is_live, len(gpus), bool(probes)):
         return contextlib.nullcontext()
-    return warm.pool(ctx.python or sys.executable, len(gpus) or 2, gpus or None)
+    # two per GPU rank: a launch takes one and the next check's is already importing torch (a replacement
+    # started only at the take would be ready a torch import later, after the next check has begun)
+    return warm.pool(ctx.python or sys.executable, 2 * len(gpus) or 2, gpus or None)
 
 
 def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequence[str] = (),

@@ -1,8 +1,8 @@
 """Warm ranks: payload interpreters started ahead of time, so a probe's ranks skip python + torch start-up.
 
 A quick doctor on one H200 spent about 27 of its 46 s importing torch in six payload launches one after
-another (docs/gpu-runs/README.md, session 4). While one check runs, the pool keeps one interpreter per GPU rank
-that has already imported torch (checks/_warm.py); the launcher hands the next launch's ranks to them.
+another (docs/gpu-runs/README.md, session 4). From the start of the session the pool keeps two interpreters per
+GPU rank that have imported torch (checks/_warm.py); the launcher hands each launch's ranks to them.
 
 What keeps a probe as isolated as a cold start:
 - a warm interpreter becomes exactly one rank of one launch and exits with it; a new one replaces it;
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 START_PREFIXES = ("LD_", "PYTHON", "MALLOC_", "GLIBC_", "TORCH", "PYTORCH_", "CUDA_", "OMP_", "MKL_", "KMP_")
-MAX_SIZE = 8
+MAX_SIZE = 16  # ~0.4 GB of host memory each while they wait (torch imported, no CUDA context)
 _ACTIVE: Optional["WarmPool"] = None
 
 
