@@ -1,6 +1,10 @@
 """gpu.compute: the judgement on synthetic evidence (a healthy H200 pair, a throttled GPU, a straggler among
 peers, an unknown SKU, a broken rank), and the real payload (checks/gpu_compute.py) on CPU torch through the
-launcher, two ranks at once, so every step of it runs in CI. No GPU ran this code in this session."""
+launcher, two ranks at once, so every step of it runs in CI; and the lent H200's run (docs/gpu-runs/
+doctor-quick-1gpu-s4.json) judged again from what its rank measured."""
+import json
+from pathlib import Path
+
 import pytest
 from torch_env import torch_env  # noqa: F401  (session fixture)
 
@@ -86,3 +90,20 @@ def test_the_payload_runs_on_cpu_torch_two_ranks_at_once(torch_env, tmp_path):
     results = by_subject(judge({k: r.result for k, r in enumerate(out.ranks)}, {0: "cpu", 1: "cpu"}))
     assert set(results) == {"gpu0", "gpu1", "peers"}
     assert "not judged against a peak" in results["gpu0"].summary
+
+
+def test_the_recorded_h200_measure_is_judged_again_to_the_same_verdict():
+    """Session 4, 1xH200, `doctor --quick --gpus 0`: bf16 686 TFLOP/s (0.693 of the 989 dense peak; its best
+    batch 790, what the machine notes' 8192^3 product gives), fp16 649, HBM copy 4261 GB/s (0.888 of 4800)."""
+    report = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "doctor-quick-1gpu-s4.json")
+                        .read_text())
+    recorded = next(r for r in report["results"] if r["check_id"] == "gpu.compute")
+    raw = {m["name"]: m["value"] for m in recorded["metrics"] if not m["name"].endswith("_fraction_of_peak")}
+    out = by_subject(judge({0: rank(bf16=raw["bf16_tflops"], fp16=raw["fp16_tflops"], copy=raw["hbm_copy_gbps"])},
+                           {0: report["gpus"][0]["name"] if report.get("gpus") else "NVIDIA H200"}))
+    assert set(out) == {"gpu0"}  # one GPU: no peer comparison
+    assert out["gpu0"].status.value == recorded["status"] == "pass"
+    assert out["gpu0"].summary == recorded["summary"]
+    fractions = {m.name: m.value for m in out["gpu0"].metrics if m.name.endswith("_fraction_of_peak")}
+    assert fractions == {"bf16_fraction_of_peak": 0.693, "fp16_fraction_of_peak": 0.656,
+                         "hbm_copy_fraction_of_peak": 0.888}
