@@ -15,12 +15,14 @@ after resume, an all_reduce on the world group and on a subgroup created before 
 exactly. Exit: os._exit after the result is written, because TMS's torch hook mode exits 1 in interpreter
 teardown (research/gpu-machine.md); the default process group is destroyed first.
 
-Args: --mode quick|full  --backend auto|tms|cumem  --hook preload|torch
+Args: --mode quick|full  --backend auto|tms|cumem  --hook preload|torch; `--print-start-env ARGS` prints, as JSON, the
+variables a rank of ARGS starts with (re-exec'd with), without importing torch.
 """
 from __future__ import annotations
 
 import glob
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -74,24 +76,34 @@ def _wheel_cudart_dir(hook: str) -> Optional[str]:
     return None
 
 
-def maybe_reexec_with_preload() -> None:
-    """Re-exec this payload with the TMS preload hook in LD_PRELOAD (same pid, so the launcher keeps it)."""
+def preload_env() -> Dict[str, str]:
+    """The variables this payload re-executes itself with (the TMS preload hook in LD_PRELOAD, the wheel's
+    libcudart beside it), {} when it runs as it is. Found without importing torch or TMS."""
     args = parse_mode(**OPTIONS)
     if os.environ.get(REEXEC_FLAG) or args.backend == "cumem" or args.hook != "preload":
-        return
+        return {}
     if "torch_memory_saver" in os.environ.get("LD_PRELOAD", ""):
-        return
+        return {}
     hook = tms_preload_path()
     if hook is None:
-        return
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = hook + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        return {}
+    env = {"LD_PRELOAD": hook + (":" + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "")}
     # The hook needs libcudart.so.<major> before torch is imported: offer the copy torch's wheels ship.
     cudart_dir = _wheel_cudart_dir(hook)
     if cudart_dir:
-        env["LD_LIBRARY_PATH"] = cudart_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        old = os.environ.get("LD_LIBRARY_PATH")
+        env["LD_LIBRARY_PATH"] = cudart_dir + (":" + old if old else "")
     env[REEXEC_FLAG] = "1"
-    os.execve(sys.executable, [sys.executable, "-u"] + sys.argv, env)
+    return env
+
+
+def maybe_reexec_with_preload() -> None:
+    """Re-exec this payload with preload_env() (same pid, so the launcher keeps it). A launch that already
+    carries those variables (the check passes them: envbuild/doctor/checks/comm_offload_cycle.py, so a warm
+    rank can have imported torch under the hook) runs on as it is."""
+    extra = preload_env()
+    if extra:
+        os.execve(sys.executable, [sys.executable, "-u"] + sys.argv, {**os.environ, **extra})
 
 
 class CuMemRegion:
@@ -294,5 +306,9 @@ def _exit_now(dist) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--print-start-env"]:  # the check asks which variables the ranks must start with
+        del sys.argv[1]
+        print(json.dumps(preload_env()))
+        sys.exit(0)
     maybe_reexec_with_preload()
     Probe.run(main)

@@ -96,8 +96,12 @@ def engine_main(argv: List[str]) -> None:
 
 
 def main(p: Probe) -> None:
+    from _ipc import spawn_child
     from _rankfacts import self_facts
 
+    # The engine process of the IPC handoff starts first, so its python + torch start-up (3.5-5 s on an H200
+    # node) overlaps this rank's NCCL init and broadcast instead of following them.
+    engine = spawn_child(os.path.abspath(__file__), "engine")
     mode = parse_mode().mode
     size = SIZES[mode]
     roles = (os.environ.get("ENVBUILD_WS_ROLES") or ",".join(
@@ -162,7 +166,7 @@ def main(p: Probe) -> None:
         p.evidence["broadcast"] = {"skipped": "needs a train and a rollout rank on different GPUs (NCCL allows one "
                                               f"rank per GPU in a communicator); world size {p.world_size}"}
     with p.phase("ipc handoff"):
-        p.evidence["ipc"] = _ipc_handoff(torch, dev, size)
+        p.evidence["ipc"] = _ipc_handoff(torch, dev, size, engine)
         if p.evidence["ipc"].get("error"):
             problems.append(f"CUDA IPC handoff failed: {p.evidence['ipc']['error']}")
         elif p.evidence["ipc"].get("mismatched"):
@@ -179,19 +183,20 @@ def main(p: Probe) -> None:
              f"{role} rank: weights bit-exact; " + ", ".join(done))
 
 
-def _ipc_handoff(torch, dev, size: Dict[str, int]) -> Dict[str, Any]:
-    from _ipc import recv_msg, send_msg, spawn_child
+def _ipc_handoff(torch, dev, size: Dict[str, int], engine) -> Dict[str, Any]:
+    """Hand tensors to the engine process (started by main, `engine` = (process, socket)) and time it."""
+    from _ipc import recv_msg, send_msg
 
     kind, ser = _serializer()
     numel = size["ipc_tensor_bytes"] // 2
     named = [(f"layers.{k}.weight", _fill(torch, numel, 100 + k, dev)) for k in range(size["ipc_tensors"])]
     torch.cuda.synchronize(dev)
-    proc, sock = spawn_child(os.path.abspath(__file__), "engine")
+    proc, sock = engine
     sock.settimeout(CHILD_TIMEOUT_S)
     out: Dict[str, Any] = {"serializer": kind, "bytes": numel * 2 * len(named), "tensors": len(named),
                            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     try:
-        # First round pays the engine's torch import and CUDA context; the second is timed.
+        # First round pays the engine's CUDA context (and what is left of its torch import); the second is timed.
         for rnd in ("warm-up", "timed"):
             t0 = time.perf_counter()
             payload = base64.b64encode(_serialize(kind, ser, named)).decode()

@@ -48,6 +48,11 @@ class ProbeRun:
         self.gpus: List[int] = gpus[: self.spec.max_gpus] if self.spec.max_gpus else gpus
 
     @property
+    def nranks(self) -> int:
+        """Processes per launch: one per GPU, or one that sees them all."""
+        return len(self.gpus) if self.spec.ranks == "per_gpu" else 1
+
+    @property
     def deadline_s(self) -> float:
         return float(self.spec.deadline_s[self.mode])
 
@@ -57,6 +62,31 @@ class ProbeRun:
         if self.mode == "quick":
             return {k: min(v, QUICK_PHASE_CAP_S) for k, v in declared.items()}
         return declared
+
+    def start_env(self) -> Dict[str, str]:
+        """The variables the spec says this check's ranks start with ({} when it declares none)."""
+        return dict(self.spec.start_env(self)) if self.spec.start_env is not None else {}
+
+    def payload_start_env(self, args: Sequence[str]) -> Dict[str, str]:
+        """Ask the payload (`<payload> --print-start-env ARGS`, under the env's python, no torch imported) which
+        variables it would re-execute itself with; asked once per run and arguments. {} when it cannot say."""
+        import json
+        import subprocess
+
+        from envbuild.doctor.launcher import resolve_payload
+
+        key = f"start_env {self.spec.payload} {json.dumps(list(args))}"
+        cache = self.ctx.cache
+        if key not in cache:
+            try:
+                proc = subprocess.run([self.ctx.python or sys.executable, str(resolve_payload(self.spec.payload)),
+                                       "--print-start-env", *args], capture_output=True, text=True, timeout=30,
+                                      stdin=subprocess.DEVNULL)
+                found = json.loads(proc.stdout) if proc.returncode == 0 else {}
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                found = {}
+            cache[key] = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+        return dict(cache[key])
 
     def option(self, key: str) -> Any:
         """The typed value of one of this check's declared options: the user's `--set`, else its default."""
@@ -71,10 +101,12 @@ class ProbeRun:
         from envbuild.doctor.launcher import launch
 
         if nranks is None:
-            nranks = len(self.gpus) if self.spec.ranks == "per_gpu" else 1
+            nranks = self.nranks
+        start = self.start_env()
         return launch(self.spec.payload, nranks, python=self.ctx.python or sys.executable, gpus=self.gpus,
                       args=list(args), deadline_s=self.deadline_s if deadline_s is None else deadline_s,
-                      backend=self.spec.backend, env=env, per_rank_env=per_rank_env,
+                      backend=self.spec.backend, env={**start, **(env or {})} if start else env,
+                      per_rank_env=per_rank_env,
                       phase_deadlines=self.phase_deadlines() if phase_deadlines is None else dict(phase_deadlines),
                       run_dir=run_dir)
 

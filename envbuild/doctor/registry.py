@@ -99,6 +99,10 @@ class ProbeSpec:
     backend: str = "nccl"  # torch.distributed backend the launcher sets up ("none": no process group)
     hang_causes: Tuple[str, ...] = DEFAULT_HANG_CAUSES
     crash_causes: Tuple[str, ...] = ()  # empty: the causes the crashed payload's own verdict names
+    # Variables the ranks need from their first instruction (a payload that would re-exec itself with an
+    # LD_PRELOAD): called with the check's ProbeRun; every launch of the check gets them, and warm ranks for
+    # the check are started with them ahead of time (envbuild/doctor/warm.py). None: the ranks need nothing.
+    start_env: Optional[Callable[[Any], Dict[str, str]]] = None
 
     def __post_init__(self) -> None:
         if set(self.deadline_s) != set(PROBE_MODES):

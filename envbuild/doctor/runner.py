@@ -101,6 +101,23 @@ def not_run_result(check: Check, stop: "Stopped") -> Result:
                   evidence={"interrupted": True, "signal": stop.name})
 
 
+def prepare_warm(upcoming: List[Check], ctx: DoctorContext) -> None:
+    """Have warm ranks started, while this check runs, for the next probe check whose ranks need start-time
+    variables (ProbeSpec.start_env). Best effort: without them that check's ranks just start cold."""
+    from envbuild.doctor import warm
+
+    if warm.active() is None:
+        return
+    for check in upcoming:
+        if check.probe is not None and check.probe.start_env is not None and unmet_need(check, ctx) is None:
+            try:
+                run = ProbeRun(check, ctx)
+                warm.prepare(run.start_env(), run.nranks)
+            except Exception:  # noqa: BLE001 - a check's own launch reports what is wrong with it
+                pass
+            return
+
+
 def run_checks(checks: List[Check], ctx: DoctorContext,
                on_result: Optional[Callable[[Result], None]] = None,
                on_start: Optional[Callable[[Check, List[str]], None]] = None) -> List[Result]:
@@ -116,6 +133,7 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
     for i, check in enumerate(checks):
         if on_start is not None:
             on_start(check, [c.id for c in checks[i + 1:]])
+        prepare_warm(checks[i + 1:], ctx)
         began = time.monotonic()
         try:
             for r in run_check(check, ctx):

@@ -54,3 +54,32 @@ def test_the_recorded_run_replays_to_its_verdict_and_the_options_reach_the_paylo
     assert res.check_id == "comm.offload_cycle" and res.status is Status(rec["status"]) is Status.PASS
     assert res.summary == rec["summary"] and res.subject == rec["subject"] == "2 GPU(s)"
     assert [(m.name, m.value) for m in res.metrics] == [(m["name"], m["value"]) for m in rec["metrics"]]
+
+
+def test_the_payload_names_the_preload_hook_its_ranks_start_with(tmp_path):
+    """`--print-start-env`: what the payload would re-exec itself with (the TMS preload hook for torch's CUDA
+    major), found without importing torch or TMS, so the check can start warm ranks under the hook."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("raise ImportError('torch must not be imported here')\n")
+    (site / "torch" / "version.py").write_text("cuda = '13.0'\n")
+    (site / "torch_memory_saver").mkdir()
+    (site / "torch_memory_saver" / "__init__.py").write_text("raise ImportError('nor torch_memory_saver')\n")
+    hook = site / "torch_memory_saver_hook_mode_preload_cu13.abi3.so"
+    hook.write_bytes(b"")
+    payload = Path(__file__).resolve().parents[2] / "checks" / "comm_offload_cycle.py"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)}
+
+    def start_env(*args):
+        proc = subprocess.run([sys.executable, str(payload), "--print-start-env", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    found = start_env("--mode", "quick", "--backend", "auto", "--hook", "preload")
+    assert found["LD_PRELOAD"] == str(hook) and found["ENVBUILD_TMS_PRELOADED"] == "1"
+    assert start_env("--mode", "quick", "--backend", "cumem", "--hook", "preload") == {}
+    assert start_env("--mode", "quick", "--backend", "auto", "--hook", "torch") == {}

@@ -63,14 +63,17 @@ def test_warm_ranks_imported_torch_first_and_give_the_cold_result(torch_env, mon
         first = churn(python)
         second = churn(python)  # the replacements the first launch's take started
         odd = churn(python, env={"PYTHONHASHSEED": "7"})  # a start-time variable differs: cold ranks
-        assert pool.handed == 4
-    for outcome in (cold, first, second, odd):
+        pool.prepare({"PYTHONHASHSEED": "8"}, 2)  # what the runner does for a check's ProbeSpec.start_env
+        prepared = churn(python, env={"PYTHONHASHSEED": "8"})
+        assert pool.handed == 6
+    for outcome in (cold, first, second, odd, prepared):
         assert outcome.ok, outcome.reason
         assert [r.result["status"] for r in outcome.ranks] == [r.result["status"] for r in cold.ranks]
         assert sorted(m["name"] for m in outcome.ranks[0].result.get("metrics", [])) == \
             sorted(m["name"] for m in cold.ranks[0].result.get("metrics", []))
     assert [r.warm for r in cold.ranks] == [False, False] == [r.warm for r in odd.ranks]
     assert [r.warm for r in first.ranks] == [True, True] == [r.warm for r in second.ranks]
+    assert [r.warm for r in prepared.ranks] == [True, True]
     assert {r.pid for r in first.ranks} == waiting  # the very interpreters that had imported torch
     for r in first.ranks:  # the rank wrote its own logs in its run directory, as a cold rank does
         assert os.path.dirname(r.log_path) == first.run_dir and os.path.exists(r.stdout_path)
