@@ -165,7 +165,7 @@ class Phase:
             if self.total_bytes:
                 shown = f"{shown} of {fmt_bytes(self.total_bytes)}"
             elapsed = self.elapsed()
-            if self.bytes and elapsed > 0.05:
+            if self.bytes and elapsed > 0:
                 shown += f", {fmt_bytes(self.bytes / elapsed)}/s"
             parts.append(shown)
         return ", ".join(parts)

@@ -4,12 +4,15 @@ changed file is discarded, and several files go in parallel."""
 from __future__ import annotations
 
 import hashlib
+import io
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from envbuild.downloads import Download, DownloadHashMismatch, fetch_all, fetch_one
+from envbuild.progress import Steps
 
 BLOB = bytes(range(256)) * 4096  # 1 MiB
 
@@ -71,13 +74,18 @@ def test_a_changed_file_is_discarded_naming_it(server, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_parallel_fetch_of_many_files_and_a_404(server, tmp_path, capsys):
+def test_parallel_fetch_of_many_files_and_a_404(server, tmp_path):
     for i in range(6):
         _Flaky.files[f"/f{i}"] = BLOB[i:]
     items = [Download(f"{server}/f{i}", tmp_path / f"f{i}", (hashlib.sha256(BLOB[i:]).hexdigest(),)) for i in range(6)]
-    paths = fetch_all(items, jobs=4, label="wheels")
+    log = io.StringIO()
+    with Steps("pack", stream=log, tty=False).phase("wheels", total=len(items), unit="wheels") as ph:
+        paths = fetch_all(items, jobs=4, phase=ph)
     assert [p.read_bytes() for p in paths] == [BLOB[i:] for i in range(6)]
-    assert capsys.readouterr().err.count(" ok") == 6  # one line per file when stderr is not a terminal
+    size = sum(len(BLOB[i:]) for i in range(6))
+    assert ph.done == 6 and ph.bytes == size  # the phase counted every file and byte as it arrived
+    assert re.fullmatch(r"pack: wheels \.\.\.\npack: wheels: done in [0-9.]+ s \(6/6 wheels, 6\.0 MiB, [0-9.]+ \w+/s\)\n",
+                        log.getvalue()), log.getvalue()
     with pytest.raises(Exception) as err:
         fetch_all([Download(f"{server}/missing.whl", tmp_path / "missing.whl", ("0" * 64,))])
     assert "missing.whl: cannot download" in str(err.value) and "404" in str(err.value)
