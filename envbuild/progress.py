@@ -36,11 +36,13 @@ def fmt_seconds(seconds: float) -> str:
 
 def fmt_bytes(n: float) -> str:
     """Bytes in binary units: 512 B, 3.1 KiB, 12.0 MiB, 1.25 GiB."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}" if unit != "GiB" else f"{n:.2f} GiB"
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB"):
         n /= 1024
-    return f"{n:.2f} GiB"  # pragma: no cover - the loop returns at GiB
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.2f} GiB"
 
 
 def interval_s() -> float:
@@ -155,6 +157,12 @@ class Phase:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def still_running(self) -> str:
+        """The line a pipe gets each interval while the phase runs."""
+        what = ", ".join(x for x in (self.amounts(), self._detail) if x)
+        return (f"{self.steps.prefix}{self.name}: still running, {fmt_seconds(self.elapsed())}"
+                + (f" ({what})" if what else ""))
+
     def amounts(self) -> str:
         """`87/208 files, 5.2/12.7 MiB, 3.1 MiB/s` from the counters that were used."""
         parts: List[str] = []
@@ -219,7 +227,7 @@ class Steps:
         if not self.display.tty and not reads_input:
             self.display.line(f"{self.prefix}{name} ...")
         self.display.show(ph.render)
-        beat = _Heartbeat.start(self, ph) if not self.display.tty and not self.display.quiet else None
+        beat = Heartbeat.start(self.display, ph.still_running)
         ended = "failed"
         try:
             yield ph
@@ -241,32 +249,35 @@ class Steps:
                 self.display.line(f"{self.prefix}{name}: {ended} after {took}", style="red")
 
 
-class _Heartbeat:
-    """In a pipe: a `still running` line every interval while one phase runs (one daemon thread per phase)."""
+class Heartbeat:
+    """In a pipe or a file: the line `text()` every ENVBUILD_PROGRESS_INTERVAL seconds until `stop` (one
+    daemon thread), so a long step is never silent in a log; nothing in a terminal (the live line ticks
+    there) or with quiet."""
 
-    def __init__(self, steps: Steps, ph: Phase, every: float):
-        self.steps, self.ph, self.every = steps, ph, every
+    def __init__(self, display: Display, text: Callable[[], str], every: float):
+        self.display, self.text, self.every = display, text, every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="envbuild-progress", daemon=True)
 
     @classmethod
-    def start(cls, steps: Steps, ph: Phase) -> Optional["_Heartbeat"]:
+    def start(cls, display: Display, text: Callable[[], str]) -> Optional["Heartbeat"]:
         every = interval_s()
-        if every <= 0:
+        if display.tty or display.quiet or every <= 0:
             return None
-        beat = cls(steps, ph, every)
+        beat = cls(display, text, every)
         beat._thread.start()
         return beat
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            what = ", ".join(x for x in (self.ph.amounts(), self.ph._detail) if x)
-            self.steps.display.line(f"{self.steps.prefix}{self.ph.name}: still running, "
-                                    f"{fmt_seconds(self.ph.elapsed())}" + (f" ({what})" if what else ""))
+            try:
+                self.display.line(self.text())
+            except Exception:  # cosmetic: never let it break a run
+                return
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
 
 
-__all__ = ["Display", "Steps", "Phase", "fmt_seconds", "fmt_bytes", "interval_s"]
+__all__ = ["Display", "Steps", "Phase", "Heartbeat", "fmt_seconds", "fmt_bytes", "interval_s"]

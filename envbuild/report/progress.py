@@ -3,7 +3,9 @@
 A `--full` run takes minutes; silence reads as a hang, in a terminal and in a Slurm log alike. In a
 terminal a rich status line shows the running check, its elapsed time and an estimate of what is left
 (from the durations this node's previous runs recorded); in a pipe or a log every finished check is one
-plain line, flushed at once, so `tail -f` and Slurm's output file show it as it happens. `--quiet` prints
+plain line, flushed at once, so `tail -f` and Slurm's output file show it as it happens, and a check that
+runs longer than ENVBUILD_PROGRESS_INTERVAL seconds (default 30) adds a `doctor: [i/N] id  T  (running)`
+line each interval (a ten-minute train step is not ten silent minutes in a log). `--quiet` prints
 nothing here (the final verdict line stays). The lines are drawn by envbuild.progress.Display, the one
 display `lock`, `create` and `pack` use too.
 """
@@ -15,7 +17,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional
 
-from envbuild.progress import Display, fmt_seconds
+from envbuild.progress import Display, Heartbeat, fmt_seconds
 from envbuild.report.model import Result, Status
 
 STATUS_WORD = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip",
@@ -81,6 +83,7 @@ class Progress:
         self._current: Optional[str] = None
         self._pending: List[str] = []
         self._started_at = 0.0
+        self._beat: Optional[Heartbeat] = None
 
     # --- the runner's hooks -------------------------------------------------------------------------
     def start(self, check: Any, remaining: Optional[List[str]] = None) -> None:
@@ -90,6 +93,7 @@ class Progress:
         self._pending = list(remaining or [])
         self._started_at = time.monotonic()
         self.display.show(self.status_text)
+        self._beat = Heartbeat.start(self.display, lambda: f"doctor: {self.status_text()}  (running)")
 
     def result(self, result: Result) -> None:
         """One result of the running check (a check may give several: one per GPU pair)."""
@@ -107,6 +111,9 @@ class Progress:
 
     # --- internals ------------------------------------------------------------------------------------
     def _finish_current(self) -> None:
+        if self._beat is not None:
+            self._beat.stop()
+            self._beat = None
         if self._current is not None:
             self.durations[self._current] = time.monotonic() - self._started_at
             self.done += 1
