@@ -64,6 +64,7 @@ class Display:
         self.tty = bool(tty) and not quiet
         self._console = None
         self._live = None
+        self._spinner = None
         self._render: Optional[Callable[[], Any]] = None
         self._lock = threading.Lock()
 
@@ -95,20 +96,22 @@ class Display:
         self._render = render
         if self._live is None:
             from rich.live import Live
+            from rich.spinner import Spinner
 
+            self._spinner = Spinner("dots", style="cyan")  # one instance: its frame follows the time since start
             self._live = Live(get_renderable=self._renderable, console=self.console(), refresh_per_second=8,
                               transient=True, redirect_stdout=False, redirect_stderr=False)
             self._live.start()
 
     def _renderable(self):
-        from rich.spinner import Spinner
         from rich.text import Text
 
         try:
             body = self._render() if self._render is not None else ""
         except Exception:  # the live line is cosmetic: never let it break a run
             body = ""
-        return Spinner("dots", text=Text(body) if isinstance(body, str) else body, style="cyan")
+        self._spinner.update(text=Text(body) if isinstance(body, str) else body)
+        return self._spinner
 
     def hide(self) -> None:
         """Take the live line away (the permanent lines stay)."""

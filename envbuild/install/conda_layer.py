@@ -77,6 +77,13 @@ def plan(locked: Sequence[LockedConda], mirrors: Sequence[Path] = (), offline: b
     return out
 
 
+def planned_bytes(planned: Sequence[PlannedArchive]) -> Optional[int]:
+    """The bytes `planned` will move, when every size is known before fetching (local sources); else None."""
+    if not planned or any(item.size is None for item in planned):
+        return None
+    return sum(item.size for item in planned)
+
+
 def _verified_path(pkg: LockedConda, root: Path) -> Path:
     return root / "archives" / pkg.sha256[:2] / pkg.sha256 / pkg.filename
 

@@ -118,16 +118,14 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
             job.timings[name] = time.monotonic() - t0
             return result
 
-        planned_bytes = sum(item.size or 0 for item in job.planned)
-
         def fetch(ph) -> None:
-            ph.set_total(total=len(job.planned), total_bytes=planned_bytes or None)
+            ph.set_total(total=len(job.planned), total_bytes=conda_layer.planned_bytes(job.planned))
             verified.update(conda_layer.fetch_and_verify(job.planned, phase=ph))
 
         phase("fetch", f"fetch + verify {len(job.planned)} conda archives" if job.planned else None, fetch,
               unit="archives")
         if "conda" not in staging.done():
-            if not verified:  # resumed after fetch: re-verify from the cache (cheap, and never trusted blind)
+            if not verified and job.planned:  # resumed after fetch: re-verify from the cache (never trusted blind)
                 with ui.phase(f"re-verify {len(job.planned)} cached conda archives", total=len(job.planned),
                               unit="archives") as ph:
                     verified.update(conda_layer.fetch_and_verify(job.planned, phase=ph))
@@ -153,7 +151,8 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
         layers["git"] = phase("git", f"git sources ({len(r.git)})" if r.git else None,
                               lambda ph: _git_layer(job, prefix, ph), total=len(r.git), unit="sources")
         layers["builds"] = phase("builds", f"source builds ({len(r.builds)}) via the wheelhouse cache" if r.builds
-                                 else None, lambda ph: _build_layer(job, prefix))
+                                 else None, lambda ph: _build_layer(job, prefix, ph), total=len(r.builds),
+                                 unit="builds")
 
         def doctor(ph) -> None:
             from envbuild.install.doctor_gate import run_stack_checks
@@ -238,6 +237,6 @@ def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
     return out
 
 
-def _build_layer(job: CreateJob, prefix: Path) -> Any:
+def _build_layer(job: CreateJob, prefix: Path, ph) -> Any:
     mod = _layer_module("source_builds")
-    return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle)
+    return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle, phase=ph)

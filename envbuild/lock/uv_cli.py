@@ -83,7 +83,7 @@ def one_line(stderr: str, limit: int = 700) -> str:
     for raw in stderr.splitlines():
         line = _BOX.sub("", raw).strip()
         if (not line or _NOISE.match(raw.strip()) or line.startswith(("warning:", "hint:", "help:"))
-                or SUMMARY.match(line) or raw.startswith((" + ", " - "))):
+                or SUMMARY.match(line) or raw.startswith((" + ", " - ", " ~ "))):
             continue
         line = re.sub(r"^(error: |Caused by: |caused by: )", "", line)
         if line not in parts:

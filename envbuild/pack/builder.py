@@ -53,9 +53,8 @@ def _conda_part(profile, stage: Path, steps: Steps) -> int:
             continue
         locked = condalock.locked_conda(lock, platform, cats)
         planned = conda_layer.plan(locked)
-        known = sum(p.size or 0 for p in planned)
         with steps.phase(f"conda: fetch + verify {len(locked)} archives for {platform} ({', '.join(cats)})",
-                         total=len(planned), unit="archives", total_bytes=known or None) as ph:
+                         total=len(planned), unit="archives", total_bytes=conda_layer.planned_bytes(planned)) as ph:
             verified = conda_layer.fetch_and_verify(planned, phase=ph)
         channel = stage / where
         (channel / "noarch").mkdir(parents=True, exist_ok=True)  # conda channels always have noarch/

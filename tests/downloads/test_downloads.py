@@ -7,6 +7,7 @@ import hashlib
 import io
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -89,3 +90,53 @@ def test_parallel_fetch_of_many_files_and_a_404(server, tmp_path):
     with pytest.raises(Exception) as err:
         fetch_all([Download(f"{server}/missing.whl", tmp_path / "missing.whl", ("0" * 64,))])
     assert "missing.whl: cannot download" in str(err.value) and "404" in str(err.value)
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """/slow: 40 MiB sent 1 MiB every 0.1 s (4 s in all); /fast: 1 KiB at once."""
+
+    def do_GET(self):  # noqa: N802
+        size = 40 << 20 if self.path == "/slow" else 1024
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        try:
+            if self.path != "/slow":
+                self.wfile.write(b"f" * size)
+                return
+            for _ in range(40):
+                self.wfile.write(b"s" * (1 << 20))
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client gave up: that is the point
+            pass
+
+    def log_message(self, *args):
+        return
+
+
+def test_ctrl_c_during_a_parallel_fetch_does_not_wait_for_a_large_file(tmp_path):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    class CtrlC:  # a Ctrl-C arrives in the main thread as the first file completes
+        def add_bytes(self, n):
+            pass
+
+        def advance(self):
+            raise KeyboardInterrupt
+
+    items = [Download(f"{url}/slow", tmp_path / "slow.bin", ("0" * 64,)),
+             Download(f"{url}/fast", tmp_path / "fast.bin", (hashlib.sha256(b"f" * 1024).hexdigest(),))]
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fetch_all(items, jobs=2, phase=CtrlC())
+        took = time.monotonic() - t0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert took < 2.0, f"the interrupt waited {took:.1f}s for the large file (it takes 4 s)"
+    assert (tmp_path / "fast.bin").is_file() and not (tmp_path / "slow.bin").exists()
+    assert 0 < (tmp_path / "slow.bin.part").stat().st_size < 40 << 20  # what arrived stays for a resume
