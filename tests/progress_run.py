@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 OFFLINE = {k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
 
@@ -74,9 +74,11 @@ class Streamed:
         return rc, "".join(self._out), self.lines
 
 
-def in_pty(args: List[str], env: Dict[str, str], timeout: float = 120.0, offline: bool = False) -> Tuple[int, str, str]:
+def in_pty(args: List[str], env: Dict[str, str], timeout: float = 120.0, offline: bool = False,
+           watch: Optional[Callable[[str], None]] = None) -> Tuple[int, str, str]:
     """Run with stderr on a pseudo-terminal (stdout on a pipe, as in `envbuild lock > out.txt`):
-    (exit code, stdout, what the terminal got)."""
+    (exit code, stdout, what the terminal got). `watch` sees the terminal's text so far, five times a second
+    (a test can act on what is shown, e.g. release a held index)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "envbuild", *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=slave, env=cli_env(dict(env, COLUMNS="160"), offline))
@@ -98,6 +100,8 @@ def in_pty(args: List[str], env: Dict[str, str], timeout: float = 120.0, offline
             got += chunk
         elif proc.poll() is not None:
             break
+        if watch is not None:
+            watch(got.decode(errors="replace"))
     os.close(master)
     rc = proc.wait(timeout=30)
     reader.join(timeout=10)
