@@ -208,15 +208,6 @@ class Steps:
                  tty: Optional[bool] = None):
         self.prefix = f"{command}: " if command else ""
         self.display = Display(stream=stream, quiet=quiet, tty=tty)
-        self.current: Optional[Phase] = None
-
-    @property
-    def quiet(self) -> bool:
-        return self.display.quiet
-
-    def note(self, text: str) -> None:
-        """A progress-level line of its own (suppressed by quiet)."""
-        self.display.line(f"{self.prefix}{text}")
 
     @contextlib.contextmanager
     def phase(self, name: str, total: Optional[int] = None, unit: str = "files",
@@ -226,7 +217,6 @@ class Steps:
         caller's to print). `reads_input` (reading the profile, the locks): no start line and no failed
         line, so bad input stays the one line that names the file; the end line and the live line stay."""
         ph = Phase(self, name, total, unit, total_bytes)
-        outer, self.current = self.current, ph
         if not self.display.tty and not reads_input:
             self.display.line(f"{self.prefix}{name} ...")
         self.display.show(ph.render)
@@ -239,7 +229,6 @@ class Steps:
             ended = "interrupted"
             raise
         finally:
-            self.current = outer
             if beat:
                 beat.stop()
             self.display.hide()
