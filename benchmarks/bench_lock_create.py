@@ -1,6 +1,6 @@
 """Time `envbuild lock` and each phase of `envbuild create` on the fixture profile (offline, local channel).
 
-    python benchmarks/bench_lock_create.py [--packages 200] [--size-kib 64]
+    python benchmarks/bench_lock_create.py [--packages 200] [--size-kib 64] [--http-latency-ms 20]
     python benchmarks/bench_lock_create.py --pip-layer --python PY3.12 [...]   # the pip layer vs uv and pip
                                                                              # alone on real PyPI (bench_pip_layer.py)
 
@@ -9,6 +9,10 @@ fetch/verify, linking and manifest hashing have real work. Anchor, measured in t
 and sha256-hashing the same archives with the standard library — the floor for the fetch phase. Runs:
 cold create (empty cache), warm create (--force, archives already verified in the cache), and a resume
 after a SIGKILL at the doctor phase (only doctor + swap left to do).
+
+--http-latency-ms N serves the channel over loopback HTTP, each response held N ms (a remote channel's
+round trip), so the fetch phase shows what fetching archives in parallel buys over one at a time; the
+anchor is then N ms x archives (the floor of a one-at-a-time fetch) and fetch/anchor < 1 means overlap.
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--packages", type=int, default=200)
     ap.add_argument("--size-kib", type=int, default=64)
+    ap.add_argument("--http-latency-ms", type=float, default=None,
+                    help="serve the channel over loopback HTTP with this delay per response")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
     try:
@@ -54,8 +60,12 @@ def main() -> int:
         base = tmp / "lockfiles"
         prof = write_fixture_profile(base, tmp / "channel")
         prof.write_text(prof.read_text().replace('"foodata"]', '"foodata", "filler-all"]'))
+        server = None
+        if a.http_latency_ms is not None:
+            server, url = _serve_slow(tmp / "channel", a.http_latency_ms / 1000)
+            prof.write_text(prof.read_text().replace((tmp / "channel").as_uri(), url))
         env = {"ENVBUILD_LOCKFILES": str(base), "ENVBUILD_CACHE_DIR": str(tmp / "cache"),
-               "ENVBUILD_ENVS_DIR": str(tmp / "envs")}
+               "ENVBUILD_ENVS_DIR": str(tmp / "envs"), "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
         t0 = time.monotonic()  # anchor: stdlib copy + sha256 of every archive
         anchor_dir = tmp / "anchor"
@@ -64,6 +74,8 @@ def main() -> int:
             shutil.copyfile(path, anchor_dir / path.name)
             hashlib.sha256((anchor_dir / path.name).read_bytes()).hexdigest()
         anchor = time.monotonic() - t0
+        if server is not None:
+            anchor = len(built) * a.http_latency_ms / 1000
 
         lock, t_lock = envbuild(["lock"], env)
         assert lock.returncode == 0, lock.stderr
@@ -81,7 +93,7 @@ def main() -> int:
 
         total_mib = sum(p.stat().st_size for p in built.values()) / 2**20
         print(f"fixture: {len(built)} archives, {total_mib:.1f} MiB; channel build+index {t_channel:.2f}s")
-        print(f"anchor (stdlib copy + sha256 of all archives): {anchor:.3f}s")
+        print(f"anchor ({'one-at-a-time latency floor: %g ms x %d archives' % (a.http_latency_ms, len(built)) if server else 'stdlib copy + sha256 of all archives'}): {anchor:.3f}s")
         print(f"lock: {t_lock:.2f}s   lock --check: {t_check:.2f}s   (whole CLI process)")
         for label, proc, wall in (("cold create", cold, t_cold), ("warm create", warm, t_warm),
                                   ("resume after kill@doctor", resumed, t_resume)):
@@ -90,9 +102,30 @@ def main() -> int:
             print(f"{label}: wall {wall:.2f}s | {detail}")
             if "fetch" in ph:
                 print(f"    fetch/anchor = {ph['fetch'] / anchor:.2f}x")
+        if server is not None:
+            server.shutdown()
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _serve_slow(folder: Path, delay_s: float):
+    """A loopback HTTP server for `folder` that holds each response `delay_s` (threaded, like a CDN)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(SimpleHTTPRequestHandler):
+        def send_head(self):  # noqa: D102
+            time.sleep(delay_s)
+            return super().send_head()
+
+        def log_message(self, *args):  # noqa: D102
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Slow, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 if __name__ == "__main__":

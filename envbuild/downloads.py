@@ -8,21 +8,22 @@ already on disk through the hash first. A file already at `dest` with a good has
 `file://` URLs are copied the same way (and hashed: py-rattler does not check file:// archives).
 Where uv does the fetching (the pip layer's install), uv does it.
 
-Progress: one line per finished file when stderr is not a terminal (CI logs), a rich bar when it is.
+Progress: the caller's envbuild.progress.Phase, when it passes one, counts the files and the bytes (a rich
+bar in a terminal, `still running` lines with bytes and rate in a log); downloads print nothing themselves.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
 import os
-import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import CHUNK
@@ -42,11 +43,19 @@ class Download:
 class DownloadHashMismatch(EnvbuildError):
     """The bytes that arrived are not the locked ones."""
 
-    def __init__(self, item: Download, got: str):
-        self.item, self.got = item, got
-        want = " or ".join(item.sha256) or item.md5
-        super().__init__(f"{item.dest.name}: sha256 {got} is not the locked hash (expected {want}); "
+    def __init__(self, item: Download, got: str, got_md5: str = ""):
+        self.item, self.got, self.got_md5 = item, got, got_md5
+        algo, shown, want = ("sha256", got, " or ".join(item.sha256)) if item.sha256 else ("md5", got_md5, item.md5)
+        super().__init__(f"{item.dest.name}: {algo} {shown} is not the locked hash (expected {want}); "
                          f"downloaded from {_redact(item.url)} and discarded")
+
+
+class DownloadFailed(EnvbuildError):
+    """The file could not be fetched (unreachable, missing, an HTTP error after the retries); `reason` says why."""
+
+    def __init__(self, message: str, reason: str):
+        self.reason = reason
+        super().__init__(message)
 
 
 def _redact(url: str) -> str:
@@ -55,20 +64,31 @@ def _redact(url: str) -> str:
     return url_without_credentials(url)
 
 
-def _digests(path: Path) -> Tuple["hashlib._Hash", "hashlib._Hash"]:
-    sha, md5 = hashlib.sha256(), hashlib.md5()
+class _Digests:
+    """sha256 of what arrives, and md5 only where the lock has no sha256 (hashing costs as much as copying)."""
+
+    def __init__(self, item: Download) -> None:
+        self.sha = hashlib.sha256()
+        self.md5 = hashlib.md5() if not item.sha256 and item.md5 else None
+
+    def update(self, chunk: bytes) -> None:
+        self.sha.update(chunk)
+        if self.md5 is not None:
+            self.md5.update(chunk)
+
+    def good(self, item: Download) -> bool:
+        if item.sha256:
+            return self.sha.hexdigest() in item.sha256
+        return self.md5 is None or self.md5.hexdigest() == item.md5
+
+
+def _digests(item: Download, path: Path) -> _Digests:
+    dig = _Digests(item)
     if path.is_file():
         with open(path, "rb") as fh:
             for chunk in iter(lambda: fh.read(CHUNK), b""):
-                sha.update(chunk)
-                md5.update(chunk)
-    return sha, md5
-
-
-def _good(item: Download, sha: str, md5: str) -> bool:
-    if item.sha256:
-        return sha in item.sha256
-    return not item.md5 or md5 == item.md5
+                dig.update(chunk)
+    return dig
 
 
 def _open(url: str, offset: int):
@@ -80,31 +100,43 @@ def _open(url: str, offset: int):
 
 def fetch_one(item: Download, progress: Optional[Callable[[int], None]] = None) -> Path:
     """Fetch `item` to its dest (see the module docstring); returns dest. Raises DownloadHashMismatch or
-    EnvbuildError (unreachable, HTTP error after RETRIES attempts) naming the file."""
+    EnvbuildError (unreachable, HTTP error after RETRIES attempts) naming the file. `progress` is told the
+    size of each chunk as it arrives."""
     dest = Path(item.dest)
     if dest.is_file():
-        sha, md5 = _digests(dest)
-        if _good(item, sha.hexdigest(), md5.hexdigest()):
+        if _digests(item, dest).good(item):
             return dest
         dest.unlink()
-    dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    download_to(item, part, progress, resume=True)
+    os.replace(part, dest)
+    return dest
+
+
+def download_to(item: Download, part: Path, progress: Optional[Callable[[int], None]] = None,
+                resume: bool = False) -> None:
+    """Stream `item.url` into `part`, retried (with `resume`, a rerun also continues a `part` already there),
+    hashed while it streams; `item.dest` is not touched (the caller publishes `part`, e.g. into a shared
+    cache under its lock). A hash mismatch removes `part` and raises DownloadHashMismatch."""
+    dest = Path(item.dest)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        part.unlink(missing_ok=True)
     last: Optional[BaseException] = None
     ok = False
     for attempt in range(RETRIES):
-        sha, md5 = _digests(part)  # resume: what is on disk goes through the hash first
+        dig = _digests(item, part)  # resume: what is on disk goes through the hash first
         offset = part.stat().st_size if part.is_file() else 0
         try:
             with _open(item.url, offset) as resp:
                 if offset and getattr(resp, "status", 200) != 206:  # the server ignored Range: start over
-                    sha, md5, offset = hashlib.sha256(), hashlib.md5(), 0
+                    dig, offset = _Digests(item), 0
                 length = resp.headers.get("Content-Length")
                 total = offset
                 with open(part, "ab" if offset else "wb") as out:
                     for chunk in iter(lambda: resp.read(CHUNK), b""):
                         out.write(chunk)
-                        sha.update(chunk)
-                        md5.update(chunk)
+                        dig.update(chunk)
                         total += len(chunk)
                         if progress:
                             progress(len(chunk))
@@ -125,68 +157,79 @@ def fetch_one(item: Download, progress: Optional[Callable[[int], None]] = None) 
         if attempt + 1 < RETRIES:
             time.sleep(min(8.0, 0.5 * 2 ** attempt))
     if not ok:
-        reason = f"HTTP {last.code} {last.reason}" if isinstance(last, urllib.error.HTTPError) else (
-            getattr(last, "reason", None) or last)
-        raise EnvbuildError(f"{dest.name}: cannot download {_redact(item.url)}: {reason} "
-                            f"(after {attempt + 1} attempt(s); a rerun resumes from {part.name})"
-                            if part.is_file() else f"{dest.name}: cannot download {_redact(item.url)}: {reason}")
-    got_sha, got_md5 = sha.hexdigest(), md5.hexdigest()
-    if not _good(item, got_sha, got_md5):
+        reason = str(f"HTTP {last.code} {last.reason}" if isinstance(last, urllib.error.HTTPError) else (
+            getattr(last, "reason", None) or last))
+        raise DownloadFailed(f"{dest.name}: cannot download {_redact(item.url)}: {reason} "
+                             f"(after {attempt + 1} attempt(s); a rerun resumes from {part.name})"
+                             if resume and part.is_file() else f"{dest.name}: cannot download {_redact(item.url)}: {reason}",
+                             reason)
+    if not dig.good(item):
         part.unlink(missing_ok=True)
-        raise DownloadHashMismatch(item, got_sha)
-    os.replace(part, dest)
-    return dest
+        raise DownloadHashMismatch(item, dig.sha.hexdigest(), dig.md5.hexdigest() if dig.md5 is not None else "")
 
 
-def fetch_all(items: Sequence[Download], jobs: int = 8, label: str = "download") -> List[Path]:
-    """Fetch every item, `jobs` at a time; the first failure is raised after the others finish (their
-    .part files stay for a resume). Returns the dest paths in the order given."""
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """A worker of in_parallel saw the stop flag (the main thread was interrupted): it gives up mid-file."""
+
+
+def in_parallel(work: Callable[[Any, threading.Event], T], items: Sequence[Any], jobs: int = 8,
+                done: Optional[Callable[[Any], None]] = None) -> List[T]:
+    """`work(item, stop)` for every item, `jobs` at a time; results in the order given; `done(item)` after
+    each success. The first failure is raised once the running ones finish; those not started yet are
+    dropped (a rerun does them). On Ctrl-C `stop` is set, which a worker checks between chunks (raising
+    Stopped), so an interrupt does not wait for a large file to finish."""
     if not items:
         return []
-    tty = sys.stderr.isatty()
-    bar = _RichBar(label, len(items)) if tty else None
-    results: List[Optional[Path]] = [None] * len(items)
+    results: List[Any] = [None] * len(items)
     errors: List[BaseException] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items)))) as pool:
-        futures = {pool.submit(fetch_one, it, bar.advance_bytes if bar else None): i for i, it in enumerate(items)}
+    stop = threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items))))
+    try:
+        futures = {pool.submit(work, it, stop): i for i, it in enumerate(items)}
         for fut in concurrent.futures.as_completed(futures):
             i = futures[fut]
             try:
                 results[i] = fut.result()
-            except BaseException as exc:  # noqa: BLE001 - reported after the others finish
+            except concurrent.futures.CancelledError:
+                continue
+            except BaseException as exc:  # noqa: BLE001 - raised after the running ones finish
+                if not errors:
+                    for other in futures:
+                        other.cancel()
                 errors.append(exc)
                 continue
-            if bar:
-                bar.done_one()
-            elif len(items) > 1:
-                print(f"{label}: {items[i].dest.name} ok", file=sys.stderr, flush=True)
-    if bar:
-        bar.close()
+            if done:
+                done(items[i])
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     if errors:
         raise errors[0]
-    return [r for r in results if r is not None]
+    return results
 
 
-class _RichBar:
-    def __init__(self, label: str, total: int) -> None:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+def stoppable(stop: threading.Event, progress: Optional[Callable[[int], None]] = None) -> Callable[[int], None]:
+    """A chunk callback for fetch_one/download_to that raises Stopped once `stop` is set (and else tells
+    `progress` the chunk's size)."""
+    def on_chunk(n: int) -> None:
+        if stop.is_set():
+            raise Stopped("interrupted")
+        if progress:
+            progress(n)
+    return on_chunk
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TransferSpeedColumn(), TextColumn("{task.fields[files]}"), transient=True)
-        self.total = total
-        self.done = 0
-        self.task = self.progress.add_task(label, total=None, files=f"0/{total} files")
-        self.progress.start()
 
-    def advance_bytes(self, n: int) -> None:
-        self.progress.advance(self.task, n)
-
-    def done_one(self) -> None:
-        self.done += 1
-        self.progress.update(self.task, files=f"{self.done}/{self.total} files")
-
-    def close(self) -> None:
-        self.progress.stop()
+def fetch_all(items: Sequence[Download], jobs: int = 8, phase: Any = None) -> List[Path]:
+    """Fetch every item, `jobs` at a time (in_parallel's rules; the .part files of failed ones stay for a
+    resume). `phase` (an envbuild.progress.Phase) counts files and bytes. Returns the dest paths in order."""
+    bytes_cb = phase.add_bytes if phase is not None else None
+    return in_parallel(lambda it, stop: fetch_one(it, stoppable(stop, bytes_cb)), items, jobs,
+                       done=(lambda _it: phase.advance()) if phase is not None else None)
 
 
 def copy_verified(src: Path, dest: Path, sha256: Sequence[str]) -> Path:
@@ -194,4 +237,5 @@ def copy_verified(src: Path, dest: Path, sha256: Sequence[str]) -> Path:
     return fetch_one(Download(url=Path(src).resolve().as_uri(), dest=Path(dest), sha256=tuple(sha256)))
 
 
-__all__ = ["Download", "DownloadHashMismatch", "fetch_one", "fetch_all", "copy_verified"]
+__all__ = ["Download", "DownloadHashMismatch", "DownloadFailed", "fetch_one", "download_to", "fetch_all", "in_parallel", "stoppable", "Stopped",
+           "copy_verified"]

@@ -25,15 +25,19 @@ from envbuild.install import backends
 @click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
 @click.option("--lockfiles", default=None, metavar="DIR",
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
-def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, force, lockfiles) -> int:
+@click.option("-q", "--quiet", is_flag=True,
+              help="No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
+def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, force, lockfiles, quiet) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
     from envbuild.install import pipeline
     from envbuild.install.create_ui import CreateUI
     from envbuild.install.resolve import resolve_job
 
-    ui = CreateUI()
-    job = resolve_job(profile_name, prefix=prefix, env_name=env_name, bundle=bundle, backend=backend,
-                      lockfiles=lockfiles, python=python)
+    ui = CreateUI(quiet=quiet)
+    with ui.phase("read the profile and its locks" + (" (open and verify the bundle)" if bundle else ""),
+                  reads_input=True):
+        job = resolve_job(profile_name, prefix=prefix, env_name=env_name, bundle=bundle, backend=backend,
+                          lockfiles=lockfiles, python=python)
     ui.plan(job)
     if dry_run:
         return 0

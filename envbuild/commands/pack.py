@@ -21,7 +21,7 @@ import click
                    "Python), so build_conda.sh bootstraps envbuild with no PyPI.")
 @click.option("--tool-index", "tool_index", default=None, metavar="URL",
               help="Simple index for --tool-python's wheels (default: PyPI).")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the summary line.")
+@click.option("-q", "--quiet", is_flag=True, help="No phase lines on stderr; print only the summary line.")
 def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, quiet) -> int:
     """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks."""
     from pathlib import Path
@@ -30,16 +30,18 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
     from envbuild.pack.builder import make_bundle
     from envbuild.outputs import check_output_file
 
+    from envbuild.progress import Steps
+
     check_output_file(output, "--output", allow_stdout=False)
     from envbuild.profile import load_profile, lockfiles_base, select_profile
 
+    steps = Steps("pack", quiet=quiet)
     base = lockfiles_base(lockfiles)
-    profile = load_profile(select_profile(base, profile_name), base)
-    require_fresh(profile, profile.require_recipe())  # a stale bundle would be found out only on the air-gapped node
-
-    note = (lambda _m: None) if quiet else (lambda m: click.echo(f"pack: {m}", err=True))
+    with steps.phase("read the profile and check its locks are fresh", reads_input=True):
+        profile = load_profile(select_profile(base, profile_name), base)
+        require_fresh(profile, profile.require_recipe())  # a stale bundle would be found out only on the air-gapped node
     s = make_bundle(profile.name, Path(output), lockfiles=str(base),
-                    wheel_cache=Path(wheel_cache) if wheel_cache else None, note=note,
+                    wheel_cache=Path(wheel_cache) if wheel_cache else None, steps=steps,
                     tool_python=tool_python, tool_index=tool_index)
     tool = f", {s.tool_wheels} wheels of envbuild's dependencies for Python {tool_python}" if tool_python else ""
     click.echo(f"wrote {s.output} ({s.size_bytes / 1e6:.1f} MB): {s.conda_archives} conda archives, {s.wheels} wheels, "

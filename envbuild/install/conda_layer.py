@@ -11,12 +11,10 @@ Linking the verified archives is a backend's job (envbuild.install.backends: rat
 from __future__ import annotations
 
 import os
-import shutil
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from envbuild import cachelock
 from envbuild.errors import EnvbuildError
@@ -79,70 +77,75 @@ def plan(locked: Sequence[LockedConda], mirrors: Sequence[Path] = (), offline: b
     return out
 
 
+def planned_bytes(planned: Sequence[PlannedArchive]) -> Optional[int]:
+    """The bytes `planned` will move, when every size is known before fetching (local sources); else None."""
+    if not planned or any(item.size is None for item in planned):
+        return None
+    return sum(item.size for item in planned)
+
+
 def _verified_path(pkg: LockedConda, root: Path) -> Path:
     return root / "archives" / pkg.sha256[:2] / pkg.sha256 / pkg.filename
 
 
-def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = None,
-                     advance: Optional[Callable[[PlannedArchive], None]] = None) -> Dict[str, Path]:
+def fetch_and_verify(planned: Sequence[PlannedArchive], root: Optional[Path] = None, phase: Any = None,
+                     jobs: int = 8) -> Dict[str, Path]:
     """Copy/download each archive into the cache and check it against the lock; filename -> verified path.
 
-    Raises ArchiveHashMismatch on the first archive whose sha256 (or md5, when the lock has no sha256)
-    differs; a verified copy already in the cache is re-hashed, never trusted blindly.
+    `jobs` archives at a time (envbuild.downloads.in_parallel), each hashed while it streams; `phase` (an
+    envbuild.progress.Phase) counts archives and bytes. Raises ArchiveHashMismatch for an archive whose
+    sha256 (or md5, when the lock has no sha256) differs, after the running ones finish; a verified copy
+    already in the cache is re-hashed, never trusted blindly.
     """
+    from envbuild.downloads import in_parallel
+
     root = root or cache_dir()
-    out: Dict[str, Path] = {}
-    for item in planned:
+    for item in planned:  # every archive must be checkable before any is fetched
+        if not item.locked.sha256 and not item.locked.md5:
+            raise EnvbuildError(f"{item.locked.filename}: the lock has no hash for it; refusing to install unverified")
+
+    def one(item: PlannedArchive, stop) -> Path:
         pkg = item.locked
-        if not pkg.sha256 and not pkg.md5:
-            raise EnvbuildError(f"{pkg.filename}: the lock has no hash for it; refusing to install unverified")
         algo, expected = ("sha256", pkg.sha256) if pkg.sha256 else ("md5", pkg.md5)
         dest = _verified_path(pkg, root) if pkg.sha256 else root / "archives" / "md5" / pkg.md5 / pkg.filename
         if dest.is_file() and file_digest(dest, algo) == expected:
-            out[pkg.filename] = dest
-            if advance:
-                advance(item)
-            continue
+            if phase is not None:  # verified from the cache: its bytes were hashed all the same
+                phase.add_bytes(dest.stat().st_size)
+            return dest
         with cachelock.entry_lock(dest):  # another create sharing the cache may be fetching the same archive
             if not (dest.is_file() and file_digest(dest, algo) == expected):
-                _fetch_into_cache(item, dest, algo, expected)
-        out[pkg.filename] = dest
-        if advance:
-            advance(item)
-    return out
+                _fetch_into_cache(item, dest, stop, phase)
+        return dest
+
+    paths = in_parallel(one, list(planned), jobs, done=(lambda _i: phase.advance()) if phase is not None else None)
+    return {item.locked.filename: path for item, path in zip(planned, paths)}
 
 
-def _fetch_into_cache(item: PlannedArchive, dest: Path, algo: str, expected: str) -> None:
-    """Copy the archive to a temp of our own, check its hash, publish it at `dest` (cachelock's rules)."""
+def _fetch_into_cache(item: PlannedArchive, dest: Path, stop, phase: Any) -> None:
+    """Stream the archive into a temp of our own, hashed on the way (envbuild.downloads.download_to), and
+    publish it at `dest` (cachelock's rules)."""
+    from envbuild.downloads import Download, DownloadFailed, DownloadHashMismatch, download_to, stoppable
+
     pkg = item.locked
     tmp = cachelock.temp_path(dest)
+    local = _local_path(item.source)
+    url = local.resolve().as_uri() if local is not None else item.source
+    want = Download(url=url, dest=dest, sha256=(pkg.sha256,) if pkg.sha256 else (), md5=pkg.md5 or "")
     try:
         try:
-            _copy_from(item.source, tmp)
-        except EnvbuildError as exc:
-            raise EnvbuildError(f"{pkg.filename} (locked {pkg.name} {pkg.version} {pkg.build}): {exc}; "
-                                f"nothing was installed at the target") from exc
-        got = file_digest(tmp, algo)
-        if got != expected:
+            download_to(want, tmp, stoppable(stop, phase.add_bytes if phase is not None else None))
+        except DownloadHashMismatch as exc:
+            algo, expected = ("sha256", pkg.sha256) if pkg.sha256 else ("md5", pkg.md5)
+            got = exc.got if pkg.sha256 else exc.got_md5
             raise ArchiveHashMismatch(
                 f"{pkg.filename}: {algo} mismatch, refusing to install it (from {item.source}; "
-                f"lock says {expected}, archive is {got}). Nothing was installed at the target.")
+                f"lock says {expected}, archive is {got}). Nothing was installed at the target.") from None
+        except DownloadFailed as exc:
+            raise EnvbuildError(f"{pkg.filename} (locked {pkg.name} {pkg.version} {pkg.build}): cannot fetch "
+                                f"{item.source}: {exc.reason}; nothing was installed at the target") from exc
         cachelock.publish_file(tmp, dest, replace=dest.exists())
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _copy_from(source: str, dest: Path) -> None:
-    local = _local_path(source)
-    try:
-        if local is not None:
-            shutil.copyfile(local, dest)
-        else:
-            with urllib.request.urlopen(source, timeout=60) as resp, open(dest, "wb") as f:
-                shutil.copyfileobj(resp, f, 1 << 20)
-    except (OSError, ValueError) as exc:
-        dest.unlink(missing_ok=True)
-        raise EnvbuildError(f"cannot fetch {source}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 # -- relocation (for the backends whose installer wrote the staging path) -------------------------------

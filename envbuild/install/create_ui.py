@@ -1,23 +1,19 @@
-"""What `envbuild create` shows: the plan, progress bars on long phases, the doctor gate, the summary.
+"""What `envbuild create` shows: the plan, each phase as it starts and ends, the doctor gate, the summary.
 
-Everything goes to stderr through rich, so stdout stays clean for scripts; bars degrade to plain lines
-when stderr is not a terminal (CI logs).
+Everything goes to stderr, so stdout stays clean for scripts. The phases are envbuild.progress.Steps: a
+live line with a bar in a terminal, one flushed line per phase start and end in a pipe or a log; `--quiet`
+drops the phase lines and keeps the plan, the notes, the gate and the closing line.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
+from typing import Any, Optional
 from urllib.parse import urlparse
 
+from envbuild.progress import Steps, fmt_bytes
 
-def _size(n) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+
+def _size(n: Optional[int]) -> str:
+    return "?" if n is None else fmt_bytes(n)
 
 
 def _origin(source: str) -> str:
@@ -29,10 +25,16 @@ def _origin(source: str) -> str:
 
 
 class CreateUI:
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True, highlight=False)
+        self.steps = Steps("create", quiet=quiet)
+        # one console in a terminal, so the plan, notes and gate print above the live line, not through it
+        self.console = self.steps.display.console() if self.steps.display.tty else Console(stderr=True, highlight=False)
+
+    def phase(self, label: str, **counts: Any):
+        """A phase of the pipeline (envbuild.progress.Steps.phase)."""
+        return self.steps.phase(label, **counts)
 
     def note(self, text: str) -> None:
         self.console.print(text, markup=False)
@@ -77,22 +79,8 @@ class CreateUI:
         if r.activation.env:
             c.print(f"  activation sets: {', '.join(sorted(r.activation.env))}", markup=False)
 
-    @contextlib.contextmanager
-    def bar(self, label: str, total: int) -> Iterator:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=self.console, transient=False) as progress:
-            task = progress.add_task(label, total=total)
-            yield lambda: progress.advance(task)
-
-    @contextlib.contextmanager
-    def spinner(self, label: str) -> Iterator:
-        with self.console.status(label):
-            yield
-        self.console.print(f"  done: {label}", markup=False)
-
-    def gate(self, gate) -> None:
+    def gate(self, gate) -> str:
+        """Print the gate's verdict (and every fail/warn/error); returns the counts line."""
         counts = {}
         for r in gate.results:
             counts[r.status.value] = counts.get(r.status.value, 0) + 1
@@ -101,6 +89,7 @@ class CreateUI:
         for r in gate.results:
             if r.status.value in ("fail", "warn", "error"):
                 self.console.print(f"    {r.status.value.upper()} {r.check_id}: {r.summary}", markup=False)
+        return summary
 
     def done(self, job) -> None:
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in job.timings.items())

@@ -38,8 +38,8 @@ def run_stack_checks(prefix: Path, profile: Profile) -> GateResult:
     selection, runner and report `envbuild doctor --check stack --prefix P --profile F` gives), so the
     runner's skip/error handling applies and only a real FAIL lands in `failed`."""
     import contextlib
+    import io
     import json
-    import sys
     import tempfile
 
     from envbuild.doctor.session import DoctorOptions, run_doctor
@@ -50,7 +50,7 @@ def run_stack_checks(prefix: Path, profile: Profile) -> GateResult:
         out = Path(tmp) / "report.json"
         opts = DoctorOptions(profile=str(profile.path), prefix=str(prefix), mode="static", checks=["stack"],
                              quiet=True, json_path=str(out))
-        with contextlib.redirect_stdout(sys.stderr):  # create keeps stdout clean; the verdict line is progress
+        with contextlib.redirect_stdout(io.StringIO()):  # create keeps stdout clean; the UI prints the verdict
             run_doctor(opts)
         results = report_from_dict(json.loads(out.read_text(encoding="utf-8"))).results
     failed: List = [r for r in results if r.status == Status.FAIL]

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Union
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import sha256_file
 from envbuild.lock.pip_lockfile import LockedWheel, read_pip_lock
-from envbuild.lock.uv_cli import one_line, run_uv
+from envbuild.lock.uv_cli import one_line, progress_lines, run_uv
 
 _MISMATCH = re.compile(r"Hash mismatch for `([^`]+)`", re.I)
 _EXPECTED = re.compile(r"sha256:([0-9a-f]{64})")
@@ -106,8 +106,10 @@ def install_entries(
     index_urls: Sequence[str] = (),
     offline: bool = False,
     cache_dir: Optional[Path] = None,
+    phase=None,
 ) -> List[InstalledWheel]:
-    """Install exactly `entries` into `python`'s environment (see the module docstring)."""
+    """Install exactly `entries` into `python`'s environment (see the module docstring); `phase` (an
+    envbuild.progress.Phase) shows uv's progress lines as uv writes them."""
     links = [Path(f) for f in find_links]
     sources: Dict[str, str] = {e.canonical_name: _source(e, links, offline) for e in entries}
     lines = []
@@ -122,13 +124,13 @@ def install_entries(
         req = Path(tmp) / "requirements.txt"
         req.write_text("\n".join(lines) + "\n", encoding="utf-8")
         cmd = ["pip", "install", "--python", str(python), "--no-deps", "--require-hashes", "--only-binary", ":all:",
-               "--quiet", "-r", str(req)]
+               "-r", str(req)]
         if offline:
             cmd += ["--offline", "--no-index"]
         else:  # direct references search no index; given so their credentials apply (and for `name==v` lines)
             for url in index_urls:
                 cmd += ["--index", url]
-        proc = run_uv(cmd, cache_dir=cache_dir)
+        proc = run_uv(cmd, cache_dir=cache_dir, on_line=progress_lines(phase))
     if proc.returncode != 0:
         output = proc.stdout + "\n" + proc.stderr
         mismatch = parse_hash_mismatch(output, entries)
@@ -146,6 +148,7 @@ def install_locked(
     index_urls: Sequence[str] = (),
     offline: bool = False,
     cache_dir: Optional[Path] = None,
+    phase=None,
 ) -> List[InstalledWheel]:
     """Install every entry of `lock_file` (requirements.lock.txt or pylock.toml) into `python`'s env.
 
@@ -155,7 +158,7 @@ def install_locked(
     differs from its locked hash, EnvbuildError otherwise.
     """
     entries = read_locked_entries(lock_file)
-    return install_entries(python, entries, find_links, index_urls, offline, cache_dir)
+    return install_entries(python, entries, find_links, index_urls, offline, cache_dir, phase)
 
 
 def read_locked_entries(lock_file: Union[str, Path]) -> List[LockedWheel]:
@@ -175,14 +178,15 @@ def read_locked_entries(lock_file: Union[str, Path]) -> List[LockedWheel]:
     return entries
 
 
-def fetch_locked_wheel(entry: LockedWheel, dest: Union[str, Path]) -> Path:
+def fetch_locked_wheel(entry: LockedWheel, dest: Union[str, Path], phase=None) -> Path:
     """Copy or download the file a lock entry names into `dest`, verified against the entry's hashes while
-    it streams (envbuild.downloads: retried, resumed). A file already there with a good hash is kept."""
+    it streams (envbuild.downloads: retried, resumed). A file already there with a good hash is kept.
+    `phase` (an envbuild.progress.Phase) counts the file and its bytes."""
     from envbuild.downloads import Download, fetch_all
 
     target = Path(dest) / entry.filename
     try:
-        fetch_all([Download(url=entry.url, dest=target, sha256=tuple(entry.hashes))])
+        fetch_all([Download(url=entry.url, dest=target, sha256=tuple(entry.hashes))], phase=phase)
     except EnvbuildError as exc:
         got = getattr(exc, "got", None)
         if got:

@@ -87,7 +87,7 @@ def already_built(job: CreateJob) -> bool:
 
 
 def run(job: CreateJob, ui) -> Dict[str, Any]:
-    """Run (or resume) every phase; returns the manifest. `ui` gives progress bars and messages."""
+    """Run (or resume) every phase; returns the manifest. `ui` (create_ui.CreateUI) announces each phase."""
     from envbuild.install import activation, backends, conda_layer, manifest
     from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
@@ -102,53 +102,63 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
         verified: Dict[str, Path] = {}
         layers: Dict[str, Any] = {}
 
-        def phase(name: str, fn: Callable[[], Any]) -> Any:
+        def phase(name: str, label: Optional[str], fn: Callable[..., Any], **counts: Any) -> Any:
+            """Run pipeline phase `name` (skipped when a resumed run finished it) as the UI's phase `label`
+            (None: nothing to do, nothing to announce); `fn` gets the UI phase to count its work on."""
             if name in staging.done():
                 return staging.result(name)
             t0 = time.monotonic()
-            result = fn()
+            if label is None:  # the recipe has nothing for this phase
+                result = None
+            else:
+                with ui.phase(label, **counts) as ph:
+                    result = fn(ph)
             kill_point(name)
             staging.mark_done(name, result if name in ("pip", "git", "builds") else None)
             job.timings[name] = time.monotonic() - t0
             return result
 
-        def fetch() -> None:
-            if not job.planned:  # a PyPI-only backend: no conda archive to fetch
-                return
-            with ui.bar("fetch + verify archives", len(job.planned)) as advance:
-                verified.update(conda_layer.fetch_and_verify(job.planned, advance=lambda _item: advance()))
+        def fetch(ph) -> None:
+            ph.set_total(total=len(job.planned), total_bytes=conda_layer.planned_bytes(job.planned))
+            verified.update(conda_layer.fetch_and_verify(job.planned, phase=ph))
 
-        phase("fetch", fetch)
+        phase("fetch", f"fetch + verify {len(job.planned)} conda archives" if job.planned else None, fetch,
+              unit="archives")
         if "conda" not in staging.done():
-            if not verified:  # resumed after fetch: re-verify from the cache (cheap, and never trusted blind)
-                verified.update(conda_layer.fetch_and_verify(job.planned))
+            if not verified and job.planned:  # resumed after fetch: re-verify from the cache (never trusted blind)
+                with ui.phase(f"re-verify {len(job.planned)} cached conda archives", total=len(job.planned),
+                              unit="archives") as ph:
+                    verified.update(conda_layer.fetch_and_verify(job.planned, phase=ph))
+            backend = backends.get(job.backend)
 
-            def conda() -> None:
-                backend = backends.get(job.backend)
+            def conda(ph) -> None:
                 request = backends.BaseRequest(staging=prefix, target=job.target,
                                                archives=[verified[p.filename] for p in job.conda],
                                                python=job.profile.python, cache=conda_layer.cache_dir(),
                                                interpreter=job.interpreter)
                 if backend.PER_PACKAGE_PROGRESS:
-                    with ui.bar(f"link conda packages ({job.backend})", len(request.archives)) as advance:
-                        backend.install(request, advance)
+                    ph.set_total(total=len(request.archives))
+                    backend.install(request, ph.advance)
                 else:
-                    what = (f"linking {len(request.archives)} conda packages" if backend.USES_CONDA_LOCK
-                            else f"base env on {job.interpreter}")
-                    with ui.spinner(f"{what} ({job.backend})"):
-                        backend.install(request)
+                    backend.install(request)
 
-            phase("conda", conda)
-        layers["pip"] = phase("pip", lambda: _pip_layer(job, prefix, ui))
-        layers["git"] = phase("git", lambda: _git_layer(job, prefix, ui))
-        layers["builds"] = phase("builds", lambda: _build_layer(job, prefix, ui))
+            what = (f"link {len(job.conda)} conda packages" if backend.USES_CONDA_LOCK
+                    else f"base env on {job.interpreter}")
+            phase("conda", f"{what} ({job.backend})", conda, unit="packages")
+        r = job.recipe
+        layers["pip"] = phase("pip", "pip layer (uv, --require-hashes --no-deps)" if r.pip.requirements else None,
+                              lambda ph: _pip_layer(job, prefix, ph))
+        layers["git"] = phase("git", f"git sources ({len(r.git)})" if r.git else None,
+                              lambda ph: _git_layer(job, prefix, ph), total=len(r.git), unit="sources")
+        layers["builds"] = phase("builds", f"source builds ({len(r.builds)}) via the wheelhouse cache" if r.builds
+                                 else None, lambda ph: _build_layer(job, prefix, ph), total=len(r.builds),
+                                 unit="builds")
 
-        def doctor() -> None:
+        def doctor(ph) -> None:
             from envbuild.install.doctor_gate import run_stack_checks
 
-            with ui.spinner("doctor stack checks on the staged env"):
-                gate = run_stack_checks(prefix, job.profile)
-            ui.gate(gate)
+            gate = run_stack_checks(prefix, job.profile)
+            ph.result = ui.gate(gate)
             if not gate.ok:
                 from envbuild.install.doctor_gate import DoctorGateFailed
 
@@ -156,21 +166,22 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                 raise DoctorGateFailed(f"the staged env fails the doctor's stack checks ({ids}); the env at "
                                        f"{job.target} was left as it was; the staged one stays in {prefix}")
 
-        phase("doctor", doctor)
-        phase("relocate", lambda: relocate_tree(prefix, prefix, job.target))
-        phase("activation", lambda: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
-                                                              job.recipe.activation.env))
+        phase("doctor", "doctor stack checks on the staged env", doctor)
+        phase("relocate", f"relocate paths to {job.target}", lambda ph: relocate_tree(prefix, prefix, job.target))
+        phase("activation", "activation scripts",
+              lambda ph: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
+                                                  job.recipe.activation.env))
 
-        def write_manifest() -> None:
-            with ui.spinner("hashing installed files for the manifest"):
-                data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
-                                      layers={k: v for k, v in layers.items() if v})
+        def write_manifest(ph) -> None:
+            data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
+                                  layers={k: v for k, v in layers.items() if v}, progress=ph.advance)
             manifest.write(prefix, data)
 
-        phase("manifest", write_manifest)
+        phase("manifest", "manifest: hash the installed files", write_manifest)
 
         t0 = time.monotonic()
-        staging.swap(kill_hook=lambda: kill_point("swap"))
+        with ui.phase(f"swap into {job.target}"):
+            staging.swap(kill_hook=lambda: kill_point("swap"))
         job.timings["swap"] = time.monotonic() - t0
         return manifest.read(job.target) or {}
     finally:
@@ -186,51 +197,46 @@ def _layer_module(name: str):
         raise EnvbuildError(f"the recipe needs envbuild.install.{name}, which cannot be imported: {exc}") from exc
 
 
-def _pip_layer(job: CreateJob, prefix: Path, ui) -> Any:
+def _pip_layer(job: CreateJob, prefix: Path, ph) -> Any:
     """The pip layer through envbuild.install.pip_layer.install_locked (--require-hashes --no-deps)."""
-    if not job.recipe.pip.requirements:
-        return None
     if job.pip_lock is None:
         raise EnvbuildError(f"{job.profile.name}: the recipe has pip requirements but there is no pip lock; "
                             f"run `envbuild lock --profile {job.profile.name}`")
     mod = _layer_module("pip_layer")
     wheelhouse = getattr(job.bundle, "wheel_dir", None)
-    with ui.spinner("pip layer (--require-hashes --no-deps)"):
-        installed = mod.install_locked(prefix / "bin" / "python", job.pip_lock,
-                                       find_links=[wheelhouse] if wheelhouse else [],
-                                       index_urls=[] if job.bundle else [i.url for i in job.recipe.pip.indexes],
-                                       offline=job.bundle is not None)
+    installed = mod.install_locked(prefix / "bin" / "python", job.pip_lock,
+                                   find_links=[wheelhouse] if wheelhouse else [],
+                                   index_urls=[] if job.bundle else [i.url for i in job.recipe.pip.indexes],
+                                   offline=job.bundle is not None, phase=ph)
+    ph.result = f"{len(installed)} wheels"
     return [dict(w.__dict__) for w in installed]
 
 
-def _git_layer(job: CreateJob, prefix: Path, ui) -> Any:
+def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
     """Checkouts at their commits with patches (envbuild.install.git_sources), editable ones pip-installed."""
     import subprocess
 
-    if not job.recipe.git:
-        return None
     mod = _layer_module("git_sources")
     mirror = getattr(job.bundle, "git_dir", None)
     out = []
     for src in job.recipe.git:
         dest = prefix / "src" / src.name
-        with ui.spinner(f"git {src.name} @ {src.commit[:12]} ({len(src.patches)} patch(es))"):
-            mod.fetch_source(src, dest, job.recipe.profile_dir, mirror_root=mirror)
-            if src.install == "editable":
-                proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-deps",
-                                       "--no-build-isolation", "--no-index", "-e", str(dest / src.subdir)],
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
-                    raise EnvbuildError(f"git source {src.name}: editable install failed:\n{tail}")
+        ph.detail(f"git {src.name} @ {src.commit[:12]} ({len(src.patches)} patch(es))")
+        mod.fetch_source(src, dest, job.recipe.profile_dir, mirror_root=mirror)
+        if src.install == "editable":
+            proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-deps",
+                                   "--no-build-isolation", "--no-index", "-e", str(dest / src.subdir)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
+                raise EnvbuildError(f"git source {src.name}: editable install failed:\n{tail}")
+        ph.advance()
+        ph.log(f"{src.name} @ {src.commit[:12]}, {len(src.patches)} patch(es), install {src.install}")
         out.append({"name": src.name, "url": src.url, "commit": src.commit, "patches": list(src.patches),
                     "install": src.install, "path": f"src/{src.name}"})
     return out
 
 
-def _build_layer(job: CreateJob, prefix: Path, ui) -> Any:
-    if not job.recipe.builds:
-        return None
+def _build_layer(job: CreateJob, prefix: Path, ph) -> Any:
     mod = _layer_module("source_builds")
-    with ui.spinner(f"source builds ({len(job.recipe.builds)}) via the wheelhouse cache"):
-        return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle)
+    return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle, phase=ph)

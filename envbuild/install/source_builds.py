@@ -228,8 +228,9 @@ def _install_wheel(python: Union[str, Path], wheel: Path, sha256: str) -> None:
 
 
 def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Optional[object] = None,
-                          cache_dir: Optional[Union[str, Path]] = None) -> List[Dict[str, object]]:
+                          cache_dir: Optional[Union[str, Path]] = None, phase=None) -> List[Dict[str, object]]:
     """The `builds` phase of create: every recipe build from the bundle, the cache, or compiled now; installed.
+    `phase` (an envbuild.progress.Phase) shows which build runs (and where its log is) and logs each one.
 
     Sources are the git checkouts create made under <prefix>/src/<git name>/<subdir>. A bundle's
     prebuilt entries (`bundle.builds_dir`, same layout as the cache) are used when their key matches this
@@ -255,8 +256,17 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
             entry = read_entry(_entry_folder(cache, key))
         if entry is None:
             origin = "built"  # the key is already known: no second git diff, no re-hash (pip checks the hash)
-            entry = _build(build, python, src_dir.absolute(), _entry_folder(cache, key), key, extra_env)
+            folder = _entry_folder(cache, key)
+            if phase is not None:
+                phase.detail(f"compiling {build.name} (log: {folder.parent / f'.tmp-{folder.name}-{os.getpid()}'}"
+                             f"/build.log)")
+            entry = _build(build, python, src_dir.absolute(), folder, key, extra_env)
         _install_wheel(python, entry.wheel, entry.sha256)
+        if phase is not None:
+            where = {"built": f"compiled here in {entry.build_seconds:.1f} s", "cache": "from the wheel cache",
+                     "bundle": "from the bundle"}[origin]
+            phase.advance()
+            phase.log(f"{build.name}: {entry.wheel.name} {where}")
         records.append({"name": build.name, "wheel": entry.wheel.name, "sha256": entry.sha256, "key": key,
                         "from": origin, "build_seconds": entry.build_seconds})
     return records

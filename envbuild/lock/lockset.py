@@ -11,9 +11,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from envbuild.fsutil import atomic_write_text
+from envbuild.progress import Steps
 from envbuild.lock.condalock import LOCK_FILE, render_lock
 from envbuild.lock.freshness import (CONDA_SEAL_KEY, LAYERS, PIP_LOCK_FILE, conda_entries_digest_of_text, seal_pip_lock,
                                      spec_hashes)
@@ -50,19 +51,21 @@ def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
     return {spec: f"{profile.path}:{lines[path]}" for path, spec in paths if path in lines}
 
 
-def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str], None]] = None,
+def compute(profile: Profile, recipe: Recipe, steps: Optional[Steps] = None,
             layers: Sequence[str] = LAYERS) -> LockOutputs:
-    """Solve every platform and render the outputs of `layers` (plus the rendered spec)."""
+    """Solve every platform and render the outputs of `layers` (plus the rendered spec); `steps` announces
+    each solve as a phase (None: silent)."""
     from envbuild.lock.conda_solve import solve_platform
 
+    steps = steps or Steps("", quiet=True)
     out = spec_outputs(profile, recipe)
     if "conda" in layers:
         where = spec_locations(profile, recipe)
         solved = {}
         for p in recipe.platforms:
-            if progress:
-                progress(f"{profile.name}: solving conda layer for {p}")
-            solved[p] = solve_platform(recipe, p, where)
+            with steps.phase(f"{profile.name}: solve the conda layer for {p} (py-rattler)") as ph:
+                solved[p] = solve_platform(recipe, p, where)
+                ph.result = f"{len(solved[p])} packages"
         custom = {"envbuild.profile": profile.name}
         for p in recipe.platforms:
             custom[f"envbuild.virtual_packages.{p}"] = ",".join(f"{k}={v}" for k, v in
@@ -70,11 +73,13 @@ def compute(profile: Profile, recipe: Recipe, progress: Optional[Callable[[str],
         sources = sorted(f for f in out.files if f.startswith("environment"))
         out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, sources, custom)
     if recipe.pip.requirements and "pip" in layers:
-        if progress:
-            progress(f"{profile.name}: resolving pip layer (uv)")
         from envbuild.lock.pip_outputs import pip_lock_files
 
-        files = pip_lock_files(profile, recipe)
+        with steps.phase(f"{profile.name}: resolve the pip layer ({len(recipe.pip.requirements)} requirements, "
+                         f"uv)") as ph:
+            files = pip_lock_files(profile, recipe, phase=ph)
+            pins = [ln for ln in files[PIP_LOCK_FILE].splitlines() if "==" in ln and not ln.startswith((" ", "#"))]
+            ph.result = f"{len(pins)} pins"
         files[PIP_LOCK_FILE] = seal_pip_lock(files[PIP_LOCK_FILE])
         out.files.update(files)
     lock_text = out.files.get(LOCK_FILE)

@@ -34,7 +34,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from envbuild.errors import EnvbuildError
 from envbuild.lock.pip_lockfile import LockedWheel, WheelFile, render_pip_lock
-from envbuild.lock.uv_cli import one_line, redact, run_uv, user_mirror
+from envbuild.lock.uv_cli import one_line, progress_lines, redact, run_uv, user_mirror
 
 _ARCH_OF_CONDA = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le"}
 # manylinux levels uv's --python-platform knows (uv 0.13): the highest one <= the node's glibc is used.
@@ -163,15 +163,15 @@ def _direct_names(reqs: Sequence[str]) -> Tuple[Set[str], Set[str]]:
     return names, urls
 
 
-def _compile(project: str, args: List[str], cache_dir: Optional[Path]) -> Tuple[int, str, dict]:
+def _compile(project: str, args: List[str], cache_dir: Optional[Path], phase=None) -> Tuple[int, str, dict]:
     from envbuild.tomlcompat import toml
 
     with tempfile.TemporaryDirectory(prefix="envbuild-uvlock-") as tmp:
         (Path(tmp) / "pyproject.toml").write_text(project, encoding="utf-8")
         out = Path(tmp) / "out" / "pylock.toml"
         out.parent.mkdir()
-        proc = run_uv(["pip", "compile", "pyproject.toml", "--quiet", "--no-header", "-o", str(out), *args],
-                      cwd=Path(tmp), cache_dir=cache_dir)
+        proc = run_uv(["pip", "compile", "pyproject.toml", "--no-header", "-o", str(out), *args],
+                      cwd=Path(tmp), cache_dir=cache_dir, on_line=progress_lines(phase))
         data = toml.loads(out.read_text(encoding="utf-8")) if proc.returncode == 0 and out.is_file() else {}
         return proc.returncode, proc.stderr, data
 
@@ -188,8 +188,11 @@ def resolve_pip_entries(
     find_links: Iterable[str] = (),
     exclude_newer: Optional[str] = None,
     cache_dir: Optional[Path] = None,
+    phase=None,
 ) -> Tuple[List[LockedWheel], List[str]]:
     """Lock `requirements` for CPython `python_version` on `platform_tags`: (entries, header lines).
+
+    `phase` (an envbuild.progress.Phase) shows uv's progress lines while it resolves.
 
     `indexes` are recipe PipIndex objects (name, url, packages) in priority order (module docstring);
     `find_links` are local wheel folders (source-built wheels) offered too. Raises EnvbuildError with
@@ -216,7 +219,7 @@ def resolve_pip_entries(
         args += ["--find-links", link]
     extra: List[str] = []
     for _attempt in range(len(pinned) + 2):
-        code, stderr, data = _compile(_project(reqs, extra, table, python_version), args, cache_dir)
+        code, stderr, data = _compile(_project(reqs, extra, table, python_version), args, cache_dir, phase)
         if code != 0:
             missing = [n for n in _mentioned(stderr, pinned) if n not in direct and n not in extra]
             if missing:  # a pinned package needed transitively was looked up on the wrong index
@@ -298,8 +301,9 @@ def resolve_pip_lock(
     find_links: Iterable[str] = (),
     exclude_newer: Optional[str] = None,
     cache_dir: Optional[Path] = None,
+    phase=None,
 ) -> str:
     """The requirements.lock.txt text of resolve_pip_entries (identical input -> identical text)."""
     entries, header = resolve_pip_entries(requirements, indexes, python_version, platform_tags, find_links,
-                                          exclude_newer, cache_dir)
+                                          exclude_newer, cache_dir, phase)
     return render_pip_lock(entries, header)

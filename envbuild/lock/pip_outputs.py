@@ -29,15 +29,16 @@ def target(profile: "Profile", recipe: "Recipe"):
     return profile.python, platform_tags_for(platform, glibc)
 
 
-def pip_lock_files(profile: "Profile", recipe: "Recipe", cache_dir: Optional[Path] = None) -> Dict[str, str]:
-    """file name -> text of the pip layer's locks (resolved now, with uv)."""
+def pip_lock_files(profile: "Profile", recipe: "Recipe", cache_dir: Optional[Path] = None,
+                   phase=None) -> Dict[str, str]:
+    """file name -> text of the pip layer's locks (resolved now, with uv; `phase` shows uv's progress)."""
     from envbuild.lock.pip_lock import resolve_pip_entries
     from envbuild.lock.uv_cli import redact
 
     python, tags = target(profile, recipe)
     cutoff = getattr(recipe.pip, "exclude_newer", "")
     entries, header = resolve_pip_entries(recipe.pip.requirements, recipe.pip.indexes, python, tags,
-                                          exclude_newer=cutoff or None, cache_dir=cache_dir)
+                                          exclude_newer=cutoff or None, cache_dir=cache_dir, phase=phase)
     urls = {i.name: redact(i.url) for i in recipe.pip.indexes}
     return {PIP_LOCK_FILE: render_pip_lock(entries, header),
             PYLOCK_FILE: render_pylock(entries, python, tags, urls, cutoff)}

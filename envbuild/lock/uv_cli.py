@@ -17,7 +17,7 @@ import sys
 import re
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
 
@@ -45,7 +45,7 @@ def uv_env(cache_dir: Optional[Path] = None) -> Dict[str, str]:
     """The environment uv runs in (see the module docstring); `cache_dir` overrides UV_CACHE_DIR."""
     env = {k: v for k, v in os.environ.items() if k not in _SELECTING and k not in MIRROR_VARS}
     env["UV_PYTHON_DOWNLOADS"] = "never"
-    env["UV_NO_PROGRESS"] = "1"
+    env["UV_NO_PROGRESS"] = "1"  # no spinners into a pipe; its progress lines are read by run_uv(on_line=)
     env.setdefault("NO_COLOR", "1")
     no_proxy = ",".join(x for x in (env.get("NO_PROXY", ""), "127.0.0.1,localhost") if x)
     env["NO_PROXY"] = env["no_proxy"] = no_proxy
@@ -71,6 +71,8 @@ def redact(url: str) -> str:
     return url_without_credentials(url)
 
 
+# uv's own progress lines (without --quiet, with UV_NO_PROGRESS): what it resolved, fetched and installed
+SUMMARY = re.compile(r"^(Resolved|Prepared|Installed|Uninstalled|Audited|Built|Downloading|Downloaded|Using Python) ")
 _NOISE = re.compile(r"^(warning: |hint: |help: |\s*$)")
 _BOX = re.compile(r"^[\s×╰─▶│├┬╭╮╯]+")
 
@@ -80,7 +82,8 @@ def one_line(stderr: str, limit: int = 700) -> str:
     parts: List[str] = []
     for raw in stderr.splitlines():
         line = _BOX.sub("", raw).strip()
-        if not line or _NOISE.match(raw.strip()) or line.startswith(("warning:", "hint:", "help:")):
+        if (not line or _NOISE.match(raw.strip()) or line.startswith(("warning:", "hint:", "help:"))
+                or SUMMARY.match(line) or raw.startswith((" + ", " - ", " ~ "))):
             continue
         line = re.sub(r"^(error: |Caused by: |caused by: )", "", line)
         if line not in parts:
@@ -95,8 +98,53 @@ def redact_all(text: str) -> str:
 
 
 def run_uv(args: Sequence[str], cwd: Optional[Path] = None, cache_dir: Optional[Path] = None,
-           env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    """Run `uv <args>` (with --no-config) and return the finished process; never raises on its exit code."""
+           env: Optional[Dict[str, str]] = None,
+           on_line: Optional[Callable[[str], None]] = None) -> subprocess.CompletedProcess:
+    """Run `uv <args>` (with --no-config) and return the finished process; never raises on its exit code.
+
+    `on_line` sees each line uv writes to stderr as it comes (uv's progress: `Resolved 12 packages in 2.1s`,
+    ` + torch==2.8.0`), so a long resolve or install is not silent; all of stderr is still returned."""
     cmd = [uv_bin(), *args[:2], "--no-config", *args[2:]] if len(args) >= 2 else [uv_bin(), *args]
-    return subprocess.run(cmd, cwd=str(cwd) if cwd else None, capture_output=True, text=True,
-                          env=env if env is not None else uv_env(cache_dir))
+    run_env = env if env is not None else uv_env(cache_dir)
+    if on_line is None:
+        return subprocess.run(cmd, cwd=str(cwd) if cwd else None, capture_output=True, text=True, env=run_env)
+    import threading
+
+    proc = subprocess.Popen(cmd, cwd=str(cwd) if cwd else None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=run_env)
+    out: List[str] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)  # never blocks uv
+    reader.start()
+    err: List[str] = []
+    try:
+        for line in proc.stderr:
+            err.append(line)
+            text = line.rstrip()
+            if text:
+                try:
+                    on_line(text)
+                except Exception:  # progress is cosmetic: uv's run must not depend on it
+                    pass
+        proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        reader.join(timeout=5)
+        proc.stdout.close()
+        proc.stderr.close()
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
+
+
+def progress_lines(phase) -> Optional[Callable[[str], None]]:
+    """An `on_line` for run_uv that shows uv's progress on an envbuild.progress.Phase: every line as what
+    the phase is on now, uv's summary lines (Resolved/Prepared/Installed ...) as lines of their own."""
+    if phase is None:
+        return None
+
+    def on_line(text: str) -> None:
+        phase.detail(f"uv: {text.strip()}")
+        if SUMMARY.match(text.strip()):
+            phase.log(f"uv: {redact_all(text.strip())}")
+    return on_line

@@ -4,6 +4,7 @@ Every part is fetched and verified against its lock before it goes in: conda arc
 fetch_and_verify create uses (sha256, also for file:// channels), wheels against the pip lock's hashes,
 git mirrors checked to hold the recipe's commit, source-built wheels re-hashed from the wheel cache. The
 staged tree is then hashed into the manifest and tarred; the output file appears only when complete.
+Each part is a phase of the caller's envbuild.progress.Steps (files, bytes and rate as they move).
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from envbuild.errors import EnvbuildError
+from envbuild.progress import Steps
 
 
 @dataclass
@@ -29,7 +31,7 @@ class PackSummary:
     tool_wheels: int = 0  # envbuild's own dependency wheels (pack --tool-python)
 
 
-def _conda_part(profile, stage: Path, note: Callable[[str], None]) -> int:
+def _conda_part(profile, stage: Path, steps: Steps) -> int:
     """The archives of conda-lock.yml for the recipe's first platform, verified: the main category in
     channel/ (pixi-unpack installs all of it), optional categories in optional-channel/; both indexed.
     Writes pixi-pack.json and environment.yml for pixi-unpack and conda users."""
@@ -50,20 +52,26 @@ def _conda_part(profile, stage: Path, note: Callable[[str], None]) -> int:
         if not cats:
             continue
         locked = condalock.locked_conda(lock, platform, cats)
-        note(f"conda: {len(locked)} archives for {platform} ({', '.join(cats)}) -> {where}/")
-        verified = conda_layer.fetch_and_verify(conda_layer.plan(locked))
+        planned = conda_layer.plan(locked)
+        with steps.phase(f"conda: fetch + verify {len(locked)} archives for {platform} ({', '.join(cats)})",
+                         total=len(planned), unit="archives", total_bytes=conda_layer.planned_bytes(planned)) as ph:
+            verified = conda_layer.fetch_and_verify(planned, phase=ph)
         channel = stage / where
         (channel / "noarch").mkdir(parents=True, exist_ok=True)  # conda channels always have noarch/
-        for pkg in locked:
-            dest = channel / pkg.subdir / pkg.filename
-            if not dest.exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(verified[pkg.filename], dest)
-                count += 1
-        from rattler.index import index_fs
+        with steps.phase(f"conda: copy into {where}/ and index it", total=len(locked), unit="archives") as ph:
+            for pkg in locked:
+                dest = channel / pkg.subdir / pkg.filename
+                if not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(verified[pkg.filename], dest)
+                    ph.add_bytes(dest.stat().st_size)
+                    count += 1
+                ph.advance()
+            from rattler.index import index_fs
 
-        asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
-        _drop_index_times(channel)
+            ph.detail("rattler index")
+            asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
+            _drop_index_times(channel)
         if where == "channel":
             main = locked
     _pixi_pack_files(stage, profile.name, platform, main)
@@ -94,7 +102,7 @@ def _pixi_pack_files(stage: Path, name: str, platform: str, locked: List) -> Non
     (stage / "environment.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _wheel_part(profile, stage: Path, note: Callable[[str], None]) -> int:
+def _wheel_part(profile, stage: Path, steps: Steps) -> int:
     """The file of every pip lock entry in pypi/, downloaded in parallel and hashed while it streams."""
     from envbuild.downloads import Download, fetch_all
     from envbuild.install.pip_layer import read_locked_entries
@@ -106,21 +114,28 @@ def _wheel_part(profile, stage: Path, note: Callable[[str], None]) -> int:
         return 0
     wheels.mkdir(parents=True, exist_ok=True)
     entries = read_locked_entries(lock_path)
-    note(f"pip: {len(entries)} wheels -> pypi/")
-    fetch_all([Download(url=e.url, dest=wheels / e.filename, sha256=tuple(e.hashes)) for e in entries],
-              label="pip wheels")
+    with steps.phase(f"pip: fetch + verify {len(entries)} wheels -> pypi/", total=len(entries), unit="wheels") as ph:
+        fetch_all([Download(url=e.url, dest=wheels / e.filename, sha256=tuple(e.hashes)) for e in entries], phase=ph)
     return len(entries)
 
 
-def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, note: Callable[[str], None],
-                         summary: PackSummary) -> None:
+def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, summary: PackSummary) -> None:
     from envbuild.install.git_sources import mirror_source
-    from envbuild.install.source_builds import read_entry
 
     for src in recipe.git:
-        note(f"git: mirror {src.name} @ {src.commit[:12]}")
-        mirror_source(src, stage / "git")
+        with steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}"):
+            mirror_source(src, stage / "git")
         summary.git_mirrors.append(src.name)
+    if not recipe.builds:
+        return
+    with steps.phase(f"builds: prebuilt wheels of {len(recipe.builds)} source build(s) from {wheel_cache}") as ph:
+        _build_part(recipe, stage, wheel_cache, summary)
+        ph.result = f"{len(summary.builds)} found, {len(summary.skipped_builds)} to build on the node"
+
+
+def _build_part(recipe, stage: Path, wheel_cache: Path, summary: PackSummary) -> None:
+    from envbuild.install.source_builds import read_entry
+
     for build in recipe.builds:
         commit = recipe.git_source(build.git).commit
         found = 0
@@ -143,9 +158,10 @@ def _glibc(recipe) -> str:
 
 
 def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None,
-                wheel_cache: Optional[Path] = None, note: Callable[[str], None] = lambda _m: None,
+                wheel_cache: Optional[Path] = None, steps: Optional[Steps] = None,
                 tool_python: Optional[str] = None, tool_index: Optional[str] = None) -> PackSummary:
-    """Write the bundle of `profile_name` to `output`; return what went in.
+    """Write the bundle of `profile_name` to `output`; return what went in. `steps` announces each part as
+    a phase (None: silent).
 
     With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
     """
@@ -159,22 +175,25 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     output = Path(output).absolute()
     output.parent.mkdir(parents=True, exist_ok=True)
     summary = PackSummary(output=output)
+    steps = steps or Steps("", quiet=True)
     with tempfile.TemporaryDirectory(prefix=".envbuild-pack-", dir=output.parent) as tmp:
         stage = Path(tmp)
-        summary.conda_archives = _conda_part(profile, stage, note)
-        summary.wheels = _wheel_part(profile, stage, note)
-        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), note, summary)
+        summary.conda_archives = _conda_part(profile, stage, steps)
+        summary.wheels = _wheel_part(profile, stage, steps)
+        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary)
         if tool_python:
             from envbuild.pack.tool import PYPI, stage_tool
 
             repo = Path(__file__).resolve().parent.parent.parent
-            summary.tool_wheels = stage_tool(stage, repo, tool_python, _glibc(recipe), tool_index or PYPI, note)
+            with steps.phase(f"tool: lock + fetch envbuild's dependencies for Python {tool_python}",
+                             unit="wheels") as ph:
+                summary.tool_wheels = stage_tool(stage, repo, tool_python, _glibc(recipe), tool_index or PYPI, ph)
         shutil.copytree(profile.directory, stage / "locks" / profile.name,
                         ignore=shutil.ignore_patterns(".*", "__pycache__"))
-        note("hashing members into the manifest")
-        extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds}
-        write_manifest(stage, profile.name, extra)
-        note(f"writing {output}")
-        write_tar(stage, output)
+        with steps.phase("hash the members into the manifest"):
+            extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds}
+            write_manifest(stage, profile.name, extra)
+        with steps.phase(f"write {output}", unit="members") as ph:
+            write_tar(stage, output, ph)
     summary.size_bytes = output.stat().st_size
     return summary

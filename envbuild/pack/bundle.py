@@ -31,7 +31,7 @@ import shutil
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 from envbuild.errors import InputFileError
 from envbuild.hashing import sha256_file
@@ -94,9 +94,9 @@ def _epoch() -> int:
     return int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0)
 
 
-def write_tar(root: Path, out: Path) -> None:
+def write_tar(root: Path, out: Path, phase: Any = None) -> None:
     """Tar the staged bundle (manifest first, then folders and members sorted) reproducibly; written beside
-    `out` then renamed."""
+    `out` then renamed. `phase` (an envbuild.progress.Phase) counts the members and their bytes."""
     out = Path(out)
     partial = out.with_name(out.name + ".part")
     mtime = _epoch()
@@ -119,6 +119,9 @@ def write_tar(root: Path, out: Path) -> None:
                         tar.add(folder, arcname=folder.relative_to(root).as_posix(), recursive=False, filter=clean)
             for name, path in walk_members(root):
                 tar.add(path, arcname=name, filter=clean)
+                if phase is not None:
+                    phase.advance()
+                    phase.add_bytes(path.stat().st_size)
         os.replace(partial, out)
     except BaseException:
         partial.unlink(missing_ok=True)  # a failed or interrupted pack leaves no half bundle beside `out`

@@ -9,7 +9,7 @@ lock in tool/. build_conda.sh installs them with `--no-index --require-hashes`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, List
+from typing import Any, List
 
 from envbuild.errors import EnvbuildError
 
@@ -29,8 +29,9 @@ def tool_requirements(repo: Path) -> List[str]:
 
 
 def stage_tool(stage: Path, repo: Path, python_version: str, glibc: str, index_url: str = PYPI,
-               note: Callable[[str], None] = lambda _m: None) -> int:
-    """Lock and fetch envbuild's dependencies into stage/tool/; returns how many wheels."""
+               phase: Any = None) -> int:
+    """Lock and fetch envbuild's dependencies into stage/tool/; returns how many wheels. `phase` (an
+    envbuild.progress.Phase) shows uv's resolution and counts the wheels and bytes fetched."""
     from envbuild.install.pip_layer import fetch_locked_wheel
     from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
     from envbuild.lock.pip_lockfile import parse_pip_lock
@@ -38,12 +39,13 @@ def stage_tool(stage: Path, repo: Path, python_version: str, glibc: str, index_u
 
     tool = stage / "tool"
     tool.mkdir(parents=True, exist_ok=True)
-    note(f"tool: locking envbuild's dependencies for Python {python_version}, glibc {glibc}")
     text = resolve_pip_lock(tool_requirements(repo), [PipIndex("tool-index", index_url)], python_version,
-                            platform_tags_for("linux-64", glibc))
+                            platform_tags_for("linux-64", glibc), phase=phase)
     (tool / "requirements.lock.txt").write_text(text, encoding="utf-8")
     (tool / "python-version").write_text(python_version + "\n", encoding="utf-8")
     entries = parse_pip_lock(text, tool / "requirements.lock.txt")
+    if phase is not None:
+        phase.set_total(total=len(entries))
     for entry in entries:
-        fetch_locked_wheel(entry, tool)
+        fetch_locked_wheel(entry, tool, phase)
     return len(entries)

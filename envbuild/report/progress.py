@@ -3,18 +3,21 @@
 A `--full` run takes minutes; silence reads as a hang, in a terminal and in a Slurm log alike. In a
 terminal a rich status line shows the running check, its elapsed time and an estimate of what is left
 (from the durations this node's previous runs recorded); in a pipe or a log every finished check is one
-plain line, flushed at once, so `tail -f` and Slurm's output file show it as it happens. `--quiet` prints
-nothing here (the final verdict line stays).
+plain line, flushed at once, so `tail -f` and Slurm's output file show it as it happens, and a check that
+runs longer than ENVBUILD_PROGRESS_INTERVAL seconds (default 30) adds a `doctor: [i/N] id  T  (running)`
+line each interval (a ten-minute train step is not ten silent minutes in a log). `--quiet` prints
+nothing here (the final verdict line stays). The lines are drawn by envbuild.progress.Display, the one
+display `lock`, `create` and `pack` use too.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional
 
+from envbuild.progress import Display, Heartbeat, fmt_seconds
 from envbuild.report.model import Result, Status
 
 STATUS_WORD = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip",
@@ -62,10 +65,6 @@ def save_durations(mode: str, seconds: Dict[str, float], path: Optional[Path] = 
         pass
 
 
-def _fmt_s(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
-
-
 class Progress:
     """Told when each check starts (`start`) and of each result (`result`); prints as described above.
 
@@ -77,16 +76,14 @@ class Progress:
         self.total = total
         self.estimates = dict(estimates or {})
         self.quiet = quiet
-        self.stream = stream if stream is not None else sys.stderr
-        self.live = (not quiet) and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.display = Display(stream=stream, quiet=quiet)
+        self.live = self.display.tty
         self.done = 0
         self.durations: Dict[str, float] = {}
         self._current: Optional[str] = None
         self._pending: List[str] = []
         self._started_at = 0.0
-        self._status = None  # rich Status while a check runs in a terminal
-        self._console = None
-        self._ticker = None  # the thread that refreshes the status line (terminal only)
+        self._beat: Optional[Heartbeat] = None
 
     # --- the runner's hooks -------------------------------------------------------------------------
     def start(self, check: Any, remaining: Optional[List[str]] = None) -> None:
@@ -95,8 +92,8 @@ class Progress:
         self._current = check.id
         self._pending = list(remaining or [])
         self._started_at = time.monotonic()
-        if self.live:
-            self._show_status()
+        self.display.show(self.status_text)
+        self._beat = Heartbeat.start(self.display, lambda: f"doctor: {self.status_text()}  (running)")
 
     def result(self, result: Result) -> None:
         """One result of the running check (a check may give several: one per GPU pair)."""
@@ -104,22 +101,19 @@ class Progress:
             return
         took = time.monotonic() - self._started_at if self._current == result.check_id else result.duration_s
         line = (f"[{self.done + 1:>{len(str(self.total))}}/{self.total}] {STATUS_WORD[result.status]:<5} "
-                f"{result.check_id}  {_fmt_s(took or 0.0)}  {_one_line(result.summary)}")
-        if self.live:
-            self._print_rich(line, result.status)
-        else:
-            self.stream.write(line + "\n")
-            self.stream.flush()
+                f"{result.check_id}  {fmt_seconds(took or 0.0)}  {_one_line(result.summary)}")
+        self.display.line(line, style=STATUS_STYLE[result.status])
 
     def stop(self) -> None:
         """The run ended (or was interrupted): close the status line."""
         self._finish_current()
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
+        self.display.hide()
 
     # --- internals ------------------------------------------------------------------------------------
     def _finish_current(self) -> None:
+        if self._beat is not None:
+            self._beat.stop()
+            self._beat = None
         if self._current is not None:
             self.durations[self._current] = time.monotonic() - self._started_at
             self.done += 1
@@ -138,57 +132,11 @@ class Progress:
 
     def status_text(self) -> str:
         elapsed = time.monotonic() - self._started_at
-        text = f"[{self.done + 1}/{self.total}] {self._current}  {_fmt_s(elapsed)}"
+        text = f"[{self.done + 1}/{self.total}] {self._current}  {fmt_seconds(elapsed)}"
         left = self.left_estimate()
         if left is not None:
-            text += f"  · about {_fmt_s(left)} left"
+            text += f"  · about {fmt_seconds(left)} left"
         return text
-
-    def _rich_console(self):
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(file=self.stream)
-        return self._console
-
-    def _show_status(self) -> None:
-        console = self._rich_console()
-        if self._status is None:
-            self._status = console.status(self.status_text())
-            self._status.start()
-        else:
-            self._status.update(self.status_text())
-        _Ticker.ensure(self)
-
-    def _print_rich(self, line: str, status: Status) -> None:
-        from rich.text import Text
-
-        self._rich_console().print(Text(line, style=STATUS_STYLE[status]), soft_wrap=True)
-
-
-class _Ticker:
-    """Refreshes the status line's elapsed time and estimate twice a second (rich redraws it; we update the
-    text). One daemon thread per Progress."""
-
-    @staticmethod
-    def ensure(progress: Progress) -> None:
-        import threading
-
-        if progress._ticker is not None:
-            return
-
-        def tick() -> None:
-            while progress._status is not None:
-                if progress._current is not None:
-                    try:
-                        progress._status.update(progress.status_text())
-                    except Exception:  # the status line is cosmetic: never let it break a run
-                        return
-                time.sleep(0.5)
-            progress._ticker = None
-
-        progress._ticker = threading.Thread(target=tick, name="envbuild-progress", daemon=True)
-        progress._ticker.start()
 
 
 def _one_line(text: str) -> str:

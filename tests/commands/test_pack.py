@@ -226,6 +226,7 @@ def test_pack_finds_cached_builds_of_a_short_recipe_commit(tmp_path):
 
     from envbuild.hashing import sha256_file
     from envbuild.pack.builder import PackSummary, _git_and_build_parts
+    from envbuild.progress import Steps
 
     full = "0123456789abcdef0123456789abcdef01234567"
     entry = tmp_path / "cache" / "fastext" / f"{full[:12]}-{'a' * 16}"
@@ -238,6 +239,6 @@ def test_pack_finds_cached_builds_of_a_short_recipe_commit(tmp_path):
     recipe = SimpleNamespace(git=[], builds=[SimpleNamespace(name="fastext", git="fast")],
                              git_source=lambda name: src)
     summary = PackSummary(output=tmp_path / "out.tar")
-    _git_and_build_parts(recipe, tmp_path / "stage", tmp_path / "cache", lambda _m: None, summary)
+    _git_and_build_parts(recipe, tmp_path / "stage", tmp_path / "cache", Steps("pack", quiet=True), summary)
     assert summary.builds == ["fastext"] and summary.skipped_builds == []
     assert (tmp_path / "stage" / "builds" / "fastext" / entry.name / wheel.name).read_bytes() == b"wheel bytes"

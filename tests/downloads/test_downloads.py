@@ -4,12 +4,16 @@ changed file is discarded, and several files go in parallel."""
 from __future__ import annotations
 
 import hashlib
+import io
+import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from envbuild.downloads import Download, DownloadHashMismatch, fetch_all, fetch_one
+from envbuild.progress import Steps
 
 BLOB = bytes(range(256)) * 4096  # 1 MiB
 
@@ -71,13 +75,68 @@ def test_a_changed_file_is_discarded_naming_it(server, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_parallel_fetch_of_many_files_and_a_404(server, tmp_path, capsys):
+def test_parallel_fetch_of_many_files_and_a_404(server, tmp_path):
     for i in range(6):
         _Flaky.files[f"/f{i}"] = BLOB[i:]
     items = [Download(f"{server}/f{i}", tmp_path / f"f{i}", (hashlib.sha256(BLOB[i:]).hexdigest(),)) for i in range(6)]
-    paths = fetch_all(items, jobs=4, label="wheels")
+    log = io.StringIO()
+    with Steps("pack", stream=log, tty=False).phase("wheels", total=len(items), unit="wheels") as ph:
+        paths = fetch_all(items, jobs=4, phase=ph)
     assert [p.read_bytes() for p in paths] == [BLOB[i:] for i in range(6)]
-    assert capsys.readouterr().err.count(" ok") == 6  # one line per file when stderr is not a terminal
+    size = sum(len(BLOB[i:]) for i in range(6))
+    assert ph.done == 6 and ph.bytes == size  # the phase counted every file and byte as it arrived
+    assert re.fullmatch(r"pack: wheels \.\.\.\npack: wheels: done in [0-9.]+ s \(6/6 wheels, 6\.0 MiB, [0-9.]+ \w+/s\)\n",
+                        log.getvalue()), log.getvalue()
     with pytest.raises(Exception) as err:
         fetch_all([Download(f"{server}/missing.whl", tmp_path / "missing.whl", ("0" * 64,))])
     assert "missing.whl: cannot download" in str(err.value) and "404" in str(err.value)
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """/slow: 40 MiB sent 1 MiB every 0.1 s (4 s in all); /fast: 1 KiB at once."""
+
+    def do_GET(self):  # noqa: N802
+        size = 40 << 20 if self.path == "/slow" else 1024
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        try:
+            if self.path != "/slow":
+                self.wfile.write(b"f" * size)
+                return
+            for _ in range(40):
+                self.wfile.write(b"s" * (1 << 20))
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client gave up: that is the point
+            pass
+
+    def log_message(self, *args):
+        return
+
+
+def test_ctrl_c_during_a_parallel_fetch_does_not_wait_for_a_large_file(tmp_path):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    class CtrlC:  # a Ctrl-C arrives in the main thread as the first file completes
+        def add_bytes(self, n):
+            pass
+
+        def advance(self):
+            raise KeyboardInterrupt
+
+    items = [Download(f"{url}/slow", tmp_path / "slow.bin", ("0" * 64,)),
+             Download(f"{url}/fast", tmp_path / "fast.bin", (hashlib.sha256(b"f" * 1024).hexdigest(),))]
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fetch_all(items, jobs=2, phase=CtrlC())
+        took = time.monotonic() - t0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert took < 2.0, f"the interrupt waited {took:.1f}s for the large file (it takes 4 s)"
+    assert (tmp_path / "fast.bin").is_file() and not (tmp_path / "slow.bin").exists()
+    assert 0 < (tmp_path / "slow.bin.part").stat().st_size < 40 << 20  # what arrived stays for a resume

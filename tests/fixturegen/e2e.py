@@ -88,3 +88,37 @@ def make_world(root: Path, c_functions: int = 40) -> World:
     lib = make_patched_repo(root / "git")
     fast = make_c_extension_repo(root / "git", functions=c_functions)
     return World(root=root, channel=channel, index_dir=root / "index", lockfiles=root / "lockfiles", lib=lib, fast=fast)
+
+
+PIP_TAIL = """
+[recipe.pip]
+indexes = [{{ name = "fixture", url = "{index}" }}]
+requirements = ["alpha"]
+"""
+
+
+@dataclass
+class PipWorld:
+    """The fixture channel (with the venv python) and a loopback index of alpha (needs beta): a profile with
+    a conda and a pip layer and nothing to compile, for tests that watch lock/create/pack run."""
+
+    root: Path
+    channel: Path
+    index_dir: Path
+    lockfiles: Path
+
+    def write_profile(self, index_url: str, name: str = "fx") -> Path:
+        folder = self.lockfiles / name
+        folder.mkdir(parents=True, exist_ok=True)
+        text = FIXTURE_PROFILE.format(name=name, channel=self.channel.as_uri(), mark="a") + PIP_TAIL.format(index=index_url)
+        (folder / "profile.toml").write_text(text)
+        return folder
+
+
+def make_pip_world(root: Path) -> PipWorld:
+    root = Path(root)
+    channel = root / "channel"
+    build_channel(channel, [p for p in default_packages() if p.name != "python"] + [venv_python_package()])
+    write_simple_index(root / "index", [make_wheel(root / "w", "alpha", "1.0", requires=["beta"]),
+                                        make_wheel(root / "w", "beta", "2.0")])
+    return PipWorld(root=root, channel=channel, index_dir=root / "index", lockfiles=root / "lockfiles")

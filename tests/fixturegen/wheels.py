@@ -141,15 +141,26 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """Serve `directory` over http on 127.0.0.1; yields the base URL (ending in /)."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
+def serve(directory: Path, hold: Optional[threading.Event] = None) -> Iterator[str]:
+    """Serve `directory` over http on 127.0.0.1; yields the base URL (ending in /). With `hold`, every
+    request waits until the event is set (a test sees what a client prints while it waits on the index)."""
+    cls = _QuietHandler
+    if hold is not None:
+        class _Held(_QuietHandler):
+            def send_head(self):  # type: ignore[override]
+                hold.wait(60)
+                return super().send_head()
+
+        cls = _Held
+    handler = functools.partial(cls, directory=str(directory))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
+        if hold is not None:
+            hold.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

@@ -9,23 +9,14 @@ import sys
 
 import pytest
 
-from fixturegen.conda_channel import build_channel, write_fixture_profile
 from fixturegen.wheels import make_wheel, serve, write_simple_index
 
 OFFLINE = {k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
 
 
-@pytest.fixture(scope="module")
-def channel(tmp_path_factory):
-    ch = tmp_path_factory.mktemp("channel")
-    build_channel(ch)
-    return ch
-
-
 @pytest.fixture
-def world(tmp_path, channel):
-    base = tmp_path / "lockfiles"
-    write_fixture_profile(base, channel)
+def world(tmp_path, lockfiles):
+    base = lockfiles
     env = {"ENVBUILD_LOCKFILES": str(base), "ENVBUILD_CACHE_DIR": str(tmp_path / "cache"),
            "ENVBUILD_ENVS_DIR": str(tmp_path / "envs")}
     r = envbuild("lock", env=env)

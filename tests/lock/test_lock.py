@@ -10,24 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixturegen.conda_channel import build_channel, write_fixture_profile
+from fixturegen.conda_channel import write_fixture_profile
 
 OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
-
-
-@pytest.fixture(scope="module")
-def channel(tmp_path_factory):
-    ch = tmp_path_factory.mktemp("channel")
-    build_channel(ch)
-    return ch
-
-
-@pytest.fixture
-def lockfiles(tmp_path, channel):
-    base = tmp_path / "lockfiles"
-    write_fixture_profile(base, channel)
-    return base
 
 
 def envbuild(*args, env=None, cwd=None):
