@@ -129,6 +129,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
     from envbuild.report import terminal
+    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.report.progress import Progress, load_durations, save_durations
 
     if opts.mode not in ("static", "quick", "full"):
@@ -145,23 +146,44 @@ def run_doctor(opts: DoctorOptions) -> int:
     _note_renamed(opts.checks + opts.skips)
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
-    facts = open_source(opts.root, python=python)
+    stack_reader = StackPrefetch()
+    facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
     progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
     with stop_on_signals():
         try:
             report = run_session(ctx, opts.checks, opts.skips, on_result=progress.result, on_start=progress.start,
+                                 before=lambda: start_stack_early(ctx, chosen, stack_reader),
                                  options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks,
                                           "skips": opts.skips, "strict": opts.strict, "python": python,
                                           "root": opts.root, "set": opts.options})
         finally:
+            stack_reader.close()
             progress.stop()
         if not report.interrupted:
             save_durations(opts.mode, progress.durations)
         _write_reports(report, opts)
         terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)
+
+
+def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: Any) -> None:
+    """Start the stack probe before the checks when a stack check will read it on the live node, so its seconds
+    (import torch, CUDA and NCCL init: 4.4 s of a 4.6 s static run on the H200, docs/gpu-runs/node-doctor-static.json)
+    overlap the node checks. NVML's snapshot is taken first when node checks run: node.gpu_processes must see the
+    node without the probe's own CUDA context."""
+    from envbuild.doctor.runner import unmet_need
+    from envbuild.facts.source import FactUnavailable
+
+    if not ctx.facts.is_live or not any(c.category == "stack" and unmet_need(c, ctx) is None for c in chosen):
+        return
+    if any(c.category == "node" for c in chosen):
+        try:
+            ctx.facts.nvml()
+        except FactUnavailable:
+            pass
+    reader.start(ctx.python or "")
 
 
 def _note_renamed(patterns: List[str]) -> None:
