@@ -550,7 +550,7 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             timed_out = True
             reason = over
             break
-        time.sleep(POLL_S)
+        _wait_a_little(ranks)
     if any(r.proc.poll() is None for r in ranks):
         for r in ranks:
             if r.proc.poll() is None:
@@ -560,6 +560,18 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             if r.proc.poll() is None:
                 r.killed = True
     return timed_out, reason
+
+
+def _wait_a_little(ranks: List[_Rank]) -> None:
+    """Up to POLL_S, but no longer than a running rank takes to exit: a short payload (the stack probe, a 1-rank
+    probe) is reported as soon as it ends instead of at the next poll."""
+    running = [r for r in ranks if r.exited_on_own is None]
+    if not running:
+        return
+    try:
+        running[0].proc.wait(timeout=POLL_S)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _where(ranks: List[_Rank], payload: str) -> str:
