@@ -68,7 +68,8 @@ def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optio
     stderr = rank.stderr_tail
     tail = f"; stderr tail:\n{_tail(stderr)}" if stderr.strip() else ""
     if outcome.timed_out:
-        raise FactUnavailable(f"the stack probe ({python}) did not answer within {timeout_s:.0f} s{tail}")
+        where = f" (it was in phase {rank.phase!r})" if rank.phase else ""
+        raise FactUnavailable(f"the stack probe ({python}) did not answer within {timeout_s:.0f} s{where}{tail}")
     if outcome.hung_ranks:  # still running when `cancel` was set
         raise FactUnavailable(f"the stack probe ({python}) was stopped before it answered")
     data = rank.result

@@ -141,3 +141,20 @@ def test_a_stopped_doctor_takes_the_early_started_probe_with_it(tmp_path):
         time.sleep(0.1)
     else:
         raise AssertionError(f"the probe's child {child} survived the stopped doctor")
+
+
+def test_a_probe_stopped_at_its_deadline_is_reported_with_the_phase_it_was_in(tmp_path):
+    """The real probe with a torch whose import hangs, and a deadline (2 s) shorter than its own init watchdog (5 s):
+    the launcher stops it, and the reason names the phase the probe wrote (rank0.phase), not just the timeout."""
+    from envbuild.doctor.stack_reader import read_stack
+    from envbuild.facts.source import FactUnavailable
+
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    script.chmod(0o755)
+    with pytest.raises(FactUnavailable) as exc:
+        read_stack(str(script), timeout_s=2)
+    assert "did not answer within 2 s (it was in phase 'import torch')" in str(exc.value)
