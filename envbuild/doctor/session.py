@@ -15,6 +15,7 @@ from envbuild.errors import EnvbuildError
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import Check
+    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import FactSource
     from envbuild.report.model import Report, Result
 
@@ -103,13 +104,13 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
 
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    if before is not None:
-        before()
     from envbuild.doctor.interrupt import Stopped
     from envbuild.knowledge.fold import fold_consequences  # issue 14: consequences under their root cause
 
     interrupted: Optional[Dict[str, Any]] = None
     try:
+        if before is not None:  # inside the try: a stop while it reads NVML is a stopped run too, not a traceback
+            before()
         results = run_selected(ctx, patterns, skips, on_result=on_result, on_start=on_start)
     except Stopped as stop:
         # The launcher has already killed the probe's ranks; the report keeps what was found before the stop.
@@ -125,11 +126,11 @@ def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.interrupt import stop_on_signals
     from envbuild.doctor.registry import declared_options, select, validate_options
+    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import open_source
     from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
     from envbuild.report import terminal
-    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.report.progress import Progress, load_durations, save_durations
 
     if opts.mode not in ("static", "quick", "full"):
@@ -168,7 +169,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     return report.exit_code(strict=opts.strict)
 
 
-def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: Any) -> None:
+def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: "StackPrefetch") -> None:
     """Start the stack probe before the checks when a stack check will read it on the live node, so its seconds
     (import torch, CUDA and NCCL init: 4.4 s of a 4.6 s static run on the H200, docs/gpu-runs/node-doctor-static.json)
     overlap the node checks. NVML's snapshot is taken first when node checks run: node.gpu_processes must see the
