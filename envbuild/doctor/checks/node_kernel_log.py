@@ -14,6 +14,7 @@ from envbuild.facts import node_parse as P
 from envbuild.report.model import Metric, Result, Status
 
 CAT = "node"
+
 # Xids that mean the GPU (or its memory / links / firmware) needs a reset or service. Others (13, 31, 43, 45,
 # ...) are usually raised by an application's own fault and only warn.
 CRITICAL_XIDS = {

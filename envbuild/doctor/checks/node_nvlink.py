@@ -11,6 +11,7 @@ from envbuild.facts import node_facts as F
 from envbuild.report.model import Metric, Result, Status
 
 CAT = "node"
+
 # nvmlNvlinkVersion_t -> NVLink generation (nvml.h: NVML_NVLINK_VERSION_1_0 = 1 ... NVML_NVLINK_VERSION_5_0 = 7)
 _NVLINK_GEN = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0"}
 

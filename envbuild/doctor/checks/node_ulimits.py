@@ -15,6 +15,7 @@ from envbuild.report.model import Metric, Result, Status
 
 CAT = "node"
 MIB = 1024 ** 2
+
 # Linux's default RLIMIT_MEMLOCK since 5.16 (MLOCK_LIMIT raised from 64 KiB to 8 MiB). Below it, someone set a
 # restriction on purpose (old Docker / kernel default 64 KiB): pinned and IB-registered memory then fails.
 MEMLOCK_FLOOR = 8 * MIB
