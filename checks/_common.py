@@ -3,9 +3,11 @@ under test, which may not have envbuild) and envbuild itself (which imports this
 `envbuild.data.checks._common`: envbuild/data/checks is checks/, shipped as package data).
 
 What is here is what both sides parse or print the same way: /proc/<pid>/maps, the version codes of NCCL,
-CUDA and cuDNN, and size labels. Keep it stdlib-only and free of envbuild imports.
+CUDA and cuDNN, size labels, and the marker of the variables the launcher set. Keep it stdlib-only and free of
+envbuild imports.
 """
-from typing import List, Optional
+import json
+from typing import Dict, List, Mapping, Optional
 
 
 def mapped_paths(maps_text: str) -> List[str]:
@@ -70,3 +72,35 @@ def human_bytes(n: int) -> str:
         if n >= size:
             return "%d %s" % (n // size, unit) if n % size == 0 else "%.1f %s" % (n / size, unit)
     return "%d B" % n
+
+
+# The launcher (envbuild/doctor/launcher.py) names every variable it set or changed in a payload's environment
+# (rank variables, ENVBUILD_*, NVLS pinned off, CUDA_VISIBLE_DEVICES, a caller's extras) in this one variable, as
+# JSON {NAME: the value the launching process had, or null when it had none}. A payload that records "the
+# environment the user launches with" (checks/stack_probe.py) undoes them with user_environ(), so the doctor's own
+# pins never reach the facts that stack.env_policy and the other stack.* checks judge.
+LAUNCHER_SET = "ENVBUILD_LAUNCHER_SET"
+
+
+def mark_launcher_set(base: Mapping[str, str], env: Dict[str, str]) -> Dict[str, str]:
+    """`env` (the environment a launcher built on top of `base`) with LAUNCHER_SET naming what it set or changed."""
+    changed = {k: base.get(k) for k, v in env.items() if base.get(k) != v and k != LAUNCHER_SET}
+    env[LAUNCHER_SET] = json.dumps(changed, sort_keys=True)
+    return env
+
+
+def user_environ(environ: Mapping[str, str]) -> Dict[str, str]:
+    """`environ` as the launching process had it: every variable LAUNCHER_SET names back at its original value (or
+    gone when it had none), the marker itself dropped. An environment without the marker is returned as is."""
+    env = dict(environ)
+    raw = env.pop(LAUNCHER_SET, None)
+    try:
+        original = json.loads(raw) if raw else {}
+    except ValueError:
+        original = {}
+    for key, value in (original.items() if isinstance(original, dict) else ()):
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env

@@ -14,19 +14,26 @@ child process so that they never enter this process's maps.
 Never hangs: the CUDA/NCCL initialisation runs under a watchdog that, on timeout, prints whatever was
 gathered (with the phase that hung) and exits; every subprocess has a timeout. Every part records its
 own error instead of aborting the whole probe.
+
+envbuild runs it under its launcher (envbuild/doctor/launcher.py, through envbuild/doctor/stack_reader.py) like
+every payload: then ENVBUILD_RUN_DIR is set and the probe also writes rank<k>.phase at every phase, rank<k>.json
+(the same JSON, atomically) and rank<k>.stacks on SIGUSR1. The environment it records is the user's: the
+variables the launcher set are undone first (ENVBUILD_LAUNCHER_SET, checks/_common.py).
 """
 import ctypes
+import faulthandler
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from _common import cudnn_version_string, cuda_version_string, mapped_paths, nccl_version_string
+from _common import cudnn_version_string, cuda_version_string, mapped_paths, nccl_version_string, user_environ
 
 PAYLOAD_VERSION = 1
 LIB_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda", "libnvidia-ml")
@@ -489,7 +496,34 @@ def tms_info(errors):
 
 
 def env_snapshot():
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+    """The policy variables as the user launched with them: what envbuild's launcher pinned is undone."""
+    env = user_environ(os.environ)
+    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+
+
+def launcher_file(suffix):
+    """rank<k><suffix> in the launcher's run directory, None when not started by envbuild's launcher."""
+    run_dir = os.environ.get("ENVBUILD_RUN_DIR")
+    return os.path.join(run_dir, "rank%s%s" % (os.environ.get("RANK", "0"), suffix)) if run_dir else None
+
+
+def write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def enter(state, name):
+    """Record the phase the probe is in: for the watchdog's message and, under the launcher, in rank<k>.phase
+    (the launcher names it when the probe has to be stopped)."""
+    state["phase"] = name
+    path = launcher_file(".phase")
+    if path:
+        try:
+            write_atomic(path, json.dumps({"phase": name, "t": time.time(), "pid": os.getpid()}))
+        except OSError:
+            pass
 
 
 def probe_torch(result, errors, init_state):
@@ -520,7 +554,7 @@ def probe_torch(result, errors, init_state):
         t["cudnn_version"] = cudnn_version_string(cv) if cv else None
     except Exception as exc:
         t["cudnn_error"] = "%s: %s" % (type(exc).__name__, exc)
-    init_state["phase"] = "torch.cuda.is_available"
+    enter(init_state, "torch.cuda.is_available")
     try:
         t["cuda_available"] = bool(torch.cuda.is_available())
         t["device_count"] = torch.cuda.device_count() if t["cuda_available"] else 0
@@ -533,11 +567,11 @@ def probe_torch(result, errors, init_state):
     if not t.get("cuda_available"):
         init["method"] = "no GPU: CUDA and NCCL not initialised (libraries are those mapped by `import torch`)"
         return torch
-    init_state["phase"] = "cuda tensor"
+    enter(init_state, "cuda tensor")
     x = torch.ones(1, device="cuda")
     torch.cuda.synchronize()
     init["cuda_tensor"] = True
-    init_state["phase"] = "nccl process group"
+    enter(init_state, "nccl process group")
     import torch.distributed as dist
 
     # Never NVLS on a probe (it is one rank anyway); set after the environment was recorded.
@@ -561,7 +595,7 @@ def probe_torch(result, errors, init_state):
         init["nccl_group"] = True
         init.update(nccl_banner(banner_dir))
         init["method"] = "1-rank NCCL process group over a FileStore + all_reduce"
-        init_state["phase"] = "nccl destroy"
+        enter(init_state, "nccl destroy")
         dist.destroy_process_group()
     finally:
         if os.path.exists(store_path):
@@ -649,17 +683,27 @@ def main(argv):
         if not emitted.acquire(blocking=False):
             return
         result["elapsed_s"] = round(time.monotonic() - t0, 3)
-        data = (json.dumps(result, sort_keys=True, default=str) + "\n").encode()
-        os.write(json_fd, data)
+        text = json.dumps(result, sort_keys=True, default=str) + "\n"
+        os.write(json_fd, text.encode())
+        path = launcher_file(".json")
+        if path:
+            try:
+                write_atomic(path, text)
+            except OSError as exc:
+                sys.stderr.write("stack_probe.py: cannot write %s: %s\n" % (path, exc))
         sys.stderr.flush()
         os._exit(exit_code)
 
     opts = parse_args(argv)
+    stacks = launcher_file(".stacks")
+    if stacks:  # the launcher sends SIGUSR1 before it kills a probe that ran past its deadline
+        faulthandler.register(signal.SIGUSR1, file=open(stacks, "a"), all_threads=True)
     result["env"] = env_snapshot()
     result["python"] = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
                         "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
                         "sys_path_dirs": site_dirs(), "platform": sys.platform}
-    init_state = {"phase": "import torch"}
+    init_state = {}
+    enter(init_state, "import torch")
 
     def watchdog():
         errors["init"] = "CUDA/NCCL initialisation did not finish within %.0f s (hung in: %s)" % (
@@ -682,6 +726,7 @@ def main(argv):
         errors["init"] = "%s during %s: %s" % (type(exc).__name__, init_state["phase"], exc)
     timer.cancel()
 
+    enter(init_state, "libraries")
     for name, fn in (("mapped", read_maps),):
         try:
             result[name] = fn()
@@ -701,6 +746,7 @@ def main(argv):
     except Exception as exc:
         errors["reachable"] = "%s: %s" % (type(exc).__name__, exc)
         result.setdefault("reachable", [])
+    enter(init_state, "packages")
     for key, fn in (("distributions", lambda: distributions(errors)),
                     ("torch_memory_saver", lambda: tms_info(errors)),
                     ("sglang", lambda: package_info("sglang", ("sglang",), opts["patches"], errors, "sglang")),

@@ -42,7 +42,9 @@ def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[st
         except ImportError as exc:
             raise EnvbuildError(f"capture --env is not available in this build ({exc})") from exc
         try:
-            write_env_manifest(interpreter, env_out)
+            from envbuild.doctor.stack_reader import read_stack
+
+            write_env_manifest(interpreter, env_out, read_stack=read_stack)
         except OSError as exc:
             raise EnvbuildError(f"--env {env_out}: cannot write: {exc.strerror or exc}") from exc
         click.echo(f"wrote {env_out}")
@@ -72,7 +74,9 @@ def capture_node(directory: str, python: str, quiet: bool = False, argv: Optiona
 
     out = Path(directory)
     check_output_dir(directory, "--node")
-    rec = RecordingSource(LiveSource("/", python=python))
+    from envbuild.doctor.stack_reader import read_stack
+
+    rec = RecordingSource(LiveSource("/", python=python, stack_reader=read_stack))
     ctx = DoctorContext(facts=rec, mode="static", python=python)
 
     def read_whole() -> None:

@@ -31,12 +31,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from envbuild import leftovers
+from envbuild.data.checks._common import mark_launcher_set
 from envbuild.doctor.interrupt import Stopped
 from envbuild.doctor.rankproc import NVLS_OFF, rank_preexec, rendezvous_port
 from envbuild.doctor.rankproc import signals_deferred as _signals_deferred
@@ -113,7 +115,8 @@ def rank_env(rank: int, nranks: int, *, port: int, run_dir: str, gpus: Optional[
              deadline_s: float, base: Dict[str, str], extra: Optional[Dict[str, str]],
              per_rank: Optional[Dict[str, str]], allow_nvls: bool, pythonpath: Optional[str]) -> Dict[str, str]:
     """The environment of one rank: the caller's env, then the rank variables, then NVLS pinned off
-    (unless allow_nvls and the caller's own variables ask for it)."""
+    (unless allow_nvls and the caller's own variables ask for it). Every variable set here on top of `base` is
+    named in ENVBUILD_LAUNCHER_SET (checks/_common.py), so a payload can tell the user's environment from ours."""
     env = dict(base)
     env.update(extra or {})
     env.update(per_rank or {})
@@ -140,7 +143,7 @@ def rank_env(rank: int, nranks: int, *, port: int, run_dir: str, gpus: Optional[
     env.update(NVLS_OFF)
     if allow_nvls:
         env.update(asked)
-    return env
+    return mark_launcher_set(base, env)
 
 
 def _read_json(path: Path) -> Optional[dict]:
@@ -392,12 +395,14 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
            deadline_s: float, backend: str = "nccl", env: Optional[Dict[str, str]] = None,
            per_rank_env: Optional[List[Dict[str, str]]] = None,
            phase_deadlines: Optional[Dict[str, float]] = None, run_dir: Optional[str] = None,
-           allow_nvls: bool = False) -> LaunchOutcome:
+           allow_nvls: bool = False, cancel: Optional[threading.Event] = None) -> LaunchOutcome:
     """Run `payload` as `nranks` processes under `python` and return what each rank did.
 
     deadline_s bounds the whole run; phase_deadlines maps a phase name (or "*" for any phase) to the
     most seconds a rank may spend in it. The run directory (a fresh temp dir unless given) keeps the
-    per-rank logs for the report. Raises FileNotFoundError for a missing payload or python.
+    per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
+    stack probe's prefetch thread: envbuild/doctor/stack_reader.py). Raises FileNotFoundError for a missing
+    payload or python.
     """
     script = resolve_payload(payload)
     if not (os.path.isfile(python) or shutil.which(python)):
@@ -422,7 +427,7 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
         tracker = _Tracker(str(rd))
         try:
             timed_out, reason = _watch(ranks, [python, "-u", str(script)] + list(args), envs, rd, deadline_s,
-                                       phase_deadlines, tracker, start)
+                                       phase_deadlines, tracker, start, cancel)
         except Stopped as stop:
             stop.where = _where(ranks, payload)
             raise
@@ -433,7 +438,8 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
 
 
 def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: Path, deadline_s: float,
-           phase_deadlines: Dict[str, float], tracker: _Tracker, start: float) -> "tuple[bool, str]":
+           phase_deadlines: Dict[str, float], tracker: _Tracker, start: float,
+           cancel: Optional[threading.Event] = None) -> "tuple[bool, str]":
     """Start the ranks and watch them until all exit, one crashes (plus a grace), or a deadline passes.
 
     Returns (timed_out, reason). Ranks still alive at the end get their stacks dumped and are marked
@@ -475,12 +481,15 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             timed_out = True
             reason = f"{RUN_DEADLINE} of {deadline_s:.0f} s passed"
             break
+        if cancel is not None and cancel.is_set():
+            reason = "cancelled"
+            break
         over = _phase_overrun(ranks, phase_deadlines)
         if over:
             timed_out = True
             reason = over
             break
-        time.sleep(POLL_S)
+        _wait_a_little(ranks)
     if any(r.proc.poll() is None for r in ranks):
         for r in ranks:
             if r.proc.poll() is None:
@@ -490,6 +499,18 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
             if r.proc.poll() is None:
                 r.killed = True
     return timed_out, reason
+
+
+def _wait_a_little(ranks: List[_Rank]) -> None:
+    """Up to POLL_S, but no longer than a running rank takes to exit: a short payload (the stack probe, a 1-rank
+    probe) is reported as soon as it ends instead of at the next poll."""
+    running = [r for r in ranks if r.exited_on_own is None]
+    if not running:
+        return
+    try:
+        running[0].proc.wait(timeout=POLL_S)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _where(ranks: List[_Rank], payload: str) -> str:

@@ -1,8 +1,9 @@
 """The check registry: every check is declared once, with what it needs, the options it takes and, for a GPU
 probe, the spec the runner executes.
 
-Check modules live in envbuild/doctor/checks/ and register themselves with @check(...) (a static check: a plain
-function of the context) or @probe_check(...) (a payload under checks/ that the runner launches; the function
+Check modules live in envbuild/doctor/checks/, one per check, named after its id (`node.ulimits` in
+node_ulimits.py; the registry refuses any other name), and register themselves with @check(...) (a static check: a
+plain function of the context) or @probe_check(...) (a payload under checks/ that the runner launches; the function
 only judges what the payload reported). They are discovered by walking that package, so adding a check never
 means editing a shared list. A check returns `verdict(...)` Results: the runner stamps its id and category.
 """
@@ -135,6 +136,11 @@ class Check:
     doc: str = ""
 
 
+# The package discover() walks. A check registered there lives in the module named after its id (cat.name ->
+# cat_name.py); private modules (_name.py) hold only what two checks share. Checks registered from elsewhere (a
+# test's driver script) are not discovered and keep whatever module they come from.
+CHECKS_PACKAGE = "envbuild.doctor.checks"
+
 _REGISTRY: Dict[str, Check] = {}
 _DISCOVERED = False
 
@@ -145,8 +151,13 @@ def _register(id: str, category: str, title: str, fn: CheckFn, needs: Iterable[s
         raise ValueError(f"check {id}: unknown category {category!r}")
     if not id.startswith(category + "."):
         raise ValueError(f"check {id}: the id must start with its category {category!r}")
-    if probe is not None and probe.payload != id.replace(".", "_") + ".py":
-        raise ValueError(f"check {id}: its payload must be checks/{id.replace('.', '_')}.py, not {probe.payload}")
+    stem = id.replace(".", "_")
+    if probe is not None and probe.payload != stem + ".py":
+        raise ValueError(f"check {id}: its payload must be checks/{stem}.py, not {probe.payload}")
+    module = getattr(fn, "__module__", "") or ""
+    if module.startswith(CHECKS_PACKAGE + ".") and module != f"{CHECKS_PACKAGE}.{stem}":
+        raise ValueError(f"check {id}: it must live in envbuild/doctor/checks/{stem}.py, not "
+                         f"{module.rsplit('.', 1)[-1]}.py (one check per module, named after its id)")
     unknown = set(needs) - NEEDS
     if unknown:
         raise ValueError(f"check {id}: unknown needs {sorted(unknown)}")

@@ -15,6 +15,7 @@ from envbuild.errors import EnvbuildError
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import Check
+    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import FactSource
     from envbuild.report.model import Report, Result
 
@@ -103,13 +104,13 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
 
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    if before is not None:
-        before()
     from envbuild.doctor.interrupt import Stopped
     from envbuild.knowledge.fold import fold_consequences  # issue 14: consequences under their root cause
 
     interrupted: Optional[Dict[str, Any]] = None
     try:
+        if before is not None:  # inside the try: a stop while it reads NVML is a stopped run too, not a traceback
+            before()
         results = run_selected(ctx, patterns, skips, on_result=on_result, on_start=on_start)
     except Stopped as stop:
         # The launcher has already killed the probe's ranks; the report keeps what was found before the stop.
@@ -125,6 +126,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.interrupt import stop_on_signals
     from envbuild.doctor.registry import declared_options, select, validate_options
+    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import open_source
     from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
@@ -145,23 +147,44 @@ def run_doctor(opts: DoctorOptions) -> int:
     _note_renamed(opts.checks + opts.skips)
     profile = load_profile(opts.profile) if opts.profile else None
     python = resolve_python(opts.python, opts.prefix)
-    facts = open_source(opts.root, python=python)
+    stack_reader = StackPrefetch()
+    facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
     progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
     with stop_on_signals():
         try:
             report = run_session(ctx, opts.checks, opts.skips, on_result=progress.result, on_start=progress.start,
+                                 before=lambda: start_stack_early(ctx, chosen, stack_reader),
                                  options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks,
                                           "skips": opts.skips, "strict": opts.strict, "python": python,
                                           "root": opts.root, "set": opts.options})
         finally:
+            stack_reader.close()
             progress.stop()
         if not report.interrupted:
             save_durations(opts.mode, progress.durations)
         _write_reports(report, opts)
         terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     return report.exit_code(strict=opts.strict)
+
+
+def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: "StackPrefetch") -> None:
+    """Start the stack probe before the checks when a stack check will read it on the live node, so its seconds
+    (import torch, CUDA and NCCL init: 4.4 s of a 4.6 s static run on the H200, docs/gpu-runs/node-doctor-static.json)
+    overlap the node checks. NVML's snapshot is taken first when node checks run: node.gpu_processes must see the
+    node without the probe's own CUDA context."""
+    from envbuild.doctor.runner import unmet_need
+    from envbuild.facts.source import FactUnavailable
+
+    if not ctx.facts.is_live or not any(c.category == "stack" and unmet_need(c, ctx) is None for c in chosen):
+        return
+    if any(c.category == "node" for c in chosen):
+        try:
+            ctx.facts.nvml()
+        except FactUnavailable:
+            pass
+    reader.start(ctx.python or "")
 
 
 def _note_renamed(patterns: List[str]) -> None:

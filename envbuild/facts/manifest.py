@@ -15,7 +15,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from envbuild.facts import stack_view as sv
 
@@ -148,19 +148,20 @@ def render_manifest(stack: Dict[str, Any], name: str, where: str, when: str, ima
     return "\n".join(lines) + "\n"
 
 
-def write_env_manifest(python: str, out_path: Union[str, Path], image: Optional[str] = None) -> Path:
-    """Run the stack probe with `python` and write its facts to `out_path` as a profile (see module doc).
+def write_env_manifest(python: str, out_path: Union[str, Path], image: Optional[str] = None, *,
+                       read_stack: Callable[[str], Dict[str, Any]]) -> Path:
+    """Read the stack of `python` with `read_stack` (the doctor's stack reader, which runs the probe) and write its
+    facts to `out_path` as a profile (see module doc).
 
     The profile's name is the folder `out_path` sits in when it is named profile.toml (so it can be dropped
     into lockfiles/<name>/), else the file's stem."""
     from envbuild.errors import EnvbuildError
     from envbuild.facts.source import FactUnavailable
-    from envbuild.facts.stack import collect
     from envbuild.fsutil import atomic_write_text
 
     out = Path(out_path)
     try:
-        stack = collect(python)
+        stack = read_stack(python)
     except FactUnavailable as exc:
         raise EnvbuildError(f"capture --env: cannot read the stack of {python}: {exc}") from exc
     in_container = os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")

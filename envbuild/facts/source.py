@@ -1,7 +1,8 @@
 """FactSource: the one door through which checks read a node.
 
 Three kinds share one interface:
-- LiveSource reads the running node (files under a root, default "/"; commands; NVML; the stack payload).
+- LiveSource reads the running node (files under a root, default "/"; commands; NVML; the stack facts, through
+  the stack reader it is handed).
 - RecordingSource wraps a LiveSource and remembers every answer, so `envbuild capture --node` can save
   exactly what the doctor read, no more.
 - BundleSource answers from a saved bundle, so `envbuild doctor --root DIR` gives the same verdicts on a
@@ -216,8 +217,8 @@ class LiveSource(FactSource):
     def stack(self) -> Dict[str, Any]:
         if self._stack_cache is None and self._stack_error is None:
             reader = self._stack_reader
-            if reader is None:
-                from envbuild.facts.stack import collect as reader
+            if reader is None:  # the doctor hands one in (envbuild/doctor/stack_reader.py): facts/ runs no payload
+                raise FactUnavailable("stack facts need a stack reader (this source was made without one)")
             try:
                 self._stack_cache = reader(self.python or "")
             except FactUnavailable as exc:
@@ -427,8 +428,10 @@ class BundleSource(FactSource):
         return self._stack["data"]
 
 
-def open_source(root: Optional[str], python: Optional[str] = None) -> FactSource:
-    """`--root DIR` (a captured bundle) gives a BundleSource; no root, or '/', the live node."""
+def open_source(root: Optional[str], python: Optional[str] = None,
+                stack_reader: Optional[Callable[[str], Dict[str, Any]]] = None) -> FactSource:
+    """`--root DIR` (a captured bundle) gives a BundleSource; no root, or '/', the live node, whose stack facts
+    `stack_reader` reads (the doctor's: envbuild/doctor/stack_reader.py)."""
     if root is None or root == "/":
-        return LiveSource("/", python=python)
+        return LiveSource("/", python=python, stack_reader=stack_reader)
     return BundleSource(Path(root))

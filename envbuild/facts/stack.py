@@ -1,19 +1,22 @@
-"""Stack facts: run checks/stack_probe.py with the python of the environment under test, read its JSON.
+"""Stack facts: what checks/stack_probe.py reports when run with the python of the environment under test.
 
 envbuild itself never imports torch; the probe runs in the env's own interpreter so that it sees that
-env's RPATHs, LD_LIBRARY_PATH and wheels. LiveSource.stack() calls collect(); a bundle stores the
-result under .envbuild/stack.json as {"data": <this dict>}.
+env's RPATHs, LD_LIBRARY_PATH and wheels. It runs under the doctor's launcher like every payload
+(envbuild/doctor/stack_reader.py, handed to LiveSource as its stack reader, so facts/ never imports doctor/);
+a bundle stores the result under .envbuild/stack.json as {"data": <this dict>}. This module holds the format
+and what the probe is given.
 
 The probe's JSON (payload_version 1). Every part may be missing or null when it could not be read;
 `errors` then says why, keyed by part.
 
-- payload: "stack_probe"; payload_version: 1; elapsed_s: float; probe_exit_code: int (added by collect():
+- payload: "stack_probe"; payload_version: 1; elapsed_s: float; probe_exit_code: int (added by the reader:
   0, or 3 when the probe's watchdog ended a hung CUDA/NCCL initialisation)
 - errors: {part: message} for each part that failed (e.g. "init", "ldconfig", "maps", "reachable")
 - python: {executable, version, prefix, base_prefix, sys_path_dirs[], platform}
 - env: {NAME: value} for NCCL_*, CUDA_*, PYTORCH_*, TORCH_NCCL_*, TORCH_SYMM_MEM_*, TMS_*, SGLANG_*,
   NVTE_*, RAY_EXPERIMENTAL_NOSET_*, VLLM_NCCL_*, CUBLAS_*, NVSHMEM_*, LD_PRELOAD, LD_LIBRARY_PATH,
-  CONDA_PREFIX, VIRTUAL_ENV, RAY_USE_UVLOOP, recorded before the probe changes anything
+  CONDA_PREFIX, VIRTUAL_ENV, RAY_USE_UVLOOP, recorded before the probe changes anything, as the user launched
+  the doctor: what the launcher set (NVLS pinned off, ENVBUILD_*, rank variables) is not in it
 - torch: {present, error?, version, cuda (torch.version.cuda), cuda_tag ("cu129"|"cpu"|None),
   git_version, file, nccl_version ("2.28.9", torch.cuda.nccl.version()), nccl_error?,
   cudnn_version ("9.19.0"), cudnn_version_code (91900), cuda_available, device_count, arch_list}
@@ -46,25 +49,17 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
 """
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
-
-from envbuild.facts.errors import FactUnavailable
-from envbuild.paths import payload_dir
 
 DEFAULT_TIMEOUT_S = 180.0
 # The probe's own watchdog for CUDA/NCCL init fires first, so it still prints what it gathered.
 INIT_TIMEOUT_S = 120.0
 
 
-def _tail(text: str, lines: int = 8) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
+def init_timeout_s(timeout_s: float) -> float:
+    """The probe's --init-timeout for a whole-run deadline of `timeout_s`: its watchdog answers well before."""
+    return min(INIT_TIMEOUT_S, max(timeout_s - 30.0, 5.0))
 
 
 def patch_specs(profile: Any, patch_dir: Optional[Path]) -> List[Dict[str, str]]:
@@ -82,63 +77,3 @@ def patch_specs(profile: Any, patch_dir: Optional[Path]) -> List[Dict[str, str]]
             cand = Path(patch_dir) / Path(rel).name
         out.append({"target": p.get("target", ""), "file": rel, "path": str(cand)})
     return out
-
-
-def collect(python: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-            patches: Optional[List[Dict[str, str]]] = None,
-            env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Run the stack probe with `python` (default: this interpreter) and return its JSON object.
-
-    Raises FactUnavailable with the reason (and the probe's stderr tail) when the interpreter cannot
-    run, the probe crashes before printing, or it does not answer within `timeout_s`."""
-    python = python or sys.executable
-    probe = payload_dir() / "stack_probe.py"
-    if not probe.is_file():
-        raise FactUnavailable(f"the stack probe {probe} is missing from this envbuild installation")
-    if not os.path.exists(python):
-        raise FactUnavailable(f"python of the environment under test not found: {python}")
-    argv = [python, str(probe), "--init-timeout", str(min(INIT_TIMEOUT_S, max(timeout_s - 30.0, 5.0)))]
-    patch_file = None
-    try:
-        if patches:
-            fd, patch_file = tempfile.mkstemp(prefix="envbuild-patches-", suffix=".json")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(patches, fh)
-            argv += ["--patches", patch_file]
-        try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
-        except OSError as exc:
-            raise FactUnavailable(f"cannot run {python}: {exc.strerror or exc}") from exc
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            # Its own session: kill the probe and anything it started, so no process keeps a GPU context.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
-            err_text = err.decode("utf-8", "replace")
-            raise FactUnavailable(f"the stack probe ({python}) did not answer within {timeout_s:.0f} s"
-                                  + (f"; stderr tail:\n{_tail(err_text)}" if err_text.strip() else "")) from exc
-    finally:
-        if patch_file and os.path.exists(patch_file):
-            os.unlink(patch_file)
-    stdout = out.decode("utf-8", "replace")
-    stderr = err.decode("utf-8", "replace")
-    data = None
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            data = json.loads(line)
-            break
-        except ValueError:
-            continue
-    if not isinstance(data, dict) or data.get("payload") != "stack_probe":
-        raise FactUnavailable(
-            f"the stack probe ({python}) exited {proc.returncode} without its JSON"
-            + (f"; stderr tail:\n{_tail(stderr)}" if stderr.strip() else ""))
-    data["probe_exit_code"] = proc.returncode
-    if proc.returncode != 0 and stderr.strip():
-        data.setdefault("errors", {})["stderr_tail"] = _tail(stderr)
-    return data

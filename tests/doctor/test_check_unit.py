@@ -125,10 +125,27 @@ def test_one_name_everywhere_id_module_payload_and_test_file():
     for c in all_checks():
         stem = c.id.replace(".", "_")
         assert c.id.startswith(c.category + "."), c.id
+        assert c.fn.__module__ == f"envbuild.doctor.checks.{stem}", c.id  # static checks too: one module each
         if c.probe is not None:
             assert c.probe.payload == stem + ".py" and (repo / "checks" / c.probe.payload).is_file(), c.id
-            assert c.fn.__module__ == f"envbuild.doctor.checks.{stem}", c.id
             assert (repo / "tests" / "doctor" / f"test_{stem}.py").is_file(), c.id
+    # every module of the package is one check's, or a private one (_name.py) that registers none
+    modules = {p.stem for p in (repo / "envbuild" / "doctor" / "checks").glob("*.py") if p.stem != "__init__"}
+    public = {m for m in modules if not m.startswith("_")}
+    assert public == {c.id.replace(".", "_") for c in all_checks()}
+
+
+def test_a_check_whose_module_is_not_named_after_its_id_is_refused():
+    """node.ulimits in node_os.py (five checks in one module, as before the split) is refused when it registers."""
+    from envbuild.doctor.registry import check
+
+    def ulimits(ctx):
+        return None
+
+    ulimits.__module__ = "envbuild.doctor.checks.node_os"
+    with pytest.raises(ValueError, match=r"node\.ulimits: it must live in envbuild/doctor/checks/node_ulimits\.py, "
+                                         r"not node_os\.py"):
+        check("node.ulimits", "node", "t")(ulimits)
 
 
 def test_a_check_whose_id_is_not_prefixed_by_its_category_is_refused():
@@ -136,3 +153,20 @@ def test_a_check_whose_id_is_not_prefixed_by_its_category_is_refused():
 
     with pytest.raises(ValueError, match="must start with its category"):
         check("weight.sync", "comm", "t")(lambda ctx: None)
+
+
+def test_every_check_has_one_docs_section():
+    """docs/checks-<category>.md has exactly one heading that starts with each registered check's id (its section),
+    and no section for an id that is not registered (a renamed or removed check)."""
+    import re
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    heading = re.compile(r"^#{1,4} `?([a-z]+\.[a-z0-9_]+)`?(?=[\s:(]|$)", re.M)
+    ids = {c.id: c.category for c in all_checks()}
+    sections: dict = {}
+    for page in sorted(docs.glob("checks-*.md")):
+        for cid in heading.findall(page.read_text()):
+            sections.setdefault(cid, []).append(page.name)
+    for cid, category in ids.items():
+        assert sections.get(cid) == [f"checks-{category}.md"], (cid, sections.get(cid))
+    assert set(sections) <= set(ids), sorted(set(sections) - set(ids))

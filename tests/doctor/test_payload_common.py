@@ -41,3 +41,16 @@ def test_size_labels_are_exact_and_human_sizes_readable():
     assert [_common.size_label(b) for b in (1 << 20, 64 << 20, 1 << 30, 4096, 4097)] == \
         ["1MiB", "64MiB", "1GiB", "4KiB", "4097B"]
     assert [_common.human_bytes(b) for b in (64 << 20, int(15.6 * (1 << 30)), 512)] == ["64 MiB", "15.6 GiB", "512 B"]
+
+
+def test_the_launchers_variables_are_undone_to_the_users_values():
+    """The launcher's rank_env names what it set (ENVBUILD_LAUNCHER_SET); user_environ gives back the caller's
+    environment exactly: a pinned value at the user's own, an added one gone, the rest untouched."""
+    from envbuild.doctor.launcher import rank_env
+
+    base = {"NCCL_NVLS_ENABLE": "1", "NCCL_CUMEM_ENABLE": "0", "PATH": "/bin"}
+    env = rank_env(0, 2, port=1234, run_dir="/tmp/r", gpus=[3, 5], backend="gloo", deadline_s=10, base=base,
+                   extra={"NCCL_DEBUG": "INFO"}, per_rank=None, allow_nvls=False, pythonpath="/p")
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["CUDA_VISIBLE_DEVICES"] == "3,5" and env["NCCL_DEBUG"] == "INFO"
+    assert _common.user_environ(env) == base
+    assert _common.user_environ(base) == base  # no marker: as is

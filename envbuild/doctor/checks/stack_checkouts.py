@@ -19,9 +19,10 @@ def _stack_with_patches(ctx) -> Tuple[Dict[str, Any], str]:
     if not ctx.facts.is_live:
         return ctx.facts.stack(), "patch state not checked: --set stack.patch_dir needs the live env, not a bundle"
     if "stack_patched" not in ctx.cache:
-        from envbuild.facts.stack import collect, patch_specs
+        from envbuild.doctor.stack_reader import read_stack
+        from envbuild.facts.stack import patch_specs
 
-        ctx.cache["stack_patched"] = collect(ctx.python or "", patches=patch_specs(ctx.profile, Path(patch_dir)))
+        ctx.cache["stack_patched"] = read_stack(ctx.python or "", patches=patch_specs(ctx.profile, Path(patch_dir)))
     return ctx.cache["stack_patched"], f"patches from {patch_dir}"
 
 

@@ -1,4 +1,4 @@
-"""torch as the environment under test sees it: importable, its CUDA build, its cuDNN, vs the profile."""
+"""stack.torch: the env's torch imports, is a CUDA build, and initialises CUDA and NCCL (C6, C10)."""
 from __future__ import annotations
 
 from envbuild.doctor.registry import check, verdict
@@ -44,76 +44,3 @@ def torch_present(ctx) -> Result:
     else:
         what += "; no GPU visible, so CUDA and NCCL were not initialised (libraries are those `import torch` maps)"
     return verdict(Status.PASS, what, evidence=evidence)
-
-
-@check("stack.torch_cuda_tag", "stack", "torch version and CUDA build equal the profile's", needs=("profile",),
-       causes=("C6", "C10"))
-def torch_cuda_tag(ctx) -> Result:
-    """A torch of another CUDA major needs another driver (C6); another minor resolves other runtime
-    libraries than the image (C10); another torch changes the ABI every extension was built against."""
-    stack = ctx.facts.stack()
-    t = sv.require_torch(stack)
-    prof = ctx.profile
-    comp = prof.components.get("torch")
-    want_torch = comp.version if comp else None
-    evidence = {"torch": t.get("version"), "torch.version.cuda": t.get("cuda"), "profile_torch": want_torch,
-                "profile_cuda": prof.cuda, "source": comp.source if comp else None}
-    have_cuda = sv.major_minor(t.get("cuda"))
-    want_cuda = sv.major_minor(prof.cuda)
-    if have_cuda is None:
-        return verdict(Status.FAIL,
-                      f"torch {t.get('version')} is a CPU-only build; the image runs {want_torch} (CUDA {prof.cuda})",
-                      evidence=evidence, causes=["C6"],
-                      remediation=f"install torch=={want_torch} from the cu{want_cuda[0]}{want_cuda[1]} index")
-    if have_cuda and want_cuda and have_cuda[0] != want_cuda[0]:
-        return verdict(Status.FAIL,
-                      f"torch is built for CUDA {t.get('cuda')}, the image for CUDA {prof.cuda}: another CUDA major "
-                      f"needs another driver and mixes cu{have_cuda[0]} with cu{want_cuda[0]} wheels",
-                      evidence=evidence, causes=["C6"],
-                      remediation=f"install torch=={want_torch} from the cu{want_cuda[0]}{want_cuda[1]} index")
-    if have_cuda and want_cuda and have_cuda != want_cuda:
-        return verdict(Status.FAIL,
-                      f"torch is built for CUDA {t.get('cuda')}, the image for CUDA {prof.cuda}: the runtime "
-                      "libraries resolve to another minor version than the image's",
-                      evidence=evidence, causes=["C10"],
-                      remediation=f"install torch=={want_torch} (CUDA {prof.cuda})")
-    if want_torch and not sv.version_matches(want_torch, t.get("version")):
-        status = Status.FAIL if comp.severity == "fail" else Status.WARN
-        return verdict(status,
-                      f"torch {t.get('version')} differs from the image's {want_torch}: {comp.why}",
-                      evidence=evidence, causes=["C9"], remediation=f"install torch=={want_torch}")
-    return verdict(Status.PASS,
-                  f"torch {t.get('version')} (CUDA {t.get('cuda')}) as in {prof.name}", evidence=evidence)
-
-
-@check("stack.cudnn_version", "stack", "cuDNN torch loads equals the profile's", needs=("profile",), causes=("C9",))
-def cudnn_version(ctx) -> Result:
-    """cuDNN changes kernels and numerics; slime's conda recipe and its image differ here (9.16 vs 9.19)."""
-    stack = ctx.facts.stack()
-    t = sv.require_torch(stack)
-    comp = ctx.profile.components.get("cudnn")
-    if comp is None or not comp.version:
-        return verdict(Status.SKIP, f"profile {ctx.profile.name} pins no cuDNN version")
-    seen = {}
-    if t.get("cudnn_version"):
-        seen["torch.backends.cudnn.version()"] = t["cudnn_version"]
-    for m in sv.main_library(sv.mapped(stack, "libcudnn"), "libcudnn.so"):
-        if m.get("api_version"):
-            seen[f"mapped {m['path']}"] = m["api_version"]
-    d = sv.dist(stack, comp.pip_name or "nvidia-cudnn-cu12")
-    if d:
-        seen[f"pip {d['name']}"] = d["version"]
-    evidence = {"profile": comp.version, "seen": seen, "source": comp.source}
-    if not seen:
-        return verdict(Status.SKIP, "torch reports no cuDNN and no libcudnn is mapped",
-                      evidence=evidence)
-    bad = {k: v for k, v in seen.items() if not sv.version_matches(comp.version, v)}
-    if bad:
-        status = Status.FAIL if comp.severity == "fail" else Status.WARN
-        where = "; ".join(f"{k} = {v}" for k, v in bad.items())
-        return verdict(status,
-                      f"cuDNN differs from the image's {comp.version} ({where}): {comp.why}",
-                      evidence=evidence, causes=["C9"],
-                      remediation=f"pip install {comp.pip_name or 'nvidia-cudnn-cu12'}=={comp.version}")
-    return verdict(Status.PASS,
-                  f"cuDNN {next(iter(seen.values()))} as in {ctx.profile.name}", evidence=evidence)

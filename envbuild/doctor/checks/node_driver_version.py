@@ -1,7 +1,7 @@
-"""Node checks on the NVIDIA driver itself: one driver version everywhere, nvidia_uvm and HMM, persistence, WSL.
+"""node.driver_version: one NVIDIA driver version everywhere: kernel module = NVML = libnvidia-ml = the libcuda a
+process maps.
 
-Research: ../shared/research/error999.md §2 D1 (HMM on open modules), D2 (module/userspace mismatch),
-D4 (nvidia_uvm), D6 (persistence), M1/D8 (WSL), C1 (the libcuda a process maps).
+Research: ../shared/research/error999.md §2 D2 (module/userspace mismatch), C1 (the libcuda a process maps).
 """
 from __future__ import annotations
 
@@ -134,67 +134,3 @@ def _installed_libcuda(ctx) -> Dict[str, str]:
             except (OSError, FactUnavailable):
                 out[path] = path
     return out
-
-
-@check("node.uvm_hmm", CAT, "nvidia_uvm loaded; HMM off on open kernel modules", causes=("D1", "D4"))
-def uvm_hmm(ctx) -> Result:
-    """nvidia_uvm must be loaded for CUDA; HMM on the open kernel modules breaks cuInit on some kernels (D1)."""
-    module = F.driver_module(ctx.facts)
-    if module is None:
-        raise FactUnavailable("no NVIDIA driver: /proc/driver/nvidia/version is absent (kernel module not loaded)")
-    release = F.kernel_release(ctx.facts)
-    uvm_dir = F.listdir_optional(ctx.facts, "/sys/module/nvidia_uvm")
-    evidence: Dict[str, Any] = {"kernel": release, "open_kernel_module": module.open_module,
-                                "driver": module.version}
-    if uvm_dir is None:
-        return verdict(Status.FAIL, "nvidia_uvm is not loaded: CUDA cannot initialise", evidence=evidence,
-                      causes=["D4"], remediation="load it: `nvidia-modprobe -u -c 0` or `modprobe nvidia_uvm`")
-    raw = F.read_optional(ctx.facts, "/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
-    evidence["uvm_disable_hmm"] = raw.strip() if raw is not None else None
-    disabled = P.parse_bool_param(raw) if raw is not None else None
-    if raw is None:
-        return verdict(Status.PASS,
-                      f"nvidia_uvm loaded; this driver has no uvm_disable_hmm parameter (no HMM) on kernel {release}",
-                      evidence=evidence)
-    if not module.open_module:
-        return verdict(Status.PASS,
-                      f"nvidia_uvm loaded; proprietary module, HMM is not used (uvm_disable_hmm={raw.strip()})",
-                      evidence=evidence)
-    if disabled:
-        return verdict(Status.PASS, f"nvidia_uvm loaded; HMM disabled on the open module (kernel {release})",
-                      evidence=evidence)
-    return verdict(Status.WARN,
-                  f"HMM is enabled on the open kernel module {module.version} (kernel {release}): "
-                  "known to break cuInit and crash at process exit on some kernels",
-                  evidence=evidence, causes=["D1"],
-                  remediation="add `options nvidia_uvm uvm_disable_hmm=1` to /etc/modprobe.d/nvidia-uvm.conf, then "
-                              "reload nvidia_uvm or reboot (NVIDIA/open-gpu-kernel-modules #901, #947)")
-
-
-@check("node.persistence_mode", CAT, "Persistence mode on for every GPU", causes=("D6",))
-def persistence_mode(ctx) -> Result:
-    """Without persistence the driver tears GPU state down between processes; inits get slow and flaky (D6)."""
-    devs = F.devices(ctx.facts)
-    off = [d["index"] for d in devs if d.get("persistence_mode") is False]
-    unknown = [d["index"] for d in devs if d.get("persistence_mode") is None]
-    evidence = {f"gpu{d['index']}": d.get("persistence_mode") for d in devs}
-    if off:
-        return verdict(Status.WARN, f"persistence mode is off on GPU {', '.join(map(str, off))}",
-                      evidence=evidence, remediation="enable nvidia-persistenced (systemctl enable --now nvidia-persistenced)")
-    if len(unknown) == len(devs):
-        raise FactUnavailable("NVML did not report persistence mode: "
-                              + devs[0].get("errors", {}).get("persistence_mode", "unknown"))
-    return verdict(Status.PASS, f"persistence mode on for {len(devs) - len(unknown)} GPU(s)",
-                  evidence=evidence)
-
-
-@check("node.wsl", CAT, "Not WSL (NCCL's cuMem path is not functional there)", causes=("M1", "D8"))
-def wsl(ctx) -> Result:
-    release = F.kernel_release(ctx.facts)
-    if release is None:
-        raise FactUnavailable("/proc/sys/kernel/osrelease is absent")
-    if "microsoft" in release.lower() or "wsl" in release.lower():
-        return verdict(Status.WARN, f"running under WSL (kernel {release}): NCCL's cuMem allocations fail with 999",
-                      evidence={"kernel": release}, causes=["M1", "D8"],
-                      remediation="use a Linux host for multi-GPU runs; under WSL set NCCL_CUMEM_ENABLE=0 (NVIDIA/nccl #1653)")
-    return verdict(Status.PASS, f"not WSL (kernel {release})", evidence={"kernel": release})

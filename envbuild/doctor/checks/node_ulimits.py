@@ -1,0 +1,88 @@
+"""node.ulimits: memlock, stack and nofile limits as the image's `docker run` sets them (a bare-metal shell does
+not get them).
+
+Research: error999.md §2 E O2 (ulimits).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from envbuild.data.checks._common import human_bytes
+from envbuild.doctor.registry import check, verdict
+from envbuild.facts import node_parse as P
+from envbuild.facts.source import FactUnavailable
+from envbuild.report.model import Metric, Result, Status
+
+CAT = "node"
+MIB = 1024 ** 2
+
+# Linux's default RLIMIT_MEMLOCK since 5.16 (MLOCK_LIMIT raised from 64 KiB to 8 MiB). Below it, someone set a
+# restriction on purpose (old Docker / kernel default 64 KiB): pinned and IB-registered memory then fails.
+MEMLOCK_FLOOR = 8 * MIB
+MEMLOCK_SRC = "Linux 5.16 default MLOCK_LIMIT 8 MiB; NCCL docs: memlock unlimited (--ulimit memlock=-1)"
+STACK_FLOOR = 8 * MIB
+STACK_SRC = "glibc/Linux default 8 MiB (ulimit -s 8192); research O2: unlimited makes glibc give threads 2 MiB"
+NOFILE_FLOOR = 65536
+NOFILE_SRC = ("Ray's cluster launcher starts `ulimit -n 65536; ray start`; NCCL raises the soft nofile to the hard "
+              "one (NCCL docs runtime_and_mpi_issues.rst)")
+
+
+def _fmt_bytes(n: Optional[int]) -> str:
+    return "unlimited" if n is None else human_bytes(n)
+
+
+def _docker_limits(ctx) -> Tuple[Optional[str], Optional[int], Optional[str]]:
+    """(memlock, stack_bytes, source) the profile's image is run with, or Nones."""
+    prof = ctx.profile
+    if prof is None or prof.docker_run is None:
+        return None, None, None
+    d = prof.docker_run
+    return d.memlock, d.stack_bytes, f"profile {prof.name} docker_run ({d.source})"
+
+
+@check("node.ulimits", CAT, "memlock, stack and nofile limits as the image's docker run sets them", causes=("O2",))
+def ulimits(ctx) -> Result:
+    """/proc/self/limits against the profile's `docker run --ulimit` flags, or against sane floors without one."""
+    limits = P.parse_limits(ctx.facts.read_text("/proc/self/limits"))
+    memlock = limits.get("Max locked memory")
+    stack = limits.get("Max stack size")
+    nofile = limits.get("Max open files")
+    if memlock is None or stack is None or nofile is None:
+        raise FactUnavailable("/proc/self/limits lacks memlock/stack/nofile lines")
+    want_memlock, want_stack, psrc = _docker_limits(ctx)
+    ev: Dict[str, Any] = {"memlock": memlock[:2], "stack": stack[:2], "nofile": nofile[:2], "profile_limits": psrc}
+    fails: List[str] = []
+    warns: List[str] = []
+    ml = memlock[0]
+    if ml is not None and ml < MEMLOCK_FLOOR:
+        fails.append(f"memlock {_fmt_bytes(ml)} < {_fmt_bytes(MEMLOCK_FLOOR)}: pinned / RDMA-registered memory fails")
+    elif ml is not None and want_memlock == "unlimited":
+        warns.append(f"memlock {_fmt_bytes(ml)}, the image runs with unlimited")
+    st = stack[0]
+    if st is None:
+        warns.append("stack unlimited: glibc then gives threads (NCCL's included) 2 MiB stacks")
+    elif want_stack is not None and st != want_stack:
+        warns.append(f"stack {_fmt_bytes(st)}, the image runs with {_fmt_bytes(want_stack)}")
+    elif st < STACK_FLOOR:
+        warns.append(f"stack {_fmt_bytes(st)} < {_fmt_bytes(STACK_FLOOR)}")
+    nf = nofile[1]
+    if nf is not None and nf < NOFILE_FLOOR:
+        warns.append(f"hard nofile {nf} < {NOFILE_FLOOR} (Ray starts under ulimit -n 65536): Ray, NCCL proxies "
+                     "and cuMem handles use many FDs")
+    metrics = [
+        Metric("memlock_soft", -1 if ml is None else ml, "bytes (-1 = unlimited)",
+               "unlimited" if want_memlock == "unlimited" else f">= {MEMLOCK_FLOOR}", psrc or MEMLOCK_SRC),
+        Metric("stack_soft", -1 if st is None else st, "bytes (-1 = unlimited)",
+               f"== {want_stack}" if want_stack else f">= {STACK_FLOOR}, not unlimited", psrc or STACK_SRC),
+        Metric("nofile_hard", -1 if nf is None else nf, "files (-1 = unlimited)", f">= {NOFILE_FLOOR}", NOFILE_SRC),
+    ]
+    fix = ("raise the limits for the job's user (limits.conf / systemd LimitMEMLOCK=infinity, LimitSTACK=64M) or "
+           "launch with `ulimit -l unlimited -s 65536`, as `docker run --ulimit memlock=-1 --ulimit stack=67108864`")
+    if fails:
+        return verdict(Status.FAIL, "; ".join(fails + warns), evidence=ev, metrics=metrics, causes=["O2"],
+                      remediation=fix)
+    if warns:
+        return verdict(Status.WARN, "; ".join(warns), evidence=ev, metrics=metrics, causes=["O2"],
+                      remediation=fix)
+    return verdict(Status.PASS, f"memlock {_fmt_bytes(ml)}, stack {_fmt_bytes(st)}, hard nofile {nf}",
+                  evidence=ev, metrics=metrics)
