@@ -99,10 +99,10 @@ def main(p: Probe) -> None:
     from _ipc import spawn_child
     from _rankfacts import self_facts
 
-    # The engine process of the IPC handoff starts first, so its python + torch start-up (3.5-5 s on an H200
+    mode = parse_mode().mode
+    # The engine process of the IPC handoff starts now, so its python + torch start-up (3.5-5 s on an H200
     # node) overlaps this rank's NCCL init and broadcast instead of following them.
     engine = spawn_child(os.path.abspath(__file__), "engine")
-    mode = parse_mode().mode
     size = SIZES[mode]
     roles = (os.environ.get("ENVBUILD_WS_ROLES") or ",".join(
         ["train"] + ["rollout"] * (p.world_size - 1))).split(",")
