@@ -43,7 +43,12 @@ class LocalRayCluster:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.temp = tempfile.mkdtemp(prefix="ebray")  # short: Ray's socket paths must fit in 107 bytes
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+        # Lean nodes: N nodes share this host's CPUs, and what a node starts beyond the sweep's own worker is
+        # CPU taken from the sweep. The first driver (wait_nodes' probe) would make every raylet prestart a worker
+        # that nothing uses (32 at once overloaded the GCS), and no log monitor is started (the sweep's driver
+        # takes no worker logs: log_to_driver=False), so it does not tail each new worker's log files.
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0",
+                    "RAY_num_prestart_python_workers": "0", **(env or {})}
         self.procs: List[subprocess.Popen] = []
         self.ray = str(Path(sys.executable).with_name("ray"))
 
@@ -54,7 +59,8 @@ class LocalRayCluster:
                  "dashboard-agent-listen-port", "runtime-env-agent-port")
         ports = [f"--{name}={port}" for name, port in zip(names, _free_ports(len(names)))]
         cmd = [self.ray, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}",
-               "--num-gpus=0", "--object-store-memory=78643200", "--disable-usage-stats", *ports, *args]
+               "--num-gpus=0", "--object-store-memory=78643200", "--disable-usage-stats", "--include-log-monitor=false",
+               *ports, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         self.procs.append(proc)
         return proc

@@ -233,9 +233,21 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
     gpus = {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in alive}
     bundles = [{"CPU": 0.01, **({"GPU": gpus[n["NodeID"]]} if probes and gpus[n["NodeID"]] else {})} for n in alive]
     pg = placement_group(bundles, strategy="STRICT_SPREAD", name="envbuild-doctor")
+    # The agents are asked for before the group is placed, and a static sweep's doctor with them: Ray starts
+    # each node's worker as soon as its bundle is placed, and the driver's round trips overlap those starts
+    # (a worker's start is most of a node's static sweep).
+    agent_cls = ray.remote(NodeAgent)
+    actors: Dict[int, Any] = {}
+    for i in range(len(bundles)):
+        actors[i] = agent_cls.options(
+            num_cpus=0, num_gpus=bundles[i].get("GPU", 0), max_concurrency=2, name=None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
+    early = {i: a.doctor.remote(dict(o.doctor)) for i, a in actors.items()} if not probes else {}
     place_s = max(5.0, min(60.0, deadline - time.monotonic()))
     ready, _ = ray.wait([pg.ready()], timeout=place_s)
     if not ready:
+        for a in actors.values():
+            ray.kill(a)
         remove_placement_group(pg)
         raise EnvbuildError(f"--ray: Ray did not place one bundle on each of the {len(alive)} alive nodes within "
                             f"{place_s:.0f} s (STRICT_SPREAD {bundles[:2]}...): GPUs held by another job, or a node "
@@ -243,12 +255,6 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
     _say(f"{len(alive)} alive node(s), one STRICT_SPREAD bundle each, placed")
     table = placement_group_table(pg)
     bundle_node = {int(k): v for k, v in table.get("bundles_to_node_id", {}).items()}
-    agent_cls = ray.remote(NodeAgent)
-    actors: Dict[int, Any] = {}
-    for i in range(len(bundles)):
-        actors[i] = agent_cls.options(
-            num_cpus=0, num_gpus=bundles[i].get("GPU", 0), max_concurrency=2, name=None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
     waiter = _Waiter(ray, actors, min(deadline, time.monotonic() + 120))
     idents, problems = waiter.run({i: a.identity.remote() for i, a in actors.items()})
     waiter.deadline = deadline
@@ -263,12 +269,13 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
         names[i] = ray_nodes.get(nid, {}).get("NodeName") or nid[:8] or f"bundle{i}"
     nodes: Dict[int, NodeReport] = {i: error_node(names[i], f"ray:{bundle_node.get(i, '?')}", msg)
                                     for i, msg in problems.items()}
-    doc_refs = {}
+    doc_refs = {i: early[i] for i in good if i in early}
     for i in good:
-        opts = dict(o.doctor)
-        if probes and good[i]["gpu_ids"]:
-            opts["gpus"] = good[i]["gpu_ids"]
-        doc_refs[i] = actors[i].doctor.remote(opts)
+        if i not in doc_refs:
+            opts = dict(o.doctor)
+            if probes and good[i]["gpu_ids"]:
+                opts["gpus"] = good[i]["gpu_ids"]
+            doc_refs[i] = actors[i].doctor.remote(opts)
     _say(f"doctor ({mode}) running on {len(doc_refs)} node(s)")
     reports, died = waiter.run(doc_refs)
     for i, data in reports.items():
