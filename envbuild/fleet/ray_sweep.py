@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import statistics
 import time
@@ -28,6 +29,7 @@ DEADLINES = {"static": 120.0, "quick": 600.0, "full": 1800.0}  # whole sweep, se
 SLOW_NODE = 0.8  # a node below 0.8 x the fleet's median busbw is named (a relative rule of envbuild's own:
 # research/validators.md gives absolute floors per link type, which a mixed fleet cannot share)
 POLL_S = 1.0
+SHIPPED_CHECK = "fleet.envbuild_shipped"
 
 
 @dataclass
@@ -92,10 +94,13 @@ def _names(idents: Dict[int, Dict[str, Any]], ray_nodes: Dict[str, Dict[str, Any
     return out
 
 
+ENVBUILD_MISSING = "envbuild is not importable by this node's Ray workers"
+
+
 def _why(exc: BaseException) -> str:
     text = str(exc)
     if "No module named 'envbuild" in text:
-        return "envbuild is not importable by this node's Ray workers: install envbuild[ray] in the job's env on it"
+        return f"{ENVBUILD_MISSING} (No module named 'envbuild')"
     if "No module named 'torch'" in text:
         return "torch is not importable by this node's Ray workers (the job's runtime_env has no torch)"
     lines = [l for l in text.splitlines() if l.strip()]
@@ -214,13 +219,16 @@ def run_sweep(o: RaySweepOptions) -> FleetReport:
     mode = o.doctor.get("mode", "static")
     deadline = time.monotonic() + (o.deadline_s or DEADLINES.get(mode, 600.0))
     connect(ray, o.address, o.runtime_env)
+    cleanup: List[str] = []
     try:
-        return _sweep(ray, o, mode, deadline)
+        return _sweep(ray, o, mode, deadline, cleanup)
     finally:
         ray.shutdown()
+        for folder in cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
+def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[str]) -> FleetReport:
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -257,6 +265,7 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
     bundle_node = {int(k): v for k, v in table.get("bundles_to_node_id", {}).items()}
     waiter = _Waiter(ray, actors, min(deadline, time.monotonic() + 120))
     idents, problems = waiter.run({i: a.identity.remote() for i, a in actors.items()})
+    shipped = _ship_where_missing(ray, o, agent_cls, pg, bundles, actors, waiter, idents, problems, cleanup)
     waiter.deadline = deadline
     for i in problems:  # a worker that cannot start: name it by the Ray node it was placed on
         nid = bundle_node.get(i, "?")
@@ -269,7 +278,7 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
         names[i] = ray_nodes.get(nid, {}).get("NodeName") or nid[:8] or f"bundle{i}"
     nodes: Dict[int, NodeReport] = {i: error_node(names[i], f"ray:{bundle_node.get(i, '?')}", msg)
                                     for i, msg in problems.items()}
-    doc_refs = {i: early[i] for i in good if i in early}
+    doc_refs = {i: early[i] for i in good if i in early and i not in shipped}
     for i in good:
         if i not in doc_refs:
             opts = dict(o.doctor)
@@ -284,6 +293,14 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
         nodes[i] = n
     for i, msg in died.items():
         nodes[i] = error_node(names[i], f"ray:{good[i]['node_id']}", f"node {names[i]}: {msg}")
+    for i, why in shipped.items():
+        nodes[i].findings.append(Result(
+            SHIPPED_CHECK, "fleet", Status.WARN,
+            f"{why.split(' (while:')[0]}: this sweep shipped the driver's envbuild {good[i]['envbuild_version']} "
+            "to it (runtime_env py_modules), so this report is that envbuild's",
+            evidence={"python": good[i]["python"], "shipped_envbuild": good[i]["envbuild_version"]},
+            remediation="install envbuild (pip install 'envbuild[ray]') in the Python environment of this node's "
+                        "Ray workers, for doctor runs outside this sweep"))
     live = sorted(reports)
     fleet_results: List[Result] = [Result(
         "fleet.ray_nodes", "fleet", Status.PASS if not problems and not died else Status.ERROR,
@@ -300,6 +317,48 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
             pass
     remove_placement_group(pg)
     return merge(list(nodes.values()), fleet_results, strict=bool(o.doctor.get("strict")))
+
+
+def _ship_where_missing(ray, o: RaySweepOptions, agent_cls, pg, bundles, actors: Dict[int, Any], waiter: _Waiter,
+                        idents: Dict[int, Any], problems: Dict[int, str], cleanup: List[str]) -> Dict[int, str]:
+    """Nodes whose agent could not import envbuild get a second agent that brings the driver's (fleet/ship.py).
+    Returns {bundle: why it was shipped}; a node where that fails too keeps its problem, with both reasons."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from envbuild import __version__
+    from envbuild.fleet.ship import shipping_env
+
+    lacking = sorted(i for i, msg in problems.items() if msg.startswith(ENVBUILD_MISSING))
+    if not lacking:
+        return {}
+    _say(f"envbuild is not importable by the Ray workers of {len(lacking)} node(s): shipping the driver's envbuild "
+         f"{__version__} to them (runtime_env py_modules)")
+    try:
+        env, folder = shipping_env(o.runtime_env)
+    except RuntimeError as exc:
+        for i in lacking:
+            problems[i] = (f"{problems[i].split(' (while:')[0]}, and the driver could not ship its envbuild to it "
+                           f"({exc}); install envbuild[ray] in the Python environment of this node's Ray workers")
+        return {}
+    cleanup.append(folder)
+    for i in lacking:
+        try:
+            ray.kill(actors[i])
+        except Exception:
+            pass
+        actors[i] = agent_cls.options(
+            num_cpus=0, num_gpus=bundles[i].get("GPU", 0), max_concurrency=2, runtime_env=env,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
+    again, still = waiter.run({i: actors[i].identity.remote() for i in lacking})
+    shipped = {}
+    for i, ident in again.items():
+        idents[i] = ident
+        shipped[i] = problems.pop(i)
+    for i, msg in still.items():
+        problems[i] = (f"{problems[i].split(' (while:')[0]}, and shipping the driver's envbuild to it (runtime_env "
+                       f"py_modules) failed too: {msg}; install envbuild[ray] in the Python environment of this "
+                       "node's Ray workers")
+    return shipped
 
 
 def _audit(ray, waiter: _Waiter, actors, live: List[int], nodes: Dict[int, NodeReport]) -> None:
