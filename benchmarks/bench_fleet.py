@@ -111,13 +111,13 @@ def bench_ray(sizes, repeats: int = 3) -> None:
                 print(f"N={n:3d}: static sweep {min(sweep):6.2f} s, 1-node anchor {min(anchor):6.2f} s", flush=True)
             finally:
                 cluster.stop()
-    print(f"{'nodes':>5} {'1-node s':>9} {'sweep s':>8} {'x one node':>10}")
+    print(f"{'nodes':>5} {'1-node s':>9} {'sweep s':>8} {'x one node':>10} {'s per added node':>17}")
     for n, anchor, t in rows:
         if t is None:
-            print(f"{n:5d} {'':>9} {'':>8} {'':>10}  did not start on {os.cpu_count()} CPUs")
+            print(f"{n:5d} {'':>9} {'':>8} {'':>10} {'':>17}  did not start on {os.cpu_count()} CPUs")
             continue
         verdict = "" if n != 8 else ("ok (goal <= 2.0)" if t <= 2 * anchor else "OVER GOAL (2.0)")
-        print(f"{n:5d} {anchor:9.2f} {t:8.2f} {t / anchor:10.2f}  {verdict}")
+        print(f"{n:5d} {anchor:9.2f} {t:8.2f} {t / anchor:10.2f} {(t - anchor) / (n - 1):17.2f}  {verdict}")
 
 
 def main() -> None:

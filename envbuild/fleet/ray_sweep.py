@@ -265,7 +265,8 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[st
     bundle_node = {int(k): v for k, v in table.get("bundles_to_node_id", {}).items()}
     waiter = _Waiter(ray, actors, min(deadline, time.monotonic() + 120))
     idents, problems = waiter.run({i: a.identity.remote() for i, a in actors.items()})
-    shipped = _ship_where_missing(ray, o, agent_cls, pg, bundles, actors, waiter, idents, problems, cleanup)
+    shipped, ship_env = _ship_where_missing(ray, o, agent_cls, pg, bundles, actors, waiter, idents, problems,
+                                            cleanup)
     waiter.deadline = deadline
     for i in problems:  # a worker that cannot start: name it by the Ray node it was placed on
         nid = bundle_node.get(i, "?")
@@ -309,7 +310,9 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[st
     if o.audit:
         _audit(ray, waiter, actors, live, nodes)
     if probes:
-        fleet_results += _collectives(ray, o, waiter, actors, agent_cls, pg, live, good, names, nodes, gpus, deadline)
+        ship = {i: ship_env for i in shipped}
+        fleet_results += _collectives(ray, o, waiter, actors, agent_cls, pg, live, good, names, nodes, gpus, deadline,
+                                      ship)
     for a in actors.values():
         try:
             ray.kill(a)
@@ -320,9 +323,11 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[st
 
 
 def _ship_where_missing(ray, o: RaySweepOptions, agent_cls, pg, bundles, actors: Dict[int, Any], waiter: _Waiter,
-                        idents: Dict[int, Any], problems: Dict[int, str], cleanup: List[str]) -> Dict[int, str]:
+                        idents: Dict[int, Any], problems: Dict[int, str],
+                        cleanup: List[str]) -> Tuple[Dict[int, str], Dict[str, Any]]:
     """Nodes whose agent could not import envbuild get a second agent that brings the driver's (fleet/ship.py).
-    Returns {bundle: why it was shipped}; a node where that fails too keeps its problem, with both reasons."""
+    Returns ({bundle: why it was shipped}, the runtime_env that ships it, for those nodes' later actors); a node
+    where that fails too keeps its problem, with both reasons."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from envbuild import __version__
@@ -330,7 +335,7 @@ def _ship_where_missing(ray, o: RaySweepOptions, agent_cls, pg, bundles, actors:
 
     lacking = sorted(i for i, msg in problems.items() if msg.startswith(ENVBUILD_MISSING))
     if not lacking:
-        return {}
+        return {}, {}
     _say(f"envbuild is not importable by the Ray workers of {len(lacking)} node(s): shipping the driver's envbuild "
          f"{__version__} to them (runtime_env py_modules)")
     try:
@@ -339,7 +344,7 @@ def _ship_where_missing(ray, o: RaySweepOptions, agent_cls, pg, bundles, actors:
         for i in lacking:
             problems[i] = (f"{problems[i].split(' (while:')[0]}, and the driver could not ship its envbuild to it "
                            f"({exc}); install envbuild[ray] in the Python environment of this node's Ray workers")
-        return {}
+        return {}, {}
     cleanup.append(folder)
     for i in lacking:
         try:
@@ -358,7 +363,7 @@ def _ship_where_missing(ray, o: RaySweepOptions, agent_cls, pg, bundles, actors:
         problems[i] = (f"{problems[i].split(' (while:')[0]}, and shipping the driver's envbuild to it (runtime_env "
                        f"py_modules) failed too: {msg}; install envbuild[ray] in the Python environment of this "
                        "node's Ray workers")
-    return shipped
+    return shipped, env
 
 
 def _audit(ray, waiter: _Waiter, actors, live: List[int], nodes: Dict[int, NodeReport]) -> None:
@@ -376,8 +381,9 @@ def _audit(ray, waiter: _Waiter, actors, live: List[int], nodes: Dict[int, NodeR
 
 
 def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg, live, good, names, nodes,
-                 gpus, deadline) -> List[Result]:
-    """One all-reduce and one all-to-all over every GPU of every node (one rank per node on gloo)."""
+                 gpus, deadline, ship: Dict[int, Dict[str, Any]]) -> List[Result]:
+    """One all-reduce and one all-to-all over every GPU of every node (one rank per node on gloo); `ship`: the
+    runtime_env of the nodes that got the driver's envbuild, for their rank actors too."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     if len(live) < 2:
@@ -391,8 +397,10 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
             ray.kill(actors[i])
         for i in live:
             for _ in range(gpus[good[i]["node_id"]]):
-                ranks.append((i, agent_cls.options(num_cpus=0, num_gpus=1, max_concurrency=2, scheduling_strategy=
-                                                   PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()))
+                extra = {"runtime_env": ship[i]} if i in ship else {}
+                ranks.append((i, agent_cls.options(num_cpus=0, num_gpus=1, max_concurrency=2, **extra,
+                                                   scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                                       pg, placement_group_bundle_index=i)).remote()))
     else:
         ranks = [(i, actors[i]) for i in live]
     rank_actors = {r: a for r, (_, a) in enumerate(ranks)}
