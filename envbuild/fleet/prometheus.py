@@ -72,8 +72,9 @@ _RANK = {s: f"}} {s.rank}\n" for s in Status}
 
 
 def fleet_to_text(fleet: FleetReport) -> List[str]:
-    """The whole textfile, in pieces to be written one after the other. Formatted line by line as strings (no client library objects): 1000 nodes are
-    50 000 results and 300 000 samples, and the merge of 1000 nodes has 2 s for all of its outputs."""
+    """The whole textfile, in pieces to be written one after the other. Formatted as strings (no client library
+    objects): 1000 nodes are 54 000 results and 380 000 samples, and the merge of 1000 nodes has 2 s for all of
+    its outputs."""
     out: Dict[str, List[str]] = {name: [] for name in HELP}
     esc = _Escaped()
     status_lines, result_lines, metric_lines = (out["envbuild_check_status"], out["envbuild_check_result"],
@@ -95,8 +96,8 @@ def fleet_to_text(fleet: FleetReport) -> List[str]:
             result_lines.append(f"envbuild_check_result{{{base}{_RANK[r.status]}")
             if r.metrics:
                 head = f'envbuild_metric{{node="{node}",check="{check}",subject="{subj}",name="'
-                metric_lines.extend(f'{head}{esc[m.name]}",unit="{esc[m.unit]}"}} {_fast_num(m.value)}\n'
-                                    for m in r.metrics)
+                metric_lines.append("".join([f'{head}{esc[m.name]}",unit="{esc[m.unit]}"}} {_fast_num(m.value)}\n'
+                                             for m in r.metrics]))
         out["envbuild_node_status"].append(f'envbuild_node_status{{node="{node}"}} {n.status(fleet.strict).rank}\n')
         out["envbuild_node_report_ok"].append(f'envbuild_node_report_ok{{node="{node}"}} {0 if n.error else 1}\n')
     for r in fleet.fleet_results:
