@@ -94,7 +94,7 @@ def bench_ray(sizes, repeats: int = 3) -> None:
             t0 = time.perf_counter()
             try:
                 cluster = LocalRayCluster(workers=n - 1, num_cpus=1).__enter__()
-            except RuntimeError as exc:
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # it stopped what it started
                 why = str(exc).strip().splitlines()
                 print(f"N={n:3d}: cluster did not start on this machine ({os.cpu_count()} CPUs) after "
                       f"{time.perf_counter() - t0:.0f} s: {why[0][:300] if why else exc}", flush=True)

@@ -273,10 +273,15 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[st
         idents[i] = None  # type: ignore[assignment]
         problems[i] = f"Ray node {ray_nodes.get(nid, {}).get('NodeManagerAddress', '?')} ({nid[:8]}): {problems[i]}"
     good = {i: v for i, v in idents.items() if v}
-    names = _names(good, ray_nodes)
+    # a node without a worker is named from Ray's node table the way the others name themselves (host, or
+    # host@<node name> where hosts repeat), so its row sits where an admin looks for that host
+    seen = dict(good)
     for i in problems:
         nid = bundle_node.get(i, "")
-        names[i] = ray_nodes.get(nid, {}).get("NodeName") or nid[:8] or f"bundle{i}"
+        info = ray_nodes.get(nid, {})
+        host = info.get("NodeManagerHostname") or info.get("NodeName") or nid[:8] or f"bundle{i}"
+        seen[i] = {"hostname": host, "node_id": nid or f"bundle{i}", "ip": info.get("NodeManagerAddress", "")}
+    names = _names(seen, ray_nodes)
     nodes: Dict[int, NodeReport] = {i: error_node(names[i], f"ray:{bundle_node.get(i, '?')}", msg)
                                     for i, msg in problems.items()}
     doc_refs = {i: early[i] for i in good if i in early and i not in shipped}
