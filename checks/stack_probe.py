@@ -359,6 +359,22 @@ def direct_url(dist):
     return out
 
 
+def _name_version(dist):
+    """Name and Version from the metadata's header alone. dist.metadata parses the whole file (long description
+    included) with the email parser, and dist.version parses it again: half of this probe's CPU on a node with a
+    hundred distributions, and every node of a fleet sweep pays it."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    fields = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in fields:
+            fields[key] = value.strip()
+    if "Name" not in fields or "Version" not in fields:  # an odd file: the parser's answer
+        meta = dist.metadata
+        return meta["Name"], meta["Version"]
+    return fields["Name"], fields["Version"]
+
+
 def distributions(errors):
     """Installed distributions (name, version, where), from importlib.metadata: finds cu12+cu13 mixes."""
     try:
@@ -369,9 +385,9 @@ def distributions(errors):
     out = []
     for dist in metadata.distributions():
         try:
-            name = dist.metadata["Name"]
+            name, version = _name_version(dist)
             loc = getattr(dist, "_path", None)
-            entry = {"name": name, "version": dist.version,
+            entry = {"name": name, "version": version,
                      "location": str(loc.parent) if loc is not None else None}
             entry.update(direct_url(dist))
             out.append(entry)

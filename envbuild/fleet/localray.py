@@ -38,23 +38,34 @@ def _free_ports(n: int) -> List[int]:
 
 class LocalRayCluster:
     def __init__(self, workers: int = 2, num_cpus: int = 1, env: Optional[Dict[str, str]] = None,
-                 timeout: float = 120.0):
+                 timeout: float = 120.0, node_python: Optional[Dict[int, str]] = None):
+        """`node_python`: worker node i (1-based) runs `ray start` (and so its Ray workers) with this interpreter
+        instead of ours: a node whose Python environment differs (no envbuild, another envbuild version)."""
         self.workers, self.num_cpus, self.timeout = workers, num_cpus, timeout
+        self.node_python = dict(node_python or {})
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.temp = tempfile.mkdtemp(prefix="ebray")  # short: Ray's socket paths must fit in 107 bytes
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+        # Lean nodes: N nodes share this host's CPUs, and what a node starts beyond the sweep's own worker is
+        # CPU taken from the sweep. The first driver (wait_nodes' probe) would make every raylet prestart a worker
+        # that nothing uses (32 at once overloaded the GCS), and no log monitor is started (the sweep's driver
+        # takes no worker logs: log_to_driver=False), so it does not tail each new worker's log files.
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0",
+                    "RAY_num_prestart_python_workers": "0", **(env or {})}
         self.procs: List[subprocess.Popen] = []
         self.ray = str(Path(sys.executable).with_name("ray"))
 
-    def _start(self, args: List[str]) -> subprocess.Popen:
+    def _start(self, args: List[str], python: Optional[str] = None) -> subprocess.Popen:
         log = open(os.path.join(self.temp, f"start-{len(self.procs)}.log"), "wb")
         # every port named: raylets started at once on one host otherwise race for the same defaults
         names = ("node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-grpc-port",
                  "dashboard-agent-listen-port", "runtime-env-agent-port")
         ports = [f"--{name}={port}" for name, port in zip(names, _free_ports(len(names)))]
-        cmd = [self.ray, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}",
-               "--num-gpus=0", "--object-store-memory=78643200", "--disable-usage-stats", *ports, *args]
+        ray = [self.ray] if python is None else [python, "-c", "import sys; from ray.scripts.scripts import main; "
+                                                       "sys.argv[0] = 'ray'; sys.exit(main())"]
+        cmd = [*ray, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}",
+               "--num-gpus=0", "--object-store-memory=78643200", "--disable-usage-stats", "--include-log-monitor=false",
+               *ports, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -65,7 +76,7 @@ class LocalRayCluster:
             self._wait_port()
             self._wait_started(0)
             for i in range(self.workers):  # one at a time: raylets started together race for ports (seen here)
-                self._start([f"--address={self.address}", f"--node-name=w{i + 1}"])
+                self._start([f"--address={self.address}", f"--node-name=w{i + 1}"], self.node_python.get(i + 1))
                 self._wait_started(i + 1)
             self.wait_nodes(self.workers + 1)
         except BaseException:

@@ -48,40 +48,70 @@ HELP = {
 }
 
 
-def fleet_to_text(fleet: FleetReport) -> str:
+class _Escaped(dict):
+    """Label values escaped once: 1000 nodes repeat the same check ids, categories, subjects and units."""
+
+    def __missing__(self, value: object) -> str:
+        text = self[value] = _esc(value)
+        return text
+
+
+def _fast_num(value: object) -> str:
+    """_num for the usual values (a float or a small int), formatted the same, else _num itself."""
+    t = type(value)
+    if t is float and value == value and abs(value) < 2**53:  # type: ignore[operator]
+        return str(int(value)) if value.is_integer() else repr(value)  # type: ignore[union-attr]
+    if t is int and abs(value) < 2**53:  # type: ignore[arg-type]
+        return str(value)
+    return _num(value)
+
+
+# one-hot lines per status: 'PREFIX' + each suffix, one C-level join per result
+_ONE_HOT = {s: [""] + [f',status="{o.value}"}} {1 if o == s else 0}\n' for o in Status] for s in Status}
+_RANK = {s: f"}} {s.rank}\n" for s in Status}
+
+
+def fleet_to_text(fleet: FleetReport) -> List[str]:
+    """The whole textfile, in pieces to be written one after the other. Formatted as strings (no client library
+    objects): 1000 nodes are 54 000 results and 380 000 samples, and the merge of 1000 nodes has 2 s for all of
+    its outputs."""
     out: Dict[str, List[str]] = {name: [] for name in HELP}
-    statuses = list(Status)
+    esc = _Escaped()
+    status_lines, result_lines, metric_lines = (out["envbuild_check_status"], out["envbuild_check_result"],
+                                                out["envbuild_metric"])
     for n in fleet.nodes:
-        node = _esc(n.node)
+        node = esc[n.node]
         seen: Dict[Tuple[str, str], int] = {}
         for r in n.results():
             subject = r.subject or ""
             key = (r.check_id, subject)
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] > 1:  # one series per (node, check, subject): Prometheus rejects duplicates
+            if key in seen:  # one series per (node, check, subject): Prometheus rejects duplicates
+                seen[key] += 1
                 subject = f"{subject}#{seen[key]}"
-            base = f'node="{node}",check="{_esc(r.check_id)}",category="{_esc(r.category)}",subject="{_esc(subject)}"'
-            for s in statuses:
-                out["envbuild_check_status"].append(
-                    f'envbuild_check_status{{{base},status="{s.value}"}} {1 if r.status == s else 0}')
-            out["envbuild_check_result"].append(f"envbuild_check_result{{{base}}} {r.status.rank}")
-            for m in r.metrics:
-                out["envbuild_metric"].append(
-                    f'envbuild_metric{{node="{node}",check="{_esc(r.check_id)}",subject="{_esc(subject)}",'
-                    f'name="{_esc(m.name)}",unit="{_esc(m.unit)}"}} {_num(m.value)}')
-        out["envbuild_node_status"].append(f'envbuild_node_status{{node="{node}"}} {n.status(fleet.strict).rank}')
-        out["envbuild_node_report_ok"].append(f'envbuild_node_report_ok{{node="{node}"}} {0 if n.error else 1}')
+            else:
+                seen[key] = 1
+            check, subj = esc[r.check_id], esc[subject]
+            base = f'node="{node}",check="{check}",category="{esc[r.category]}",subject="{subj}"'
+            status_lines.append(f"envbuild_check_status{{{base}".join(_ONE_HOT[r.status]))
+            result_lines.append(f"envbuild_check_result{{{base}{_RANK[r.status]}")
+            if r.metrics:
+                head = f'envbuild_metric{{node="{node}",check="{check}",subject="{subj}",name="'
+                metric_lines.append("".join([f'{head}{esc[m.name]}",unit="{esc[m.unit]}"}} {_fast_num(m.value)}\n'
+                                             for m in r.metrics]))
+        out["envbuild_node_status"].append(f'envbuild_node_status{{node="{node}"}} {n.status(fleet.strict).rank}\n')
+        out["envbuild_node_report_ok"].append(f'envbuild_node_report_ok{{node="{node}"}} {0 if n.error else 1}\n')
     for r in fleet.fleet_results:
         out["envbuild_fleet_result"].append(
-            f'envbuild_fleet_result{{check="{_esc(r.check_id)}",subject="{_esc(r.subject or "")}"}} {r.status.rank}')
+            f'envbuild_fleet_result{{check="{_esc(r.check_id)}",subject="{_esc(r.subject or "")}"}} {r.status.rank}\n')
     for s, c in fleet.node_counts().items():
-        out["envbuild_fleet_nodes"].append(f'envbuild_fleet_nodes{{status="{s}"}} {c}')
-    out["envbuild_fleet_exit_code"].append(f"envbuild_fleet_exit_code {fleet.exit_code()}")
-    lines: List[str] = []
+        out["envbuild_fleet_nodes"].append(f'envbuild_fleet_nodes{{status="{s}"}} {c}\n')
+    out["envbuild_fleet_exit_code"].append(f"envbuild_fleet_exit_code {fleet.exit_code()}\n")
+    parts: List[str] = []
     for name, samples in out.items():
         if samples:
-            lines += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge"] + samples
-    return "\n".join(lines) + "\n"
+            parts.append(f"# HELP {name} {HELP[name]}\n# TYPE {name} gauge\n")
+            parts.extend(samples)
+    return parts
 
 
 def write_fleet_prometheus(fleet: FleetReport, path: str) -> None:

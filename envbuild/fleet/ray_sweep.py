@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import statistics
 import time
@@ -28,6 +29,7 @@ DEADLINES = {"static": 120.0, "quick": 600.0, "full": 1800.0}  # whole sweep, se
 SLOW_NODE = 0.8  # a node below 0.8 x the fleet's median busbw is named (a relative rule of envbuild's own:
 # research/validators.md gives absolute floors per link type, which a mixed fleet cannot share)
 POLL_S = 1.0
+SHIPPED_CHECK = "fleet.envbuild_shipped"
 
 
 @dataclass
@@ -92,10 +94,13 @@ def _names(idents: Dict[int, Dict[str, Any]], ray_nodes: Dict[str, Dict[str, Any
     return out
 
 
+ENVBUILD_MISSING = "envbuild is not importable by this node's Ray workers"
+
+
 def _why(exc: BaseException) -> str:
     text = str(exc)
     if "No module named 'envbuild" in text:
-        return "envbuild is not importable by this node's Ray workers: install envbuild[ray] in the job's env on it"
+        return f"{ENVBUILD_MISSING} (No module named 'envbuild')"
     if "No module named 'torch'" in text:
         return "torch is not importable by this node's Ray workers (the job's runtime_env has no torch)"
     lines = [l for l in text.splitlines() if l.strip()]
@@ -214,13 +219,16 @@ def run_sweep(o: RaySweepOptions) -> FleetReport:
     mode = o.doctor.get("mode", "static")
     deadline = time.monotonic() + (o.deadline_s or DEADLINES.get(mode, 600.0))
     connect(ray, o.address, o.runtime_env)
+    cleanup: List[str] = []
     try:
-        return _sweep(ray, o, mode, deadline)
+        return _sweep(ray, o, mode, deadline, cleanup)
     finally:
         ray.shutdown()
+        for folder in cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
+def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[str]) -> FleetReport:
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -233,9 +241,21 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
     gpus = {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in alive}
     bundles = [{"CPU": 0.01, **({"GPU": gpus[n["NodeID"]]} if probes and gpus[n["NodeID"]] else {})} for n in alive]
     pg = placement_group(bundles, strategy="STRICT_SPREAD", name="envbuild-doctor")
+    # The agents are asked for before the group is placed, and a static sweep's doctor with them: Ray starts
+    # each node's worker as soon as its bundle is placed, and the driver's round trips overlap those starts
+    # (a worker's start is most of a node's static sweep).
+    agent_cls = ray.remote(NodeAgent)
+    actors: Dict[int, Any] = {}
+    for i in range(len(bundles)):
+        actors[i] = agent_cls.options(
+            num_cpus=0, num_gpus=bundles[i].get("GPU", 0), max_concurrency=2, name=None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
+    early = {i: a.doctor.remote(dict(o.doctor)) for i, a in actors.items()} if not probes else {}
     place_s = max(5.0, min(60.0, deadline - time.monotonic()))
     ready, _ = ray.wait([pg.ready()], timeout=place_s)
     if not ready:
+        for a in actors.values():
+            ray.kill(a)
         remove_placement_group(pg)
         raise EnvbuildError(f"--ray: Ray did not place one bundle on each of the {len(alive)} alive nodes within "
                             f"{place_s:.0f} s (STRICT_SPREAD {bundles[:2]}...): GPUs held by another job, or a node "
@@ -243,32 +263,34 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
     _say(f"{len(alive)} alive node(s), one STRICT_SPREAD bundle each, placed")
     table = placement_group_table(pg)
     bundle_node = {int(k): v for k, v in table.get("bundles_to_node_id", {}).items()}
-    agent_cls = ray.remote(NodeAgent)
-    actors: Dict[int, Any] = {}
-    for i in range(len(bundles)):
-        actors[i] = agent_cls.options(
-            num_cpus=0, num_gpus=bundles[i].get("GPU", 0), max_concurrency=2, name=None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
     waiter = _Waiter(ray, actors, min(deadline, time.monotonic() + 120))
     idents, problems = waiter.run({i: a.identity.remote() for i, a in actors.items()})
+    shipped, ship_env = _ship_where_missing(ray, o, agent_cls, pg, bundles, actors, waiter, idents, problems,
+                                            cleanup)
     waiter.deadline = deadline
     for i in problems:  # a worker that cannot start: name it by the Ray node it was placed on
         nid = bundle_node.get(i, "?")
         idents[i] = None  # type: ignore[assignment]
         problems[i] = f"Ray node {ray_nodes.get(nid, {}).get('NodeManagerAddress', '?')} ({nid[:8]}): {problems[i]}"
     good = {i: v for i, v in idents.items() if v}
-    names = _names(good, ray_nodes)
+    # a node without a worker is named from Ray's node table the way the others name themselves (host, or
+    # host@<node name> where hosts repeat), so its row sits where an admin looks for that host
+    seen = dict(good)
     for i in problems:
         nid = bundle_node.get(i, "")
-        names[i] = ray_nodes.get(nid, {}).get("NodeName") or nid[:8] or f"bundle{i}"
+        info = ray_nodes.get(nid, {})
+        host = info.get("NodeManagerHostname") or info.get("NodeName") or nid[:8] or f"bundle{i}"
+        seen[i] = {"hostname": host, "node_id": nid or f"bundle{i}", "ip": info.get("NodeManagerAddress", "")}
+    names = _names(seen, ray_nodes)
     nodes: Dict[int, NodeReport] = {i: error_node(names[i], f"ray:{bundle_node.get(i, '?')}", msg)
                                     for i, msg in problems.items()}
-    doc_refs = {}
+    doc_refs = {i: early[i] for i in good if i in early and i not in shipped}
     for i in good:
-        opts = dict(o.doctor)
-        if probes and good[i]["gpu_ids"]:
-            opts["gpus"] = good[i]["gpu_ids"]
-        doc_refs[i] = actors[i].doctor.remote(opts)
+        if i not in doc_refs:
+            opts = dict(o.doctor)
+            if probes and good[i]["gpu_ids"]:
+                opts["gpus"] = good[i]["gpu_ids"]
+            doc_refs[i] = actors[i].doctor.remote(opts)
     _say(f"doctor ({mode}) running on {len(doc_refs)} node(s)")
     reports, died = waiter.run(doc_refs)
     for i, data in reports.items():
@@ -277,6 +299,14 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
         nodes[i] = n
     for i, msg in died.items():
         nodes[i] = error_node(names[i], f"ray:{good[i]['node_id']}", f"node {names[i]}: {msg}")
+    for i, why in shipped.items():
+        nodes[i].findings.append(Result(
+            SHIPPED_CHECK, "fleet", Status.WARN,
+            f"{why.split(' (while:')[0]}: this sweep shipped the driver's envbuild {good[i]['envbuild_version']} "
+            "to it (runtime_env py_modules), so this report is that envbuild's",
+            evidence={"python": good[i]["python"], "shipped_envbuild": good[i]["envbuild_version"]},
+            remediation="install envbuild (pip install 'envbuild[ray]') in the Python environment of this node's "
+                        "Ray workers, for doctor runs outside this sweep"))
     live = sorted(reports)
     fleet_results: List[Result] = [Result(
         "fleet.ray_nodes", "fleet", Status.PASS if not problems and not died else Status.ERROR,
@@ -285,7 +315,9 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
     if o.audit:
         _audit(ray, waiter, actors, live, nodes)
     if probes:
-        fleet_results += _collectives(ray, o, waiter, actors, agent_cls, pg, live, good, names, nodes, gpus, deadline)
+        ship = {i: ship_env for i in shipped}
+        fleet_results += _collectives(ray, o, waiter, actors, agent_cls, pg, live, good, names, nodes, gpus, deadline,
+                                      ship)
     for a in actors.values():
         try:
             ray.kill(a)
@@ -293,6 +325,50 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float) -> FleetReport:
             pass
     remove_placement_group(pg)
     return merge(list(nodes.values()), fleet_results, strict=bool(o.doctor.get("strict")))
+
+
+def _ship_where_missing(ray, o: RaySweepOptions, agent_cls, pg, bundles, actors: Dict[int, Any], waiter: _Waiter,
+                        idents: Dict[int, Any], problems: Dict[int, str],
+                        cleanup: List[str]) -> Tuple[Dict[int, str], Dict[str, Any]]:
+    """Nodes whose agent could not import envbuild get a second agent that brings the driver's (fleet/ship.py).
+    Returns ({bundle: why it was shipped}, the runtime_env that ships it, for those nodes' later actors); a node
+    where that fails too keeps its problem, with both reasons."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from envbuild import __version__
+    from envbuild.fleet.ship import shipping_env
+
+    lacking = sorted(i for i, msg in problems.items() if msg.startswith(ENVBUILD_MISSING))
+    if not lacking:
+        return {}, {}
+    _say(f"envbuild is not importable by the Ray workers of {len(lacking)} node(s): shipping the driver's envbuild "
+         f"{__version__} to them (runtime_env py_modules)")
+    try:
+        env, folder = shipping_env(o.runtime_env)
+    except RuntimeError as exc:
+        for i in lacking:
+            problems[i] = (f"{problems[i].split(' (while:')[0]}, and the driver could not ship its envbuild to it "
+                           f"({exc}); install envbuild[ray] in the Python environment of this node's Ray workers")
+        return {}, {}
+    cleanup.append(folder)
+    for i in lacking:
+        try:
+            ray.kill(actors[i])
+        except Exception:
+            pass
+        actors[i] = agent_cls.options(
+            num_cpus=0, num_gpus=bundles[i].get("GPU", 0), max_concurrency=2, runtime_env=env,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
+    again, still = waiter.run({i: actors[i].identity.remote() for i in lacking})
+    shipped = {}
+    for i, ident in again.items():
+        idents[i] = ident
+        shipped[i] = problems.pop(i)
+    for i, msg in still.items():
+        problems[i] = (f"{problems[i].split(' (while:')[0]}, and shipping the driver's envbuild to it (runtime_env "
+                       f"py_modules) failed too: {msg}; install envbuild[ray] in the Python environment of this "
+                       "node's Ray workers")
+    return shipped, env
 
 
 def _audit(ray, waiter: _Waiter, actors, live: List[int], nodes: Dict[int, NodeReport]) -> None:
@@ -310,8 +386,9 @@ def _audit(ray, waiter: _Waiter, actors, live: List[int], nodes: Dict[int, NodeR
 
 
 def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg, live, good, names, nodes,
-                 gpus, deadline) -> List[Result]:
-    """One all-reduce and one all-to-all over every GPU of every node (one rank per node on gloo)."""
+                 gpus, deadline, ship: Dict[int, Dict[str, Any]]) -> List[Result]:
+    """One all-reduce and one all-to-all over every GPU of every node (one rank per node on gloo); `ship`: the
+    runtime_env of the nodes that got the driver's envbuild, for their rank actors too."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     if len(live) < 2:
@@ -325,8 +402,10 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
             ray.kill(actors[i])
         for i in live:
             for _ in range(gpus[good[i]["node_id"]]):
-                ranks.append((i, agent_cls.options(num_cpus=0, num_gpus=1, max_concurrency=2, scheduling_strategy=
-                                                   PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()))
+                extra = {"runtime_env": ship[i]} if i in ship else {}
+                ranks.append((i, agent_cls.options(num_cpus=0, num_gpus=1, max_concurrency=2, **extra,
+                                                   scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                                       pg, placement_group_bundle_index=i)).remote()))
     else:
         ranks = [(i, actors[i]) for i in live]
     rank_actors = {r: a for r, (_, a) in enumerate(ranks)}

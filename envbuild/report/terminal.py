@@ -70,10 +70,10 @@ def verdict_line(report: Report, strict: bool = False) -> str:
 
 
 def print_report(report: Report, quiet: bool = False, strict: bool = False) -> None:
-    from rich.table import Table
-
     console = _console()
     if not quiet:
+        from rich.table import Table  # not for the verdict line alone (a Ray worker's doctor, a cron job)
+
         table = Table(show_header=True, header_style="bold", expand=False)
         table.add_column("status", no_wrap=True)
         table.add_column("check", no_wrap=True)

@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "tests" / "fixtures" / "bundles" / "h200x2"
@@ -75,6 +77,15 @@ def test_merge_table_json_junit_prometheus(fleet_dir, tmp_path, node_report):
     assert len({(c.get("classname"), c.get("name")) for c in cases}) == len(cases)
     failed = [c for c in cases if c.find("failure") is not None]
     assert [c.get("classname").split(".")[1] for c in failed] == ["gpu3"]
+    assert failed[0].find("failure").get("message") == "GPU 3 fell off the bus"
+    assert "fix: reseat GPU 3" in failed[0].find("failure").text
+    with_evidence = [r for r in node_report["results"] if r["evidence"]]
+    passing = [c for c in cases if c.find("system-out").text.startswith("PASS")]
+    # a passing case: summary and metrics, its evidence only in the fleet JSON; a non-pass case: all of it
+    assert passing and not any("evidence:" in c.find("system-out").text for c in passing)
+    if node_report["results"][0]["evidence"]:
+        assert "evidence: {" in failed[0].find("failure").text
+    assert with_evidence
     assert int(suites.get("tests")) == len(cases) and int(suites.get("failures")) == 1
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -148,3 +159,51 @@ def test_same_node_twice_keeps_the_newer_run(tmp_path, node_report):
     data = json.loads((tmp_path / "f.json").read_text())
     assert [n["node"] for n in data["nodes"]] == ["n1"] and data["nodes"][0]["node_status"] == "fail"
     assert data["superseded"] == [str(d / "a" / "n1.json")] and proc.returncode == 1
+
+
+NASTY = 'GPU <3> & "bus"\x01\ttab\nline 2 \\ ü'
+
+
+def test_odd_characters_survive_every_format(tmp_path, node_report):
+    """Summaries, subjects and fixes with XML/Prometheus specials and control characters: the JUnit parses and
+    the Prometheus labels read back to the subject (the writers escape by hand, not through a library)."""
+    d = tmp_path / "r"
+    d.mkdir()
+    bad = json.loads(json.dumps(node_report))
+    bad["results"][0].update(status="fail", summary=NASTY, remediation=NASTY, subject='gpu"0\\x\ny',
+                             evidence={"raw": NASTY, "n": [1, 2.5, None, True, {}, []]})
+    write_node(d, "odd<&>", bad)
+    write_node(d, "plain", node_report)
+    out = tmp_path / "out"
+    proc = envbuild("report", "merge", d, "--strict", "-o", out / "f.json", "--junit", out / "f.xml",
+                    "--prometheus", out / "f.prom")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    suites = ET.parse(out / "f.xml").getroot()
+    case = [c for c in suites.iter("testcase") if c.get("classname").startswith("envbuild.odd<&>.")][0]
+    assert case.get("name") == f"{bad['results'][0]['check_id']}[gpu\"0\\x\ny]"
+    failure = case.find("failure")
+    assert failure.get("message") == NASTY.replace("\x01", "\ufffd")  # XML 1.0 cannot hold \x01
+    assert '"raw": "GPU <3> & \\"bus\\"\\u0001' in failure.text  # the evidence, JSON inside the text
+    assert int(suites.get("failures")) == len([c for c in suites.iter("failure")])  # --strict: warns fail too
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families((out / "f.prom").read_text())}
+    subjects = {s.labels["subject"] for s in fams["envbuild_check_result"].samples if s.labels["node"] == "odd<&>"}
+    assert 'gpu"0\\x\ny' in subjects
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    | st.tuples(inner, inner),
+    max_leaves=25)
+
+
+@settings(derandomize=True, deadline=None, database=None, max_examples=300)
+@given(JSON_VALUES)
+def test_junit_evidence_text_is_json_dumps_text(value):
+    """The JUnit writer's own indent=1 JSON formatter (2x the json module's speed) writes what json.dumps writes."""
+    from envbuild.fleet.junit import _pretty_json
+
+    assert _pretty_json(value) == json.dumps(value, indent=1, sort_keys=True, default=str)
