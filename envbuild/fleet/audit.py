@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import datetime as _dt
 import glob
-import json
 import os
 import re
 import socket
