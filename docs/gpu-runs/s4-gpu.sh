@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 4's GPU runs on the lent 1xH200 (kind nvidia-h200), in parts, each skipped when too little of
 # LIMIT is left:
+#   full    bench_doctor --modes full on its own
 #   cold    the same quick run with ENVBUILD_WARM_POOL=0 (every rank cold): the warm pool's anchor
 #   facts   nvidia-smi, torch/NCCL versions, the cost of `import torch` (the static doctor's floor)
 #   bench   benchmarks/bench_doctor.py: whole `envbuild doctor` runs (MODES, default static,quick) on GPU 0,
@@ -17,6 +18,7 @@
 #   PARTS="facts bench ray faults stop" LIMIT=540 bash docs/gpu-runs/s4-gpu.sh        (call 1)
 #   PARTS=bench MODES=full TAG=call2 bash docs/gpu-runs/s4-gpu.sh                       (call 2)
 #   PARTS="bench cold ray faults stop" MODES=static,quick,quick FAULTS=sigstop-compute TAG=call3 bash ...
+#   PARTS="facts bench full ray" MODES=static,quick,quick LIMIT=420 TAG=call4 bash ...                     (call 4)
 # Writes $OUT/s4-summary-$TAG.txt and $OUT/s4-$TAG.tar.gz (every JSON, log and run dir).
 set -u
 OUT=${OUT:?set OUT}
@@ -58,6 +60,12 @@ if want bench 100; then
   timed bench "$(( $(left) > 420 ? 420 : $(left) - 5 ))" python3 benchmarks/bench_doctor.py --modes "$MODES" --gpus 0 \
     --keep "$R/bench" --json "$R/bench-doctor-$TAG.json"
   cat "$R/bench.log" >> "$SUMMARY"
+fi
+
+if want full 260; then  # the whole --full on its own, after the quick runs (part "bench" with MODES=...,full does the same)
+  timed full "$(( $(left) > 330 ? 330 : $(left) - 5 ))" python3 benchmarks/bench_doctor.py --modes full --gpus 0 \
+    --keep "$R/full" --json "$R/bench-doctor-full-$TAG.json"
+  cat "$R/full.log" >> "$SUMMARY"
 fi
 
 if want cold 60; then  # the same quick run with every rank started cold: the warm pool's anchor, same call
