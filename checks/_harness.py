@@ -26,11 +26,10 @@ How to write a probe
    (exit code 1) with the traceback tail, so a crash still leaves rank<k>.json behind.
 2. Name phases after what the rank waits on (``init``, ``all_reduce 64MiB``, ``destroy``): a hang is
    reported with each rank's phase, and ``phase_deadlines`` in launch() are keyed by these names.
-3. Register the check in envbuild/doctor/checks/<category>_<topic>.py: call
-   ``envbuild.doctor.launcher.launch("<probe>.py", nranks, python=ctx.python, gpus=..., args=[...],
-   deadline_s=...)`` and turn the outcome into Results with ``envbuild.doctor.probes``
-   (``failure_result`` for hangs/crashes; ``rank_results`` for one Result per rank, ``merged_result``
-   for one Result from all ranks).
+3. Register the check in envbuild/doctor/checks/<id with _ for .>.py (the payload has the same name) with
+   ``@probe_check(..., probe=ProbeSpec("<payload>.py", ...))``: the runner launches the payload under
+   envbuild/doctor/launcher.py with the spec's ranks and deadlines and turns a hang or crash into the check's
+   fail; the check only judges what the ranks emitted (docs/adding-a-check.md).
 4. Test hooks (used only by tests and the fault-injection runs): ENVBUILD_TEST_SIGSTOP_AT=<phase>
    makes rank ENVBUILD_TEST_SIGSTOP_RANK (default: the last rank) SIGSTOP itself on entering that phase;
    ENVBUILD_TEST_CRASH_AT=<phase> makes it exit with code 3 there.
