@@ -27,35 +27,11 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Dict, List, Optional
 
-
-def marked(marker: str) -> List[int]:
-    """PIDs (not zombies) whose environment carries ENVBUILD_TEST_MARK=marker."""
-    entry = f"ENVBUILD_TEST_MARK={marker}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                if entry not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{name}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(name))
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from procmark import cmdline, marked  # noqa: E402  (the tests' marker lookup)
 
 
 def gpu_state() -> Dict[str, object]:

@@ -16,10 +16,10 @@ import sys
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
+from procmark import cmdline, marked
 from torch_env import torch_env  # noqa: F401
 
 DRIVER = textwrap.dedent('''
@@ -49,35 +49,8 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def marked(marker: str):
-    """PIDs (not zombies) whose environment carries the marker."""
-    found = []
-    entry = f"ENVBUILD_TEST_MARK={marker}".encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                if entry not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{name}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(name))
-    return found
-
-
-def ranks_running(marker: str, payload: bytes = b"comm_nccl_churn.py") -> bool:
-    for pid in marked(marker):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if payload in fh.read():
-                    return True
-        except OSError:
-            pass
-    return False
+def ranks_running(marker: str, payload: str = "comm_nccl_churn.py") -> bool:
+    return any(payload in cmdline(pid) for pid in marked(marker))
 
 
 def wait_gone(marker: str, seconds: float):
@@ -100,7 +73,7 @@ def start(tmp_path, torch_env, k, warm=False):
     proc = subprocess.Popen([python, str(driver), str(report)] + (["warm"] if warm else []), env=proc_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     end = time.monotonic() + 90
-    while not ranks_running(marker, b"_warm.py" if warm else b"comm_nccl_churn.py"):
+    while not ranks_running(marker, "_warm.py" if warm else "comm_nccl_churn.py"):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < end, "the probe's ranks never started"
         time.sleep(0.05)
@@ -147,3 +120,4 @@ def test_progress_prints_one_flushed_line_per_check_in_a_pipe(tmp_path):
     assert total >= 5
     assert all(any(w in ln for w in ("PASS", "WARN", "FAIL", "skip", "ERROR")) and " s " in ln + " " for ln in lines)
     assert lines[-1].startswith(f"[{total}/{total}]")
+

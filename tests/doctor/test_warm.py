@@ -10,28 +10,10 @@ import pytest
 
 from envbuild.doctor import warm
 from envbuild.doctor.launcher import launch
+from procmark import marked
 from torch_env import torch_env  # noqa: F401
 
 ARGS = ["--cycles", "2", "--groups", "2", "--numel", "64"]
-
-
-def marked(marker):
-    entry = f"ENVBUILD_TEST_MARK={marker}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                if entry not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{name}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(name))
-    return found
 
 
 def maps_torch(pid):
