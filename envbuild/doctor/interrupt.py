@@ -40,11 +40,17 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: List[int] = []
+        self.held = False
 
     def handle(self, signum: int, _frame: Optional[FrameType]) -> None:
         self.received.append(signum)
-        if len(self.received) == 1:
+        if len(self.received) == 1 and not self.held:
             raise Stopped(signum)
+
+    def hold(self) -> None:
+        """From now on record stop signals without raising: the checks are over and what is left (writing and
+        printing the report) must finish; the caller exits 128 + `first` afterwards."""
+        self.held = True
 
     @property
     def first(self) -> Optional[int]:

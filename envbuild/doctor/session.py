@@ -124,7 +124,11 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
 def run_doctor(opts: DoctorOptions) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
     from envbuild.doctor.context import DoctorContext
-    from envbuild.doctor.interrupt import stop_on_signals
+    import signal
+
+    import click
+
+    from envbuild.doctor.interrupt import Stopped, stop_on_signals
     from envbuild.doctor.registry import declared_options, select, validate_options
     from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import open_source
@@ -152,20 +156,33 @@ def run_doctor(opts: DoctorOptions) -> int:
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
     progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
-    with stop_on_signals():
+    with stop_on_signals() as stops:
         try:
-            report = run_session(ctx, opts.checks, opts.skips, on_result=progress.result, on_start=progress.start,
-                                 before=lambda: start_stack_early(ctx, chosen, stack_reader),
-                                 options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks,
-                                          "skips": opts.skips, "strict": opts.strict, "python": python,
-                                          "root": opts.root, "set": opts.options})
-        finally:
-            stack_reader.close()
-            progress.stop()
+            try:
+                report = run_session(ctx, opts.checks, opts.skips, on_result=progress.result,
+                                     on_start=progress.start,
+                                     before=lambda: start_stack_early(ctx, chosen, stack_reader),
+                                     options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks,
+                                              "skips": opts.skips, "strict": opts.strict, "python": python,
+                                              "root": opts.root, "set": opts.options})
+            finally:
+                stops.hold()  # the checks are over: a stop signal from here on waits for the report
+                stack_reader.close()
+                progress.stop()
+        except Stopped as stop:  # after the checks, while the report was being assembled: nothing to write
+            click.echo(f"envbuild: STOPPED by {stop.name} while the report was being assembled; no report written",
+                       err=True)
+            return stop.exit_code
         if not report.interrupted:
             save_durations(opts.mode, progress.durations)
         _write_reports(report, opts)
         terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
+    late = stops.first if not report.interrupted else None
+    if late is not None:
+        name = signal.Signals(late).name
+        click.echo(f"envbuild: STOPPED by {name} after the checks had finished; the report above is complete",
+                   err=True)
+        return 128 + late
     return report.exit_code(strict=opts.strict)
 
 
