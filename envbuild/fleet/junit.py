@@ -32,35 +32,30 @@ _CDATA_SPECIAL = re.compile("[&<>\x00-\x08\x0b\x0c\x0e-\x1f]")
 _ATTR_SPECIAL = re.compile('[&<>"\t\n\r\x00-\x08\x0b\x0c\x0e-\x1f]')
 
 
+_CDATA_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))  # "&" first: the others add one
+_ATTR_ENTITIES = (('"', "&quot;"), ("\r", "&#13;"), ("\n", "&#10;"), ("\t", "&#09;"))
+
+
+def _replace_each(text: str, entities) -> str:
+    for char, entity in entities:
+        if char in text:
+            text = text.replace(char, entity)
+    return text
+
+
 def _cdata(text: str) -> str:
     """Element text: XML 1.0's forbidden control characters replaced (report/junit.py's _clean), then escaped as
     ElementTree escapes text. One regex search first: most texts need neither."""
     if _CDATA_SPECIAL.search(text) is None:
         return text
-    text = _clean(text)
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
-    return text
+    return _replace_each(_clean(text), _CDATA_ENTITIES)
 
 
 def _attr(text: str) -> str:
     """An attribute value, cleaned and escaped as ElementTree escapes it (newlines and tabs as references)."""
     if _ATTR_SPECIAL.search(text) is None:
         return text
-    text = _cdata(text)
-    if '"' in text:
-        text = text.replace('"', "&quot;")
-    if "\r" in text:
-        text = text.replace("\r", "&#13;")
-    if "\n" in text:
-        text = text.replace("\n", "&#10;")
-    if "\t" in text:
-        text = text.replace("\t", "&#09;")
-    return text
+    return _replace_each(_cdata(text), _ATTR_ENTITIES)
 
 
 def _details(r: Result, evidence: bool) -> str:
