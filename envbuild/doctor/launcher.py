@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from envbuild import leftovers
+from envbuild.doctor import warm
 from envbuild.data.checks._common import mark_launcher_set
 from envbuild.doctor.interrupt import Stopped
 from envbuild.doctor.rankproc import NVLS_OFF, rank_preexec, rendezvous_port
@@ -426,7 +427,7 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     with _Subreaper():
         tracker = _Tracker(str(rd))
         try:
-            timed_out, reason = _watch(ranks, [python, "-u", str(script)] + list(args), envs, rd, deadline_s,
+            timed_out, reason = _watch(ranks, python, script, list(args), envs, rd, deadline_s,
                                        phase_deadlines, tracker, start, cancel)
         except Stopped as stop:
             stop.where = _where(ranks, payload)
@@ -437,7 +438,21 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     return _outcome(ranks, timed_out, reason, leftover, time.monotonic() - start, rd)
 
 
-def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: Path, deadline_s: float,
+def _start_rank(k: int, python: str, script: Path, args: List[str], env: Dict[str, str], rd: Path) -> _Rank:
+    """Rank k as a warm interpreter when the pool has one that fits (envbuild/doctor/warm.py), else cold."""
+    out_path, err_path = rd / f"rank{k}.stdout.log", rd / f"rank{k}.log"
+    proc = warm.take(python, script, args, env, rd, out_path, err_path)
+    if proc is not None:
+        return _Rank(k, proc, rd, warm=True)
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen([python, "-u", str(script)] + args, env=env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, cwd=str(rd), start_new_session=True, close_fds=True,
+                                preexec_fn=rank_preexec())
+    return _Rank(k, proc, rd)
+
+
+def _watch(ranks: List[_Rank], python: str, script: Path, args: List[str], envs: List[Dict[str, str]], rd: Path,
+           deadline_s: float,
            phase_deadlines: Dict[str, float], tracker: _Tracker, start: float,
            cancel: Optional[threading.Event] = None) -> "tuple[bool, str]":
     """Start the ranks and watch them until all exit, one crashes (plus a grace), or a deadline passes.
@@ -447,19 +462,9 @@ def _watch(ranks: List[_Rank], argv: List[str], envs: List[Dict[str, str]], rd: 
     """
     reason = ""
     timed_out = False
-    from envbuild.doctor import warm
-
     for k, env in enumerate(envs):
         with _signals_deferred():
-            proc = warm.take(argv[0], Path(argv[2]), argv[3:], env, rd, rd / f"rank{k}.stdout.log",
-                             rd / f"rank{k}.log")
-            is_warm = proc is not None
-            if proc is None:
-                with open(rd / f"rank{k}.stdout.log", "wb") as out, open(rd / f"rank{k}.log", "wb") as err:
-                    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                            cwd=str(rd), start_new_session=True, close_fds=True,
-                                            preexec_fn=rank_preexec())
-            ranks.append(_Rank(k, proc, rd, warm=is_warm))
+            ranks.append(_start_rank(k, python, script, args, env, rd))
     first_crash_at: Optional[float] = None
     last_scan = 0.0
     while True:
