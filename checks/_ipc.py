@@ -16,9 +16,8 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 _LEN = struct.Struct("!I")
 
@@ -54,28 +53,75 @@ def recv_msg(sock: socket.socket) -> Tuple[Dict[str, Any], List[int]]:
     return json.loads(body.decode()), fds
 
 
-def spawn_child(script: str, role: str, env: Optional[Dict[str, str]] = None,
-                extra_args: Sequence[str] = ()) -> Tuple[subprocess.Popen, socket.socket]:
-    """Start `python script --child ROLE --fd N` with one end of a socketpair; return (process, our end).
+class Helper:
+    """A helper process of a probe (an importer, a torch.multiprocessing producer or consumer, a rollout engine),
+    forked from the probe and talking to it over a socketpair; `ask` sends one request and waits, bounded, for
+    the answer.
 
-    The child stays in our process group, so the launcher's kill reaches it.
+    Why fork and not a fresh interpreter: a fresh python pays `import torch` again (3.5-5.5 s on the lent H200
+    node, docs/gpu-runs/s4-summary-call1.txt), which the probe, often a pre-started rank (envbuild/doctor/warm.py),
+    has already paid. Callers import torch and fork before their first CUDA call, so each helper still creates
+    its own CUDA context and holds none of the probe's state: the same two-process situation colocated RL has.
+    `env` replaces the helper's os.environ; a setting a library reads once per process (the CUDA allocator's)
+    the helper applies itself.
+
+    The helper stays in the probe's process group (the launcher's kill reaches it) and dies with the probe
+    (PR_SET_PDEATHSIG), so it outlives neither.
     """
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-u", script, "--child", role, "--fd", str(theirs.fileno())] + list(extra_args),
-            pass_fds=[theirs.fileno()], env=env if env is not None else dict(os.environ),
-            stdin=subprocess.DEVNULL)
-    finally:
-        theirs.close()
-    return proc, ours
+
+    def __init__(self, serve: Callable[[socket.socket], None], env: Optional[Dict[str, str]] = None,
+                 timeout_s: float = 120.0) -> None:
+        import multiprocessing
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered before the fork is written twice
+            stream.flush()
+        self.process = multiprocessing.get_context("fork").Process(
+            target=_helper_main, args=(serve, theirs, ours, env, os.getpid()), daemon=True)
+        try:
+            self.process.start()
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.sock.settimeout(timeout_s)
+
+    def ask(self, msg: Dict[str, Any], fds: Sequence[int] = ()) -> Dict[str, Any]:
+        send_msg(self.sock, msg, fds)
+        reply, _ = recv_msg(self.sock)
+        return reply
+
+    def close(self) -> None:
+        """Ask the helper to exit and wait for it (20 s); kill it if it does not answer or is still there."""
+        try:
+            self.ask({"op": "exit"})
+            self.process.join(timeout=20)
+        except OSError:  # no answer within the timeout, or the helper is gone
+            pass
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.sock.close()
 
 
-def child_socket(argv: Sequence[str]) -> Tuple[str, socket.socket]:
-    """In a child started by spawn_child: (role, the socket to the parent)."""
-    role = argv[argv.index("--child") + 1]
-    fd = int(argv[argv.index("--fd") + 1])
-    return role, socket.socket(fileno=fd)
+def _helper_main(serve: Callable[[socket.socket], None], sock: socket.socket, parent_end: socket.socket,
+                 env: Optional[Dict[str, str]], parent_pid: int) -> None:
+    """The forked helper: drop what belongs to the probe, then serve requests until asked to exit."""
+    import faulthandler
+    import signal
+
+    parent_end.close()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the probe died between the fork and the prctl
+        os._exit(1)
+    try:  # the stack-dump file belongs to the probe's rank
+        faulthandler.unregister(signal.SIGUSR1)
+    except (AttributeError, ValueError):
+        pass
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    serve(sock)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import os
 import pickle
-import sys
 import time
 from typing import Any, Dict, List
 
@@ -65,11 +64,11 @@ def _deserialize(kind: str, ser, data: bytes):
     return [(name, fn(*args)) for name, (fn, args) in pickle.loads(data)]
 
 
-def engine_main(argv: List[str]) -> None:
-    """The stand-in rollout engine: receive a serialized bucket, load it into own buffers, compare."""
-    from _ipc import child_socket, recv_msg, send_msg
+def serve_engine(sock) -> None:
+    """The stand-in rollout engine (forked by _ipc.Helper): receive a serialized bucket, load it into own
+    buffers, compare."""
+    from _ipc import recv_msg, send_msg
 
-    _, sock = child_socket(argv)
     import torch
 
     while True:
@@ -96,20 +95,20 @@ def engine_main(argv: List[str]) -> None:
 
 
 def main(p: Probe) -> None:
-    from _ipc import spawn_child
+    from _ipc import Helper
     from _rankfacts import self_facts
 
     mode = parse_mode().mode
-    # The engine process of the IPC handoff starts now, so its python + torch start-up (3.5-5 s on an H200
-    # node) overlaps this rank's NCCL init and broadcast instead of following them.
-    engine = spawn_child(os.path.abspath(__file__), "engine")
+    import torch
+
+    # The engine process of the IPC handoff, forked now: after `import torch` (it inherits the loaded torch
+    # instead of paying 3.5-5 s for its own on an H200 node) and before this rank's first CUDA call.
+    engine = Helper(serve_engine, timeout_s=CHILD_TIMEOUT_S)
     size = SIZES[mode]
     roles = (os.environ.get("ENVBUILD_WS_ROLES") or ",".join(
         ["train"] + ["rollout"] * (p.world_size - 1))).split(",")
     role = roles[p.rank]
     with p.phase("facts"):
-        import torch
-
         p.evidence.update({"mode": mode, "role": role, "roles": roles, "facts_before": self_facts()})
         # A first record: if NCCL then errors or hangs, the envbuild side still sees this rank's env/libs.
         p.emit({"status": "error", "summary": "did not finish (first record: env and libraries only)",
@@ -184,24 +183,19 @@ def main(p: Probe) -> None:
 
 
 def _ipc_handoff(torch, dev, size: Dict[str, int], engine) -> Dict[str, Any]:
-    """Hand tensors to the engine process (started by main, `engine` = (process, socket)) and time it."""
-    from _ipc import recv_msg, send_msg
-
+    """Hand tensors to the engine process (an _ipc.Helper forked by main) and time it."""
     kind, ser = _serializer()
     numel = size["ipc_tensor_bytes"] // 2
     named = [(f"layers.{k}.weight", _fill(torch, numel, 100 + k, dev)) for k in range(size["ipc_tensors"])]
     torch.cuda.synchronize(dev)
-    proc, sock = engine
-    sock.settimeout(CHILD_TIMEOUT_S)
     out: Dict[str, Any] = {"serializer": kind, "bytes": numel * 2 * len(named), "tensors": len(named),
                            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     try:
-        # First round pays the engine's CUDA context (and what is left of its torch import); the second is timed.
+        # The first round pays the engine's CUDA context; the second is timed.
         for rnd in ("warm-up", "timed"):
             t0 = time.perf_counter()
             payload = base64.b64encode(_serialize(kind, ser, named)).decode()
-            send_msg(sock, {"op": "load", "kind": kind, "payload": payload, "device": dev.index})
-            reply, _ = recv_msg(sock)
+            reply = engine.ask({"op": "load", "kind": kind, "payload": payload, "device": dev.index})
             secs = time.perf_counter() - t0
             if not reply.get("ok"):
                 out["error"] = reply.get("error")
@@ -210,21 +204,12 @@ def _ipc_handoff(torch, dev, size: Dict[str, int], engine) -> Dict[str, Any]:
             if rnd == "timed":
                 out["seconds"] = round(secs, 5)
                 out["gbps"] = round(out["bytes"] / secs / 1e9, 2)
-        send_msg(sock, {"op": "exit"})
-        recv_msg(sock)
     except OSError as exc:
         out["error"] = f"engine process: {type(exc).__name__}: {exc}"
     finally:
-        try:
-            proc.wait(timeout=20)
-        except Exception:
-            proc.kill()
-        sock.close()
+        engine.close()
     return out
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        engine_main(sys.argv)
-    else:
-        Probe.run(main)
+    Probe.run(main)

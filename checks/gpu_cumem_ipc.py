@@ -26,11 +26,11 @@ from __future__ import annotations
 import base64
 import os
 import pickle
-import sys
 import time
 from typing import Any, Dict, List, Optional
 
 from _harness import Probe, mismatches, parse_mode, word_pattern
+from _ipc import Helper
 
 SIZES = {
     "quick": {"churn_bytes": 1 << 30, "churn_cycles": 4, "share_bytes": 256 << 20},
@@ -48,15 +48,16 @@ def _round_up(n: int, g: int) -> int:
 # Helper processes. One "importer" serves the handle tests; torch_mp uses a producer/consumer pair per
 # allocator setting because PYTORCH_CUDA_ALLOC_CONF is read once per process.
 # ----------------------------------------------------------------------------------------------------
-def child_main(argv: List[str]) -> None:
-    from _ipc import apply_fault_hooks, child_socket, recv_msg, send_msg
+def serve_helper(role: str, sock) -> None:
+    """A helper's request loop (forked by _ipc.Helper from the probe, which imported torch and never touched CUDA)."""
+    from _ipc import apply_fault_hooks, recv_msg, send_msg
 
-    role, sock = child_socket(argv)
     fault = apply_fault_hooks() if role == "tm_consumer" else None
     import torch
 
     from _cudrv import Driver, describe_error
 
+    alloc_conf = apply_alloc_conf(torch) if role.startswith("tm_") else None
     drv = None
     keep: Dict[str, Any] = {}
     while True:
@@ -65,7 +66,7 @@ def child_main(argv: List[str]) -> None:
         if op == "exit":
             send_msg(sock, {"ok": True})
             return
-        reply: Dict[str, Any] = {"ok": False, "fault_hook": fault}
+        reply: Dict[str, Any] = {"ok": False, "fault_hook": fault, "alloc_conf": alloc_conf}
         t0 = time.perf_counter()
         try:
             dev = int(msg.get("device", 0))
@@ -105,6 +106,8 @@ def child_main(argv: List[str]) -> None:
 
                 fn, args = reduce_tensor(t)
                 keep["t"] = t
+                # what the allocator setting really did: the tensor lies in an expandable segment or not
+                reply["expandable_segment"] = any(seg.get("is_expandable") for seg in torch.cuda.memory_snapshot())
                 reply["payload"] = base64.b64encode(pickle.dumps((fn, args))).decode()
                 reply["ok"] = True
             elif op == "rebuild":  # tm_consumer
@@ -120,35 +123,6 @@ def child_main(argv: List[str]) -> None:
             reply.update(describe_error(exc))
         reply["seconds"] = round(time.perf_counter() - t0, 4)
         send_msg(sock, reply)
-
-
-class _Child:
-    """A helper process and its socket, with a bounded wait for every answer."""
-
-    def __init__(self, role: str, env: Optional[Dict[str, str]] = None):
-        from _ipc import spawn_child
-
-        self.role = role
-        self.proc, self.sock = spawn_child(os.path.abspath(__file__), role, env=env)
-        self.sock.settimeout(CHILD_TIMEOUT_S)
-
-    def ask(self, msg: Dict[str, Any], fds=()) -> Dict[str, Any]:
-        from _ipc import recv_msg, send_msg
-
-        send_msg(self.sock, msg, fds)
-        reply, _ = recv_msg(self.sock)
-        return reply
-
-    def close(self) -> None:
-        try:
-            self.ask({"op": "exit"})
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=20)
-        except Exception:
-            self.proc.kill()
-        self.sock.close()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -200,7 +174,7 @@ def _churn(torch, drv, size: Dict[str, int]) -> Dict[str, Any]:
                 f"no leak ({max(leak, 0) / 2**20:.0f} MiB)", **data)
 
 
-def _posix_fd(torch, drv, child: _Child, nbytes: int, dev: int) -> Dict[str, Any]:
+def _posix_fd(torch, drv, child: Helper, nbytes: int, dev: int) -> Dict[str, Any]:
     name = "posix_fd.same_gpu" if dev == 0 else "posix_fd.peer_gpu"
     causes = ("M1", "D8") + (("N3",) if dev else ())
     nbytes = _round_up(nbytes, drv.granularity(0))
@@ -234,7 +208,7 @@ def _posix_fd(torch, drv, child: _Child, nbytes: int, dev: int) -> Dict[str, Any
                 **data)
 
 
-def _legacy_ipc(torch, drv, child: _Child, nbytes: int, dev: int) -> Dict[str, Any]:
+def _legacy_ipc(torch, drv, child: Helper, nbytes: int, dev: int) -> Dict[str, Any]:
     name = "cudaipc.same_gpu" if dev == 0 else "cudaipc.peer_gpu"
     causes = ("O4", "D8") + (("N3",) if dev else ())
     ptr = drv.mem_alloc(nbytes)
@@ -283,7 +257,21 @@ def torch_mp_env(expandable: bool) -> Dict[str, str]:
     return env
 
 
-def _torch_mp(expandable: bool, nbytes: int, producer: _Child, consumer: _Child) -> Dict[str, Any]:
+def apply_alloc_conf(torch) -> Optional[str]:
+    """Apply this helper's PYTORCH_CUDA_ALLOC_CONF to torch's allocator: a forked helper inherits the allocator
+    settings the probe's torch may already have parsed, and the allocator reads its variable once per process.
+    Returns the setting applied (None when the variable is unset)."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if conf is None:
+        return None
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)  # torch >= 2.9
+    if setter is None:
+        setter = torch.cuda.memory._set_allocator_settings
+    setter(conf)
+    return conf
+
+
+def _torch_mp(expandable: bool, nbytes: int, producer: Helper, consumer: Helper) -> Dict[str, Any]:
     name = "torch_mp.expandable_on" if expandable else "torch_mp.expandable_off"
     try:
         shared = producer.ask({"op": "share", "nbytes": nbytes, "device": 0, "seed": 0x5000 + expandable})
@@ -307,7 +295,7 @@ def _torch_mp(expandable: bool, nbytes: int, producer: _Child, consumer: _Child)
                 f"(expandable_segments {'on' if expandable else 'off'}); data exact", **data)
 
 
-def _fabric(torch, drv, child: _Child, nbytes: int) -> Dict[str, Any]:
+def _fabric(torch, drv, child: Helper, nbytes: int) -> Dict[str, Any]:
     from _cudrv import HANDLE_FABRIC, CudaError
 
     if not drv.attribute("handle_type_fabric", 0):
@@ -362,28 +350,35 @@ def _guard(name: str, fn, *args) -> Dict[str, Any]:
     return out
 
 
-def start_helpers() -> Dict[str, _Child]:
-    """Every helper process, started before the parent imports torch.
+def start_helpers() -> Dict[str, Helper]:
+    """Every helper process, forked at once after `import torch` and before the probe's first CUDA call.
 
-    A helper imports torch and then waits for its first request before it touches CUDA (child_main), so
-    starting all five at once costs no GPU memory and cannot move the vmm.churn free-memory reading;
-    started one stage at a time they cost three serial start-ups (4.8-5.3 s each on the lent H200
-    machine, of which 0.24-0.28 s was their work). Each is still used, and closed, at the same point
-    of the sequence as before, so no two helpers hold CUDA contexts at a time they did not before."""
-    helpers: Dict[str, _Child] = {}
+    A helper waits for its first request before it touches CUDA (serve_helper), so starting all five at once
+    costs no GPU memory and cannot move the vmm.churn free-memory reading. Each is still used, and closed, at
+    the same point of the sequence as when each was a fresh interpreter started one stage at a time (three
+    serial start-ups, 4.8-5.3 s each on the lent H200 machine, of which 0.24-0.28 s was their work), so no two
+    helpers hold CUDA contexts at a time they did not before."""
+    from functools import partial
+
+    import torch  # loaded once here, inherited by every helper
+
+    if torch.cuda.is_initialized():  # a CUDA context does not survive fork(): helpers must fork before it
+        raise RuntimeError("gpu.cumem_ipc: CUDA was initialised before the helpers were forked")
+
+    helpers: Dict[str, Helper] = {}
     try:
-        helpers["importer"] = _Child("importer")
+        helpers["importer"] = Helper(partial(serve_helper, "importer"), timeout_s=CHILD_TIMEOUT_S)
         for expandable in (False, True):
             env = torch_mp_env(expandable)
-            helpers[f"tm_producer.{expandable}"] = _Child("tm_producer", env)
-            helpers[f"tm_consumer.{expandable}"] = _Child("tm_consumer", env)
+            helpers[f"tm_producer.{expandable}"] = Helper(partial(serve_helper, "tm_producer"), env, CHILD_TIMEOUT_S)
+            helpers[f"tm_consumer.{expandable}"] = Helper(partial(serve_helper, "tm_consumer"), env, CHILD_TIMEOUT_S)
     except BaseException:
         close_helpers(helpers)
         raise
     return helpers
 
 
-def close_helpers(helpers: Dict[str, _Child]) -> None:
+def close_helpers(helpers: Dict[str, Helper]) -> None:
     for name in list(helpers):
         helpers.pop(name).close()
 
@@ -392,13 +387,14 @@ def main(p: Probe) -> None:
     mode = parse_mode().mode
     with p.phase("start helpers"):
         helpers = start_helpers()
+    p.evidence["helpers"] = "forked from this probe after import torch, before its first CUDA call"
     try:
         _main(p, mode, helpers)
     finally:
         close_helpers(helpers)
 
 
-def _main(p: Probe, mode: str, helpers: Dict[str, _Child]) -> None:
+def _main(p: Probe, mode: str, helpers: Dict[str, Helper]) -> None:
     import torch
 
     from _cudrv import Driver
@@ -466,7 +462,4 @@ def _main(p: Probe, mode: str, helpers: Dict[str, _Child]) -> None:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child_main(sys.argv)
-    else:
-        Probe.run(main)
+    Probe.run(main)

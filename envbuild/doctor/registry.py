@@ -22,8 +22,10 @@ from envbuild.report.model import CATEGORIES, Result, category_rank
 __all__ = ["CATEGORIES", "category_rank", "Check", "Option", "OptionError", "ProbeSpec", "check", "probe_check",
            "verdict", "discover", "all_checks", "select", "declared_options", "validate_options", "RENAMED"]
 
-# What a check can need. The runner skips (with the reason) a check whose needs the run cannot meet.
-NEEDS = frozenset({"gpu", "multi_gpu", "profile", "live"})
+# What a check can need. The runner skips (with the reason) a check whose needs the run cannot meet. "stack": it
+# reads the stack probe's facts (every stack.* check has it), so while that probe still runs the runner starts
+# the checks after it first (envbuild/doctor/runner.py next_check).
+NEEDS = frozenset({"gpu", "multi_gpu", "profile", "live", "stack"})
 MODES = ("static", "quick", "full")
 PROBE_MODES = ("quick", "full")  # a probe has no static size: a static run that names it gets the quick one
 
@@ -158,7 +160,8 @@ def _register(id: str, category: str, title: str, fn: CheckFn, needs: Iterable[s
     if module.startswith(CHECKS_PACKAGE + ".") and module != f"{CHECKS_PACKAGE}.{stem}":
         raise ValueError(f"check {id}: it must live in envbuild/doctor/checks/{stem}.py, not "
                          f"{module.rsplit('.', 1)[-1]}.py (one check per module, named after its id)")
-    unknown = set(needs) - NEEDS
+    needs = set(needs) | ({"stack"} if category == "stack" else set())
+    unknown = needs - NEEDS
     if unknown:
         raise ValueError(f"check {id}: unknown needs {sorted(unknown)}")
     if id in _REGISTRY and _REGISTRY[id].fn is not fn:

@@ -115,6 +115,10 @@ class StackPrefetch:
         finally:
             self._done.set()
 
+    def pending(self) -> bool:
+        """Started and not finished: a caller would wait."""
+        return self._thread is not None and not self._done.is_set()
+
     def __call__(self, python: str) -> Dict[str, Any]:
         if self._thread is None or python != self._python:
             return read_stack(python)

@@ -98,6 +98,10 @@ class FactSource:
     def stack(self) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def stack_pending(self) -> bool:
+        """Whether asking for stack() now would wait for a stack probe that is still running."""
+        return False
+
     def glob(self, pattern: str) -> List[str]:
         """Paths matching a POSIX glob with '*' inside one directory level at a time."""
         parts = PurePosixPath(_norm(pattern)).parts[1:]
@@ -227,6 +231,12 @@ class LiveSource(FactSource):
             raise FactUnavailable(self._stack_error)
         return self._stack_cache  # type: ignore[return-value]
 
+    def stack_pending(self) -> bool:
+        if self._stack_cache is not None or self._stack_error is not None:
+            return False
+        pending = getattr(self._stack_reader, "pending", None)  # a reader that runs the probe ahead (a prefetch)
+        return bool(pending()) if pending is not None else False
+
 
 _ENVIRON = re.compile(r"^/proc/[^/]+/environ$")
 
@@ -316,6 +326,9 @@ class RecordingSource(FactSource):
             self.stack_error = str(exc)
             raise
         return self.stack_data
+
+    def stack_pending(self) -> bool:
+        return self.inner.stack_pending()
 
     def save(self, directory: Path, meta: Dict[str, Any]) -> None:
         """Write the bundle: node files at their paths under `directory`, the rest under .envbuild/."""

@@ -135,6 +135,17 @@ def test_one_name_everywhere_id_module_payload_and_test_file():
     assert public == {c.id.replace(".", "_") for c in all_checks()}
 
 
+def test_a_check_reads_the_stack_probes_facts_exactly_when_it_declares_the_need():
+    """The runner lets checks after a "stack" check go first while the stack probe still runs; a check that reads
+    ctx.facts.stack() without the need would silently wait for the probe again (and one that declares it without
+    reading it would be held back for nothing)."""
+    import inspect
+
+    for c in all_checks():
+        reads = "facts.stack()" in inspect.getsource(sys.modules[c.fn.__module__])
+        assert reads == ("stack" in c.needs), c.id
+
+
 def test_a_check_whose_module_is_not_named_after_its_id_is_refused():
     """node.ulimits in node_os.py (five checks in one module, as before the split) is refused when it registers."""
     from envbuild.doctor.registry import check

@@ -15,33 +15,80 @@ from envbuild.paths import payload_dir
 sys.path.insert(0, str(payload_dir()))
 import _ipc  # noqa: E402
 
-CHILD = textwrap.dedent("""
-    import os, sys
-    sys.path.insert(0, {payloads!r})
-    from _ipc import child_socket, recv_msg, send_msg
-    role, sock = child_socket(sys.argv)
-    msg, fds = recv_msg(sock)
+def _serve_upper(sock):
+    """A helper that reads the memory behind the fd it receives, writes it back upper-cased through that fd, and
+    answers with what it saw and the environment it was given."""
+    msg, fds = _ipc.recv_msg(sock)
     data = os.pread(fds[0], msg["n"], 0)
     os.pwrite(fds[0], data.upper(), 0)          # write through the received descriptor
-    send_msg(sock, {{"role": role, "read": data.decode(), "fds": len(fds)}})
-""")
+    _ipc.send_msg(sock, {"read": data.decode(), "fds": len(fds), "env": os.environ.get("ENVBUILD_TEST_HELPER"),
+                         "ppid": os.getppid()})
+    msg, _ = _ipc.recv_msg(sock)
+    assert msg == {"op": "exit"}
+    _ipc.send_msg(sock, {"ok": True})
 
 
-def test_fd_passed_over_scm_rights_is_the_same_memory(tmp_path):
-    script = tmp_path / "child.py"
-    script.write_text(CHILD.format(payloads=str(payload_dir())))
+def test_fd_passed_over_scm_rights_to_a_forked_helper_is_the_same_memory():
     fd = os.memfd_create("envbuild-test")
     os.write(fd, b"weights-bucket")
-    proc, sock = _ipc.spawn_child(str(script), "importer")
+    helper = _ipc.Helper(_serve_upper, env={"ENVBUILD_TEST_HELPER": "given"}, timeout_s=30)
     try:
-        _ipc.send_msg(sock, {"n": 14, "big": "x" * 100000}, fds=[fd])  # a frame larger than one recv
-        reply, fds = _ipc.recv_msg(sock)
+        reply = helper.ask({"n": 14, "big": "x" * 100000}, fds=[fd])  # a frame larger than one recv
     finally:
-        sock.close()
-        assert proc.wait(timeout=30) == 0
-    assert reply == {"role": "importer", "read": "weights-bucket", "fds": 1} and fds == []
-    assert os.pread(fd, 14, 0) == b"WEIGHTS-BUCKET"  # the child's write is visible to the owner
+        helper.close()
+    assert reply == {"read": "weights-bucket", "fds": 1, "env": "given", "ppid": os.getpid()}
+    assert helper.process.exitcode == 0
+    assert os.pread(fd, 14, 0) == b"WEIGHTS-BUCKET"  # the helper's write is visible to the owner
+    assert "ENVBUILD_TEST_HELPER" not in os.environ  # the env was the helper's, not ours
     os.close(fd)
+
+
+def _serve_hang(sock):
+    import time
+
+    time.sleep(600)
+
+
+def test_a_helper_that_does_not_answer_is_killed_on_close():
+    helper = _ipc.Helper(_serve_hang, timeout_s=0.5)
+    with pytest.raises(OSError):  # socket.timeout is an OSError: the bounded wait of ask
+        helper.ask({"op": "anything"})
+    helper.sock.settimeout(0.1)
+    helper.close()
+    assert not helper.process.is_alive()
+
+
+def test_a_helper_dies_with_its_probe(tmp_path):
+    """PR_SET_PDEATHSIG: a probe killed with SIGKILL takes its forked helper with it."""
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(payload_dir())!r})
+        import _ipc
+        def serve(sock):
+            time.sleep(600)
+        h = _ipc.Helper(serve)
+        print(h.process.pid, flush=True)
+        time.sleep(600)
+    """)
+    probe = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    helper_pid = int(probe.stdout.readline())
+    probe.kill()
+    probe.wait(timeout=10)
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{helper_pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"helper {helper_pid} outlived its probe")
+    probe.stdout.close()
 
 
 def test_recv_msg_reports_a_closed_peer():

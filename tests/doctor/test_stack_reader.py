@@ -158,3 +158,23 @@ def test_a_probe_stopped_at_its_deadline_is_reported_with_the_phase_it_was_in(tm
     with pytest.raises(FactUnavailable) as exc:
         read_stack(str(script), timeout_s=2)
     assert "did not answer within 2 s (it was in phase 'import torch')" in str(exc.value)
+
+
+def test_while_the_stack_probe_runs_the_checks_that_do_not_read_it_go_first(tmp_path):
+    """A stack probe that takes seconds (import torch, CUDA/NCCL init) no longer holds up the GPU probes: the
+    progress lines show gpu.* and comm.* finishing before the checks that read the stack, and the report still
+    lists every check in the registry's order."""
+    from envbuild.doctor.registry import all_checks
+
+    slow = tmp_path / "python"
+    slow.write_text(f"#!/bin/sh\nsleep 2\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    proc, results = run_doctor(["--quick", "--python", str(slow)], clean_env(), tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    finished = [line.split()[2] for line in proc.stderr.splitlines() if line.startswith("[")]
+    assert finished.index("gpu.basic") < finished.index("node.driver_version")
+    assert finished.index("comm.weight_sync") < finished.index("stack.torch")
+    # the first stack check that asked waited for the probe's answer (the wrapper's 2 s)
+    assert max(r["duration_s"] for k, r in results.items() if k.startswith("stack.")) >= 1.0
+    ids = list(results)
+    assert ids == [c.id for c in all_checks() if c.id in results]

@@ -36,7 +36,7 @@ def _stack_libcuda(ctx) -> Dict[str, Any]:
 
 
 @check("node.driver_version", CAT, "One NVIDIA driver version: kernel module = NVML = libnvidia-ml = libcuda",
-       causes=("D2", "C1"))
+       needs=("stack",), causes=("D2", "C1"))
 def driver_version(ctx) -> Result:
     """The kernel module, NVML, the libnvidia-ml this process maps and the installed/mapped libcuda must agree.
 

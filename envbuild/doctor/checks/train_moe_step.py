@@ -148,7 +148,7 @@ PROBE = ProbeSpec("train_moe_step.py", "the train-step cycle", deadline_s={"quic
 
 
 @probe_check("train.moe_step", "train", "Qwen3-30B-A3B-shaped MoE train steps (megatron-core) in slime's train -> "
-             "sync -> offload -> resume -> group rebuild cycle", needs=(), probe=PROBE,
+             "sync -> offload -> resume -> group rebuild cycle", needs=("stack",), probe=PROBE,
              causes=("M4", "M5", "C9", "C2"), modes=("full",), options=_declared_options())
 def train_moe_step(ctx, run) -> List[Result]:
     """Options: --set train.layers=N train.steps=K train.tp/sp/ep/pp/cp train.seq train.mbs train.offload
