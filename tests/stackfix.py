@@ -83,6 +83,93 @@ def dist_info(site: Path, name: str, version: str, direct_url: Optional[dict] = 
 
 
 
+# A torch whose package must never be imported (its __init__ raises) but whose native libraries are real: the
+# layout of the pip wheel (torch/lib, torch/_C*.so, RPATHs into site-packages/nvidia/*/lib), so the stack probe's
+# fast path (checks/_torch_native.py) loads it as it loads NVIDIA's. Failures are chosen at run time through
+# FAKE_CUDA_* variables.
+FULL_CUDART_SRC = r"""
+#include <stdlib.h>
+#include <string.h>
+static int env_rc(const char *name) { const char *v = getenv(name); return v ? atoi(v) : 0; }
+static char memory[1 << 16];
+int cudaRuntimeGetVersion(int *v) { *v = VCODE; return 0; }
+int cudaGetDeviceCount(int *n) { int rc = env_rc("FAKE_CUDA_COUNT_RC"); if (rc) return rc; *n = 1; return 0; }
+int cudaSetDevice(int d) { return 0; }
+int cudaMalloc(void **p, size_t n) { int rc = env_rc("FAKE_CUDA_MALLOC_RC"); if (rc) return rc; *p = memory; return 0; }
+int cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }
+int cudaDeviceSynchronize(void) { return 0; }
+int cudaFree(void *p) { return 0; }
+const char *cudaGetErrorName(int rc) {
+  return rc == 2 ? "cudaErrorMemoryAllocation" : rc == 35 ? "cudaErrorInsufficientDriver" : "cudaErrorUnknown"; }
+const char *cudaGetErrorString(int rc) {
+  return rc == 2 ? "out of memory" : rc == 35 ? "CUDA driver version is insufficient for CUDA runtime version"
+                                              : "unknown error"; }
+"""
+FULL_NCCL_SRC = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+typedef struct { char internal[128]; } ncclUniqueId;
+__attribute__((used)) const char envbuild_fake_nccl_version[] = "NCCL version " VSTR;
+int ncclGetVersion(int *v) { *v = VCODE; return 0; }
+int ncclGetUniqueId(ncclUniqueId *id) { memset(id->internal, 0, 128); strcpy(id->internal, "fake-id"); return 0; }
+int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
+  const char *file = getenv("NCCL_DEBUG_FILE");
+  if (n != 1 || rank != 0 || strcmp(id.internal, "fake-id") != 0) return 4;  /* ncclInvalidArgument */
+  if (getenv("NCCL_DEBUG") && file) {  /* the VERSION banner NCCL writes at init, %p = pid */
+    char path[4096]; const char *p = strstr(file, "%p");
+    if (p) snprintf(path, sizeof path, "%.*s%d%s", (int)(p - file), file, (int)getpid(), p + 2);
+    else snprintf(path, sizeof path, "%s", file);
+    FILE *fh = fopen(path, "w"); if (fh) { fprintf(fh, "host:1:1 [0] NCCL INFO NCCL version %s\n", VSTR); fclose(fh); }
+  }
+  *comm = (void *)0x1; return 0; }
+int ncclAllReduce(const void *s, void *r, size_t c, int t, int op, void *comm, void *stream) { return comm ? 0 : 4; }
+int ncclCommDestroy(void *comm) { return 0; }
+const char *ncclGetErrorString(int rc) { return rc == 4 ? "invalid argument" : "unhandled cuda error"; }
+"""
+TORCH_CUDA_SRC = r"""
+unsigned long long _ZN5torch4cuda4nccl7versionEv(void) { return (2ULL << 32) | (28ULL << 16) | 9ULL; }
+const char *_ZN5torch4cuda4nccl14version_suffixEv(void) { return ""; }
+"""
+
+
+def full_nccl(directory: Path, version: str) -> Path:
+    """A libnccl.so.2 that also initialises a 1-rank communicator and writes NCCL's VERSION banner."""
+    major, minor, patch = (int(x) for x in version.split("."))
+    return build_lib(directory, "libnccl.so.2", "libnccl.so.2", FULL_NCCL_SRC,
+                     {"VSTR": f'"{version}+cuda13.0"', "VCODE": str(major * 10000 + minor * 100 + patch)})
+
+
+def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9") -> Path:
+    """torch 2.11-shaped: torch/lib/libtorch_global_deps.so -> libcudart, torch/_C -> libtorch_cuda -> libnccl +
+    libcudart, found through the wheel's RPATHs ($ORIGIN/../../nvidia/...). Its torch.cuda.nccl.version() is 2.28.9."""
+    gcc = need_gcc()
+    torch_dir, lib = site / "torch", site / "torch" / "lib"
+    nccl_dir, cu13 = site / "nvidia" / "nccl" / "lib", site / "nvidia" / "cu13" / "lib"
+    full_nccl(nccl_dir, nccl)
+    build_lib(cu13, "libcudart.so.13", "libcudart.so.13", FULL_CUDART_SRC, {"VCODE": "13000"})
+    lib.mkdir(parents=True)
+
+    def link(out: Path, source: str, needs: List[str], rpath: str) -> None:
+        src = out.with_suffix(".c")
+        src.write_text(source)
+        cmd = [gcc, "-shared", "-fPIC", "-o", str(out), str(src), f"-Wl,-soname,{out.name}", "-Wl,--disable-new-dtags",
+               f"-Wl,-rpath,{rpath}", f"-L{lib}", f"-L{nccl_dir}", f"-L{cu13}", "-Wl,--no-as-needed"] + [f"-l:{n}" for n in needs]
+        subprocess.run(cmd, check=True, capture_output=True)
+        src.unlink()
+
+    link(lib / "libtorch_global_deps.so", "int envbuild_global_deps;\n", ["libcudart.so.13"],
+         "$ORIGIN/../../nvidia/cu13/lib")
+    link(lib / "libtorch_cuda.so", TORCH_CUDA_SRC, ["libnccl.so.2", "libcudart.so.13"],
+         "$ORIGIN/../../nvidia/nccl/lib:$ORIGIN/../../nvidia/cu13/lib")
+    link(torch_dir / "_C.cpython-fake.so", "int envbuild_torch_c;\n", ["libtorch_cuda.so"], "$ORIGIN/lib")
+    (torch_dir / "__init__.py").write_text("raise ImportError('this fake torch must never be imported')\n")
+    (torch_dir / "version.py").write_text(f"from typing import Optional\n\n__version__ = {version!r}\ndebug = False\n"
+                                          "cuda: Optional[str] = '13.0'\ngit_version = 'fake'\n")
+    return torch_dir
+
+
 def no_torch_dir() -> Path:
     """A directory whose `torch` package raises ImportError: put first on PYTHONPATH, it makes the test
     venv behave like an env without torch whether or not the CPU torch wheel is installed in it."""

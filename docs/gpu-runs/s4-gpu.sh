@@ -12,6 +12,11 @@
 #           preloaded on the rollout side (C3), NCCL_CUMEM_ENABLE differing between train and rollout (C5);
 #           FAULTS picks (sigstop-compute: a warm gpu.compute rank stopped in its bf16 GEMM)
 #   stop    benchmarks/stop_doctor.py: the whole doctor --quick stopped at random moments, ps + nvidia-smi after
+#   imports where `import torch` spends its time (-X importtime), what loading torch's native libraries alone
+#           costs (ctypes), and the stack probe on its own (session 5: the static doctor's floor)
+#   stackcmp the stack probe before the fast path (.bin/old_stack_probe.py = checks/stack_probe.py of 12ab7ed)
+#           and after, on the same node, plain and with a second libnccl preloaded: time and every differing fact
+# PREFIX names the outputs (default s4; session 5 runs use PREFIX=s5).
 # Repo root, $OUT set; carry .whl (torch_memory_saver, megatron-core, py-spy, jsonschema for ray) and .bin
 # (ray-slim.tar.xz: the ray 2.60.0 wheel's files without jars/rllib/data/serve/train/tune/llm and the
 # dashboard's web build, xz-packed to fit the 64 MiB the tool carries):
@@ -26,6 +31,7 @@ LIMIT=${LIMIT:-540}
 PARTS=${PARTS:-facts bench ray faults stop}
 MODES=${MODES:-static,quick}
 TAG=${TAG:-call1}
+PREFIX=${PREFIX:-s4}
 start=$SECONDS
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
@@ -33,8 +39,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 export PATH=/tmp/site/bin:$PATH   # py-spy for hang stacks
-R=/tmp/s4-$TAG; rm -rf "$R"; mkdir -p "$R"
-SUMMARY=$OUT/s4-summary-$TAG.txt; : > "$SUMMARY"
+R=/tmp/$PREFIX-$TAG; rm -rf "$R"; mkdir -p "$R"
+SUMMARY=$OUT/$PREFIX-summary-$TAG.txt; : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $(( LIMIT - (SECONDS - start) )); }
 want() { case " $PARTS " in *" $1 "*) [ "$(left)" -ge "$2" ] && return 0; say "$1: not run, $(left) s left";; esac; return 1; }
@@ -54,6 +60,61 @@ if want facts 10; then
     echo -n "python3 -c pass: "; { time python3 -c pass; } 2>&1
     echo -n "envbuild --help: "; { time python3 -m envbuild --help >/dev/null; } 2>&1
     ls -la /lib/x86_64-linux-gnu/libnccl.so* 2>&1 | head -3; } >> "$SUMMARY" 2>&1
+fi
+
+if want imports 30; then
+  python3 -X importtime -c 'import torch' 2> "$R/importtime.txt"
+  { echo "## import torch, top cumulative (us)"; grep '^import time:' "$R/importtime.txt" | sed 1d \
+      | awk -F'|' '{gsub(/ /,"",$2); print $2, $3}' | sort -rn | head -14
+    echo "## import torch, top self (us)"; grep '^import time:' "$R/importtime.txt" | sed 1d \
+      | awk -F'|' '{gsub(/import time:| /,"",$1); print $1, $3}' | sort -rn | head -10
+    python3 - <<'EOF'
+import ctypes, importlib.util, os, time
+lib = os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "lib")
+t0 = time.perf_counter()
+for name in ("libtorch_global_deps.so", "libtorch_cuda.so", "libtorch_python.so"):
+    t = time.perf_counter()
+    ctypes.CDLL(os.path.join(lib, name), mode=ctypes.RTLD_GLOBAL)
+    print("ctypes load %-24s %.3f s" % (name, time.perf_counter() - t))
+print("ctypes load, all three: %.3f s" % (time.perf_counter() - t0))
+t = time.perf_counter()
+cuda = ctypes.CDLL("libcuda.so.1")
+print("cuInit", cuda.cuInit(0), "%.3f s" % (time.perf_counter() - t))
+EOF
+    TIMEFORMAT="%R s wall, %U s user"
+    for i in 1 2; do echo -n "stack probe alone: "; { time python3 checks/stack_probe.py > "$R/stack-probe-$i.json"; } 2>&1; done
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('stack probe elapsed_s', d['elapsed_s'], 'init', d.get('init',{}).get('method'))" "$R/stack-probe-2.json"
+  } >> "$SUMMARY" 2>&1
+fi
+
+if want stackcmp 40; then
+  cp .bin/old_stack_probe.py checks/_old_stack_probe.py
+  for case in plain preload; do
+    pre=""; [ $case = preload ] && pre=/lib/x86_64-linux-gnu/libnccl.so.2
+    for which in old new; do
+      script=checks/stack_probe.py; [ $which = old ] && script=checks/_old_stack_probe.py
+      LD_PRELOAD=$pre python3 "$script" > "$R/stackcmp-$case-$which.json" 2> "$R/stackcmp-$case-$which.err"
+    done
+    python3 - "$R/stackcmp-$case-old.json" "$R/stackcmp-$case-new.json" "$case" <<'EOF' >> "$SUMMARY" 2>&1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print("## stackcmp %s: old %.2f s, new %.2f s; errors old %s new %s" % (sys.argv[3], a["elapsed_s"], b["elapsed_s"],
+      a.get("errors"), b.get("errors")))
+for part in ("torch", "init", "cuda_runtime", "cuda_driver"):
+    x, y = a.get(part) or {}, b.get(part) or {}
+    for k in sorted(set(x) | set(y)):
+        if x.get(k) != y.get(k):
+            print("  %s.%s: old %r | new %r" % (part, k, x.get(k), y.get(k)))
+for part in ("mapped", "reachable"):
+    x = [(m["family"], m["path"], m.get("version") or m.get("api_version")) for m in a.get(part) or []]
+    y = [(m["family"], m["path"], m.get("version") or m.get("api_version")) for m in b.get(part) or []]
+    print("  %s: %s" % (part, "same" if x == y else "old %s | new %s" % (x, y)))
+EOF
+  done
+  rm -f checks/_old_stack_probe.py
+  LD_PRELOAD=/lib/x86_64-linux-gnu/libnccl.so.2 timed stack-preload 60 python3 -m envbuild doctor --check 'stack.*' \
+    --check node.driver_version --json "$R/doctor-stack-preload-1gpu.json"
+  tail -12 "$R/stack-preload.log" >> "$SUMMARY"
 fi
 
 if want bench 100; then
@@ -110,5 +171,5 @@ fi
 
 { echo "## left after everything"; ps -eo pid,stat,etime,args | grep -E "checks/[a-z_]+\.py|raylet|gcs_server" | grep -v grep
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv; } >> "$SUMMARY" 2>&1
-tar -czf "$OUT/s4-$TAG.tar.gz" -C /tmp "s4-$TAG" 2>/dev/null
+tar -czf "$OUT/$PREFIX-$TAG.tar.gz" -C /tmp "$PREFIX-$TAG" 2>/dev/null
 say "== total $(( SECONDS - start )) s of LIMIT $LIMIT"

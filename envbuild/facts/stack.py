@@ -17,12 +17,17 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
   NVTE_*, RAY_EXPERIMENTAL_NOSET_*, VLLM_NCCL_*, CUBLAS_*, NVSHMEM_*, LD_PRELOAD, LD_LIBRARY_PATH,
   CONDA_PREFIX, VIRTUAL_ENV, RAY_USE_UVLOOP, recorded before the probe changes anything, as the user launched
   the doctor: what the launcher set (NVLS pinned off, ENVBUILD_*, rank variables) is not in it
-- torch: {present, error?, version, cuda (torch.version.cuda), cuda_tag ("cu129"|"cpu"|None),
-  git_version, file, nccl_version ("2.28.9", torch.cuda.nccl.version()), nccl_error?,
-  cudnn_version ("9.19.0"), cudnn_version_code (91900), cuda_available, device_count, arch_list}
-- init: {cuda_tensor: bool, nccl_group: bool, method: str, dlopen_errors?: {soname: msg},
-  nccl_get_version?}: what was initialised before the maps were read (a 1-rank NCCL group over a
-  FileStore when a GPU exists; otherwise libraries loaded by `import torch`, or by name without torch)
+- torch: {present, error?, method, native_path?, version, cuda (torch.version.cuda), cuda_tag
+  ("cu129"|"cpu"|None), git_version, file, nccl_version ("2.28.9", torch.cuda.nccl.version(): the NCCL torch was
+  built with), nccl_version_suffix?, nccl_error?, cudnn_version ("9.19.0"), cudnn_version_code (91900),
+  cuda_available, device_count, cuda_error? (why CUDA reports no device, in CUDA's words), arch_list? (only
+  when torch was imported)}. method: "torch's native libraries, without `import torch`" (checks/_torch_native.py:
+  the libraries loaded as torch's package loads them, CUDA and NCCL called through the copies the linker bound)
+  or "import torch" (the fallback; native_path then says why the fast path was not used)
+- init: {cuda_tensor: bool, nccl_group: bool, method: str, nccl_banner?, nccl_banner_version?,
+  dlopen_errors?: {soname: msg}, nccl_get_version?}: what was initialised before the maps were read (a
+  1-rank NCCL communicator and one all_reduce when a GPU exists; otherwise the libraries torch loads, or by
+  name without torch)
 - mapped: [{family, path, realpath, stub, compat, version?, version_string?, version_method?,
   file_version?, api_version?, api_version_code?, api_error?}] for every libnccl / libcudart /
   libcudnn* / libcuda / libnvidia-ml mapped in /proc/self/maps after the initialisation, in map order.

@@ -36,6 +36,40 @@ def dist(stack: Dict[str, Any], *names: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def missing_requirements(stack: Dict[str, Any], name: str) -> List[str]:
+    """Requirements of installed distribution `name` (its Requires-Dist, recorded by the probe) that apply to the
+    env's python and are not installed at all: what `pip check` reports as "which is not installed". Version
+    conflicts are left to stack.profile_match; an unreadable requirement is skipped."""
+    from packaging.markers import InvalidMarker, UndefinedEnvironmentName, default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    d = dist(stack, name)
+    if not d or not d.get("requires"):
+        return []
+    py = stack.get("python") or {}
+    env = default_environment()
+    version = str(py.get("version") or "")
+    if version:
+        env.update(python_full_version=version, python_version=".".join(version.split(".")[:2]))
+    if py.get("machine"):
+        env["platform_machine"] = py["machine"]
+    if py.get("platform"):
+        env["sys_platform"] = py["platform"]
+    if py.get("implementation"):
+        env["implementation_name"] = py["implementation"]
+    installed = dist_map(stack)
+    missing = []
+    for line in d["requires"]:
+        try:
+            req = Requirement(line)
+            applies = req.marker is None or req.marker.evaluate({**env, "extra": ""})
+        except (InvalidRequirement, InvalidMarker, UndefinedEnvironmentName):
+            continue
+        if applies and canonical(req.name) not in installed:
+            missing.append(str(req))
+    return missing
+
+
 def dist_any_flavour(stack: Dict[str, Any], pip_name: str) -> Optional[Dict[str, Any]]:
     """The distribution, or its other CUDA flavour (nvidia-nvshmem-cu13 for a profile's -cu12): a profile names
     one flavour, and an env of the other CUDA major still has the component."""

@@ -1,0 +1,233 @@
+"""The stack probe's fast path: what `import torch` maps and whether CUDA and NCCL initialise, through torch's own
+native libraries, without running torch's Python package.
+
+Why: on the lent H200 node `import torch` takes 3.4-5.5 s, of which loading torch's native libraries is 0.28 s
+and cuInit 0.21 s (docs/gpu-runs/s5-summary-call1.txt); the rest is torch's Python modules, which decide none of
+the facts the stack checks judge. The libraries are loaded the way torch's package loads them: the
+libtorch_global_deps library first, into the global scope, then the `torch._C` extension, whose RPATHs and
+dependencies pull in libtorch_cuda, libcudart, libnccl and libcudnn exactly as the real import does (the same
+loader, the same LD_PRELOAD, LD_LIBRARY_PATH and ld.so cache). CUDA and NCCL are then initialised through the
+copies the dynamic linker bound for libtorch_cuda: the global scope first (LD_PRELOAD, RTLD_GLOBAL libraries),
+then libtorch_cuda's own dependencies.
+
+Anything this path cannot stand in for (no version.py, a library that does not load, a missing symbol) raises
+NativeUnavailable before CUDA is touched, and the probe imports torch instead (checks/stack_probe.py). An error
+of the CUDA or NCCL initialisation itself is a finding, raised as InitError with CUDA's or NCCL's own name and text
+(the strings envbuild/knowledge/causes.toml matches). Standard library only.
+"""
+import ast
+import ctypes
+import glob
+import os
+import re
+import shutil
+import tempfile
+
+NCCL_FLOAT32, NCCL_SUM = 7, 0
+CUDA_BUILD_NCCL_VERSION = "_ZN5torch4cuda4nccl7versionEv"  # torch::cuda::nccl::version(): NCCL torch was built with
+CUDA_BUILD_NCCL_SUFFIX = "_ZN5torch4cuda4nccl14version_suffixEv"
+
+
+class NativeUnavailable(Exception):
+    """This torch cannot be probed without importing it; the reason is kept in the probe's init facts."""
+
+
+class InitError(RuntimeError):
+    """CUDA or NCCL refused to initialise through torch's libraries: a finding, not a reason to import torch."""
+
+
+class NcclUniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def version_facts(path):
+    """__version__, cuda and git_version from torch/version.py, read as literals (the file torch generates at
+    build time; torch.__version__ and torch.version.cuda are these values)."""
+    try:
+        with open(path) as fh:
+            tree = ast.parse(fh.read(), path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise NativeUnavailable("cannot read %s: %s" % (path, exc))
+    values = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, value = node.target.id, node.value
+        else:
+            continue
+        try:
+            values[name] = ast.literal_eval(value)
+        except ValueError:
+            continue
+    if not isinstance(values.get("__version__"), str):
+        raise NativeUnavailable("%s sets no __version__" % path)
+    return {"version": values["__version__"], "cuda": values.get("cuda"), "git_version": values.get("git_version")}
+
+
+def load_libraries(pkg_dir):
+    """Load torch's native libraries in the order its package does; returns the lookup scopes for CUDA/NCCL
+    calls: the global scope, then libtorch_cuda's own (None for a CPU build)."""
+    deps = os.path.join(pkg_dir, "lib", "libtorch_global_deps.so")
+    extensions = sorted(glob.glob(os.path.join(pkg_dir, "_C.*.so")) + glob.glob(os.path.join(pkg_dir, "_C.so")))
+    if not os.path.isfile(deps) or not extensions:
+        raise NativeUnavailable("no lib/libtorch_global_deps.so or _C extension under %s" % pkg_dir)
+    try:
+        ctypes.CDLL(deps, mode=ctypes.RTLD_GLOBAL)
+        ctypes.CDLL(extensions[0])
+    except OSError as exc:
+        raise NativeUnavailable("torch's native libraries did not load: %s" % exc)
+    scopes = [ctypes.CDLL(None)]
+    torch_cuda = os.path.join(pkg_dir, "lib", "libtorch_cuda.so")
+    if os.path.isfile(torch_cuda):
+        try:
+            scopes.append(ctypes.CDLL(torch_cuda, mode=getattr(os, "RTLD_NOLOAD", 4)))
+        except OSError:
+            pass
+    return scopes
+
+
+def function(scopes, name, restype=ctypes.c_int):
+    """`name` as the dynamic linker binds it for libtorch_cuda: the first scope that defines it."""
+    for scope in scopes:
+        try:
+            fn = getattr(scope, name)
+        except AttributeError:
+            continue
+        fn.restype = restype
+        return fn
+    raise NativeUnavailable("%s is not defined by torch's libraries" % name)
+
+
+def built_nccl(scopes):
+    """(version, suffix) of the NCCL torch was built with, what torch.cuda.nccl.version() reports; None if absent."""
+    try:
+        code = function(scopes[1:], CUDA_BUILD_NCCL_VERSION, ctypes.c_uint64)()
+    except NativeUnavailable:
+        return None
+    if not code:
+        return None
+    version = "%d.%d.%d" % (code >> 32, (code >> 16) & 0xFFFF, code & 0xFFFF)
+    try:
+        suffix = function(scopes[1:], CUDA_BUILD_NCCL_SUFFIX, ctypes.c_char_p)()
+    except NativeUnavailable:
+        suffix = None
+    return version, (suffix or b"").decode("utf-8", "replace")
+
+
+class Runtime:
+    """The CUDA runtime calls of the probe, through the libcudart torch's libraries bound."""
+
+    def __init__(self, scopes):
+        self.fn = {name: function(scopes, name) for name in (
+            "cudaGetDeviceCount", "cudaSetDevice", "cudaMalloc", "cudaMemset", "cudaDeviceSynchronize", "cudaFree")}
+        self.name = function(scopes, "cudaGetErrorName", ctypes.c_char_p)
+        self.text = function(scopes, "cudaGetErrorString", ctypes.c_char_p)
+
+    def describe(self, call, rc):
+        """'cudaMalloc: Error 2 cudaErrorMemoryAllocation: out of memory' (CUDA's own name and text)."""
+        return "%s: Error %d %s: %s" % (call, rc, (self.name(rc) or b"?").decode(), (self.text(rc) or b"?").decode())
+
+    def call(self, name, *args):
+        rc = self.fn[name](*args)
+        if rc != 0:
+            raise InitError(self.describe(name, rc))
+
+
+def torch_facts(spec, enter):
+    """(torch facts, lookup scopes) with torch's libraries loaded; NativeUnavailable when this path cannot tell."""
+    pkg_dir = (spec.submodule_search_locations or [None])[0]
+    if not pkg_dir:
+        raise NativeUnavailable("torch is not a package here")
+    t = {"present": True, "file": spec.origin, "method": "torch's native libraries, without `import torch`"}
+    t.update(version_facts(os.path.join(pkg_dir, "version.py")))
+    m = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)$", t["version"])
+    t["cuda_tag"] = m.group(1) if m else None
+    enter("load torch libraries")
+    scopes = load_libraries(pkg_dir)
+    nccl = built_nccl(scopes)
+    if nccl is not None:
+        t["nccl_version"] = nccl[0]
+        if nccl[1]:
+            t["nccl_version_suffix"] = nccl[1]
+    return t, scopes
+
+
+def initialise(t, scopes, init, enter):
+    """CUDA device count, a device buffer, then a 1-rank NCCL communicator with one all_reduce, as a training
+    process's first steps would; fills `t` and `init`. InitError when CUDA or NCCL refuses."""
+    if not t.get("cuda"):
+        t.update(cuda_available=False, device_count=0)
+        init["method"] = "no GPU: CUDA and NCCL not initialised (libraries are those mapped by `import torch`)"
+        return
+    enter("torch.cuda.is_available")
+    rt = Runtime(scopes)
+    count = ctypes.c_int(0)
+    rc = rt.fn["cudaGetDeviceCount"](ctypes.byref(count))
+    if rc != 0 or count.value == 0:  # torch.cuda.is_available() is False then, with this as its warning
+        t.update(cuda_available=False, device_count=0)
+        if rc != 0:
+            t["cuda_error"] = rt.describe("cudaGetDeviceCount", rc)
+        init["method"] = "no GPU: CUDA and NCCL not initialised (libraries are those mapped by `import torch`)"
+        return
+    t.update(cuda_available=True, device_count=count.value)
+    enter("cuda tensor")
+    nbytes = 4 * 1024
+    buf = ctypes.c_void_p()
+    rt.call("cudaSetDevice", 0)
+    rt.call("cudaMalloc", ctypes.byref(buf), ctypes.c_size_t(nbytes))
+    try:
+        rt.call("cudaMemset", buf, 0, ctypes.c_size_t(nbytes))
+        rt.call("cudaDeviceSynchronize")
+        init["cuda_tensor"] = True
+        enter("nccl process group")
+        nccl_group(rt, scopes, buf, nbytes // 4, init, enter)
+    finally:
+        rt.fn["cudaFree"](buf)
+
+
+def nccl_group(rt, scopes, buf, count, init, enter):
+    """One rank, one communicator, one all_reduce: NCCL's VERSION banner (the NCCL that really ran) into a file
+    of ours, whatever NCCL_DEBUG the user set; never NVLS (one rank anyway; set after the env was recorded)."""
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+    banner_dir = tempfile.mkdtemp(prefix="envbuild-stackprobe-nccl-")
+    os.environ["NCCL_DEBUG"] = "VERSION"
+    os.environ["NCCL_DEBUG_FILE"] = os.path.join(banner_dir, "nccl.%p.log")
+    try:
+        error_text = function(scopes, "ncclGetErrorString", ctypes.c_char_p)
+
+        def nccl(name, *args):
+            rc = function(scopes, name)(*args)
+            if rc != 0:
+                raise InitError("%s: NCCL error %d '%s'" % (name, rc, (error_text(rc) or b"?").decode()))
+
+        uid = NcclUniqueId()
+        comm = ctypes.c_void_p()
+        nccl("ncclGetUniqueId", ctypes.byref(uid))
+        nccl("ncclCommInitRank", ctypes.byref(comm), 1, uid, 0)
+        nccl("ncclAllReduce", buf, buf, ctypes.c_size_t(count), NCCL_FLOAT32, NCCL_SUM, comm, ctypes.c_void_p(0))
+        rt.call("cudaDeviceSynchronize")
+        init["nccl_group"] = True
+        init.update(nccl_banner(banner_dir))
+        init["method"] = "1-rank NCCL communicator + all_reduce through torch's libnccl (no `import torch`)"
+        enter("nccl destroy")
+        nccl("ncclCommDestroy", comm)
+    finally:
+        shutil.rmtree(banner_dir, ignore_errors=True)
+
+
+NCCL_BANNER = re.compile(r"NCCL version (\d+\.\d+\.\d+)\S*")
+
+
+def nccl_banner(directory):
+    """{"nccl_banner": the line, "nccl_banner_version": "2.28.3"} from NCCL's VERSION output in `directory`."""
+    for name in sorted(os.listdir(directory)):
+        try:
+            with open(os.path.join(directory, name), "r", errors="replace") as fh:
+                m = NCCL_BANNER.search(fh.read(65536))
+        except OSError:
+            continue
+        if m:
+            return {"nccl_banner": m.group(0), "nccl_banner_version": m.group(1)}
+    return {}

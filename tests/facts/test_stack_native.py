@@ -1,0 +1,101 @@
+"""The stack probe's fast path (checks/_torch_native.py): torch's native libraries loaded as its package loads
+them, CUDA and NCCL initialised through the copies the dynamic linker bound, and never `import torch`.
+
+The torch here is built with gcc in the pip wheel's layout (tests/stackfix.py fake_torch): its __init__ raises, so
+a probe that imported it would report it absent. The loader, RPATHs, LD_PRELOAD and symbol lookup are the real ones.
+"""
+import os
+
+from stackfix import fake_torch, full_nccl, run_doctor, run_probe, torch_env
+
+
+def _env(site, **extra):
+    return torch_env(PYTHONPATH=str(site), **extra)  # the fake torch first on the path
+
+
+def test_the_fast_path_maps_what_torchs_rpaths_reach_and_never_imports_torch(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site)
+    data = run_probe(_env(site))
+    assert data["_rc"] == 0, data["_stderr"]
+    t, init = data["torch"], data["init"]
+    assert t["present"] is True and t["version"] == "2.11.0+cu130" and t["cuda"] == "13.0" and t["cuda_tag"] == "cu130"
+    assert t["method"].startswith("torch's native libraries")
+    assert t["nccl_version"] == "2.28.9"  # torch::cuda::nccl::version(), what torch.cuda.nccl.version() reports
+    assert t["cuda_available"] is True and t["device_count"] == 1
+    assert init["cuda_tensor"] is True and init["nccl_group"] is True
+    assert init["nccl_banner_version"] == "2.28.9" and "no `import torch`" in init["method"]
+    nccl = [m["path"] for m in data["mapped"] if m["family"] == "libnccl"]
+    assert nccl == [str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")]
+    assert data["cuda_runtime"]["path"] == str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    assert "native_path" not in t
+
+
+def test_a_preloaded_second_libnccl_is_the_nccl_that_runs(tmp_path):
+    """LD_PRELOAD puts another libnccl first in the global scope: NCCL's banner names it, while torch keeps
+    reporting the NCCL it was built with (the C3 situation stack.nccl_version and stack.nccl_copies judge)."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    other = full_nccl(tmp_path / "other", "2.28.3")
+    data = run_probe(_env(site, LD_PRELOAD=str(other)))
+    assert data["_rc"] == 0, data["_stderr"]
+    assert data["init"]["nccl_banner_version"] == "2.28.3"
+    assert data["torch"]["nccl_version"] == "2.28.9"
+    assert [m["path"] for m in data["mapped"] if m["family"] == "libnccl"][0] == str(other)
+
+
+def test_a_cuda_error_during_init_is_a_finding_in_cudas_own_words(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site)
+    data = run_probe(_env(site, FAKE_CUDA_MALLOC_RC="2"))
+    err = data["errors"]["init"]
+    assert "during cuda tensor" in err and "cudaMalloc: Error 2 cudaErrorMemoryAllocation: out of memory" in err
+    assert data["init"]["cuda_tensor"] is False and data["torch"]["present"] is True
+    proc, results = run_doctor(["--check", "stack.torch"], _env(site, FAKE_CUDA_MALLOC_RC="2"), tmp_path)
+    r = results["stack.torch"]
+    assert proc.returncode == 1 and r["status"] == "fail", proc.stderr
+    assert "could not initialise CUDA/NCCL" in r["summary"] and "cudaErrorMemoryAllocation" in r["summary"]
+
+
+def test_no_usable_driver_is_no_gpu_with_the_runtimes_reason(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site)
+    data = run_probe(_env(site, FAKE_CUDA_COUNT_RC="35"))
+    t = data["torch"]
+    assert t["cuda_available"] is False and t["device_count"] == 0
+    assert "cudaErrorInsufficientDriver: CUDA driver version is insufficient" in t["cuda_error"]
+    assert data["init"]["method"].startswith("no GPU") and "init" not in data["errors"]
+
+
+def test_a_torch_the_fast_path_cannot_read_is_imported_and_says_why(tmp_path):
+    """No version.py: the probe imports torch, as before the fast path; here that import fails, which is the
+    finding, and the torch facts say why the native path was not used."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    os.unlink(site / "torch" / "version.py")
+    data = run_probe(_env(site))
+    assert data["torch"]["present"] is False
+    assert "this fake torch must never be imported" in data["torch"]["error"]
+    assert data["torch"]["native_path"].startswith("not used: cannot read")
+
+
+def test_python_dependencies_torch_declares_but_lacks_are_a_warning(tmp_path):
+    """The fast path never runs torch's Python part, so what that part needs is judged from torch's Requires-Dist,
+    as `pip check` does: a missing dependency that applies to this python warns; one behind an extra or another
+    python's marker does not; an installed one does not."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    meta = site / "torch-2.11.0+cu130.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\nRequires-Dist: click\n"
+        "Requires-Dist: envbuild-test-missing-dep>=1.0\nRequires-Dist: envbuild-test-old-python; python_version < \"3.0\"\n"
+        "Requires-Dist: envbuild-test-extra; extra == \"opt\"\n\nlong description\nRequires-Dist: not-a-header\n")
+    proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
+    r = results["stack.torch"]
+    assert r["status"] == "warn", (r, proc.stderr)
+    assert r["evidence"]["missing_requirements"] == ["envbuild-test-missing-dep>=1.0"]
+    assert "not installed in this env" in r["summary"] and "envbuild-test-missing-dep" in r["remediation"]
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\nRequires-Dist: click\n")
+    proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
+    assert results["stack.torch"]["status"] == "pass", results["stack.torch"]
