@@ -3,10 +3,11 @@ native libraries, without running torch's Python package.
 
 Why: on the lent H200 node `import torch` takes 3.4-5.5 s, of which loading torch's native libraries is 0.28 s
 and cuInit 0.21 s (docs/gpu-runs/s5-summary-call1.txt); the rest is torch's Python modules, which decide none of
-the facts the stack checks judge. The libraries are loaded the way torch's package loads them: the
-libtorch_global_deps library first, into the global scope, then the `torch._C` extension, whose RPATHs and
-dependencies pull in libtorch_cuda, libcudart, libnccl and libcudnn exactly as the real import does (the same
-loader, the same LD_PRELOAD, LD_LIBRARY_PATH and ld.so cache). CUDA and NCCL are then initialised through the
+the facts the stack checks judge. The libraries are loaded the way torch's package loads them: by the
+release's own `_load_global_deps` (libtorch_global_deps into the global scope, then whatever that release preloads
+from the CUDA wheels), then the `torch._C` extension, whose RPATHs and dependencies pull in libtorch_cuda,
+libcudart, libnccl and libcudnn exactly as the real import does (the same loader, the same LD_PRELOAD,
+LD_LIBRARY_PATH and ld.so cache). CUDA and NCCL are then initialised through the
 copies the dynamic linker bound for libtorch_cuda: the global scope first (LD_PRELOAD, RTLD_GLOBAL libraries),
 then libtorch_cuda's own dependencies.
 
@@ -65,18 +66,81 @@ def version_facts(path):
     return {"version": values["__version__"], "cuda": values.get("cuda"), "git_version": values.get("git_version")}
 
 
+def package_loader(pkg_dir):
+    """torch's own `_load_global_deps` (with the helpers it calls) from torch/__init__.py, compiled on its own.
+
+    What `import torch` maps is decided there, and it changes between releases: torch 2.11 loads
+    libtorch_global_deps into the global scope and then, whenever libcudart got mapped, preloads the CUDA wheels'
+    libraries (cuBLAS, cuDNN, NCCL, ...) by path from the first sys.path entry holding them, so a process can map
+    a pip libnccl and a preloaded one at once. Running the release's own function keeps that exact, whatever the
+    release; the rest of the module (its imports, torch._C) is not run. Its `from torch.version import ...` is
+    served a stand-in package holding only torch/version.py. None when the file defines no such function."""
+    path = os.path.join(pkg_dir, "__init__.py")
+    try:
+        with open(path) as fh:
+            tree = ast.parse(fh.read(), path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise NativeUnavailable("cannot read %s: %s" % (path, exc))
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    if "_load_global_deps" not in functions:
+        return None
+    wanted, todo = set(), ["_load_global_deps"]
+    while todo:  # the function and every module-level function it reaches
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        todo += [n.id for n in ast.walk(functions[name]) if isinstance(n, ast.Name) and n.id in functions]
+    future = [node for node in tree.body if isinstance(node, ast.ImportFrom) and node.module == "__future__"]
+    module = ast.Module(body=future + [functions[n] for n in sorted(wanted, key=list(functions).index)],
+                        type_ignores=[])
+    namespace = {"__file__": path, "__name__": "torch", "ctypes": ctypes, "glob": glob, "os": os,
+                 "platform": __import__("platform"), "sys": __import__("sys")}
+    exec(compile(module, path, "exec"), namespace)
+    return namespace["_load_global_deps"]
+
+
+def _version_stand_in(pkg_dir):
+    """sys.modules entries for `torch` (a bare package) and `torch.version` (torch/version.py run alone)."""
+    import types
+
+    package = types.ModuleType("torch")
+    package.__path__ = [pkg_dir]
+    version = types.ModuleType("torch.version")
+    version.__file__ = os.path.join(pkg_dir, "version.py")
+    with open(version.__file__) as fh:
+        exec(compile(fh.read(), version.__file__, "exec"), version.__dict__)
+    package.version = version
+    return {"torch": package, "torch.version": version}
+
+
 def load_libraries(pkg_dir):
-    """Load torch's native libraries in the order its package does; returns the lookup scopes for CUDA/NCCL
-    calls: the global scope, then libtorch_cuda's own (None for a CPU build)."""
+    """Load torch's native libraries as its package does (its own _load_global_deps, then the torch._C
+    extension); returns the lookup scopes for CUDA/NCCL calls: the global scope, then libtorch_cuda's own."""
+    import sys
+
+    if os.environ.get("TORCH_USE_RTLD_GLOBAL"):
+        raise NativeUnavailable("TORCH_USE_RTLD_GLOBAL is set: torch then loads torch._C into the global scope")
     deps = os.path.join(pkg_dir, "lib", "libtorch_global_deps.so")
     extensions = sorted(glob.glob(os.path.join(pkg_dir, "_C.*.so")) + glob.glob(os.path.join(pkg_dir, "_C.so")))
     if not os.path.isfile(deps) or not extensions:
         raise NativeUnavailable("no lib/libtorch_global_deps.so or _C extension under %s" % pkg_dir)
+    if any(name == "torch" or name.startswith("torch.") for name in sys.modules):
+        raise NativeUnavailable("torch is already imported in this process")
+    load_global_deps = package_loader(pkg_dir)
+    stand_in = _version_stand_in(pkg_dir)
+    sys.modules.update(stand_in)
     try:
-        ctypes.CDLL(deps, mode=ctypes.RTLD_GLOBAL)
+        if load_global_deps is not None:
+            load_global_deps()
+        else:
+            ctypes.CDLL(deps, mode=ctypes.RTLD_GLOBAL)
         ctypes.CDLL(extensions[0])
-    except OSError as exc:
-        raise NativeUnavailable("torch's native libraries did not load: %s" % exc)
+    except Exception as exc:  # OSError of a library, or the release's function needing what we did not give it
+        raise NativeUnavailable("torch's native libraries did not load: %s: %s" % (type(exc).__name__, exc))
+    finally:
+        for name in stand_in:  # the fallback `import torch` must find the real package
+            sys.modules.pop(name, None)
     scopes = [ctypes.CDLL(None)]
     torch_cuda = os.path.join(pkg_dir, "lib", "libtorch_cuda.so")
     if os.path.isfile(torch_cuda):

@@ -44,6 +44,24 @@ def test_a_preloaded_second_libnccl_is_the_nccl_that_runs(tmp_path):
     assert [m["path"] for m in data["mapped"] if m["family"] == "libnccl"][0] == str(other)
 
 
+def test_the_releases_own_loader_runs_so_a_preload_maps_two_copies_as_under_torch(tmp_path):
+    """torch 2.11's _load_global_deps preloads the wheel's libnccl by path: with another libnccl in LD_PRELOAD a
+    real `import torch` maps both (seen on the lent H200, docs/gpu-runs/s5-summary-call2.txt), and stack.nccl_copies
+    fails. The probe runs that function from the package's own __init__.py, never the module itself."""
+    site = tmp_path / "site"
+    fake_torch(site, preloading=True)
+    other = full_nccl(tmp_path / "other", "2.28.3")
+    env = _env(site, LD_PRELOAD=str(other))
+    data = run_probe(env)
+    assert data["torch"]["method"].startswith("torch's native libraries"), data["torch"]
+    paths = [m["path"] for m in data["mapped"] if m["family"] == "libnccl"]
+    assert sorted(paths) == sorted([str(other), str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")])
+    proc, results = run_doctor(["--check", "stack.nccl_copies"], env, tmp_path)
+    assert results["stack.nccl_copies"]["status"] == "fail", results["stack.nccl_copies"]
+    proc, results = run_doctor(["--check", "stack.nccl_copies"], _env(site), tmp_path)  # no preload: one copy
+    assert results["stack.nccl_copies"]["status"] == "pass", results["stack.nccl_copies"]
+
+
 def test_a_cuda_error_during_init_is_a_finding_in_cudas_own_words(tmp_path):
     site = tmp_path / "site"
     fake_torch(site)
