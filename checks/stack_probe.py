@@ -45,6 +45,7 @@ ENV_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", 
 ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "RAY_USE_UVLOOP")
 NCCL_VERSION_RE = re.compile(rb"NCCL version (\d+\.\d+\.\d+)([^\x00\s]*)")
 SUBPROCESS_TIMEOUT_S = 20.0
+CHILD_ENV = {}  # the environment at the probe's start, for the processes the inventory runs (filled by main)
 
 
 def family_of(basename):
@@ -196,7 +197,7 @@ def ldconfig_entries():
     if exe is None:
         raise RuntimeError("ldconfig not found")
     proc = subprocess.run([exe, "-p"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SUBPROCESS_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=CHILD_ENV or None)
     out = []
     for line in proc.stdout.decode("utf-8", "replace").splitlines():
         m = re.match(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
@@ -307,7 +308,7 @@ def versions_in_child(items, errors):
     try:
         proc = subprocess.run([sys.executable, "-c", VERSION_CHILD, os.path.dirname(os.path.abspath(__file__))],
                               input=json.dumps(items).encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=SUBPROCESS_TIMEOUT_S)
+                              timeout=SUBPROCESS_TIMEOUT_S, env=CHILD_ENV or None)
         return json.loads(proc.stdout.decode() or "{}")
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
         errors["reachable_versions"] = "%s: %s" % (type(exc).__name__, exc)
@@ -441,7 +442,7 @@ def git_info(pkg_dir, patches, errors, key):
 
     def git(*args):
         return subprocess.run(["git", "-C", root] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=SUBPROCESS_TIMEOUT_S, stdin=subprocess.DEVNULL)
+                              timeout=SUBPROCESS_TIMEOUT_S, stdin=subprocess.DEVNULL, env=CHILD_ENV or None)
 
     info = {"root": root}
     try:
@@ -543,7 +544,11 @@ def write_atomic(path, text):
 def enter(state, name):
     """Record the phase the probe is in: for the watchdog's message and, under the launcher, in rank<k>.phase
     (the launcher names it when the probe has to be stopped)."""
-    state["phase"] = name
+    now = time.monotonic()
+    if "phase" in state:  # seconds per phase, in the JSON: where the probe's time goes
+        seconds = state.setdefault("seconds", {})
+        seconds[state["phase"]] = round(seconds.get(state["phase"], 0.0) + now - state["since"], 3)
+    state["phase"], state["since"] = name, now
     path = launcher_file(".phase")
     if path:
         try:
@@ -552,7 +557,7 @@ def enter(state, name):
             pass
 
 
-def probe_torch(result, errors, init_state):
+def probe_torch(result, errors, init_state, gate):
     """torch's facts, then CUDA and NCCL initialised like a training process would; False when there is no torch.
 
     Through torch's native libraries when that path can tell (checks/_torch_native.py: 0.5 s instead of the
@@ -574,17 +579,19 @@ def probe_torch(result, errors, init_state):
     try:
         t, scopes = native.torch_facts(spec, lambda name: enter(init_state, name))
         result["torch"], result["init"] = t, init
+        enter(init_state, "gate")
+        init["gate_wait_s"] = gate()
         native.initialise(t, scopes, init, lambda name: enter(init_state, name))
         return True
     except native.NativeUnavailable as exc:
         why = str(exc)
     enter(init_state, "import torch")
-    present = import_torch(result, errors, init_state)
+    present = import_torch(result, errors, init_state, gate)
     result["torch"]["native_path"] = "not used: %s" % why
     return present
 
 
-def import_torch(result, errors, init_state):
+def import_torch(result, errors, init_state, gate):
     """Import torch, read its versions, then initialise CUDA and NCCL through it; False when the import fails."""
     from _torch_native import nccl_banner
 
@@ -615,6 +622,8 @@ def import_torch(result, errors, init_state):
         t["cudnn_version"] = cudnn_version_string(cv) if cv else None
     except Exception as exc:
         t["cudnn_error"] = "%s: %s" % (type(exc).__name__, exc)
+    enter(init_state, "gate")
+    gate()
     enter(init_state, "torch.cuda.is_available")
     try:
         t["cuda_available"] = bool(torch.cuda.is_available())
@@ -710,15 +719,56 @@ def bound_cuda_versions(result, mapped):
                        "version": first.get("api_version"), "error": first.get("api_error")}
 
 
+def inventory(found, errors, patches):
+    """What this env could load and what it has installed (reachable copies with their versions, the load order,
+    distributions, torch_memory_saver, sglang, Megatron): none of it depends on what this process maps, so it runs
+    in a thread while torch's libraries load and CUDA/NCCL initialise (their ctypes calls release the GIL).
+    Fills `found`, a dict of its own, merged into the result once complete."""
+    try:
+        reachable, ld_path, cache = reachable_libraries(errors)
+        add_reachable_versions(reachable, errors)
+        found["reachable"] = reachable
+        found["resolution"] = resolution_order(ld_path, cache)
+    except Exception as exc:
+        errors["reachable"] = "%s: %s" % (type(exc).__name__, exc)
+        found.setdefault("reachable", [])
+    for key, fn in (("distributions", lambda: distributions(errors)),
+                    ("torch_memory_saver", lambda: tms_info(errors)),
+                    ("sglang", lambda: package_info("sglang", ("sglang",), patches, errors, "sglang")),
+                    ("megatron", lambda: package_info("megatron", ("megatron-core", "megatron_core"),
+                                                      patches, errors, "megatron"))):
+        try:
+            found[key] = fn()
+        except Exception as exc:
+            errors[key] = "%s: %s" % (type(exc).__name__, exc)
+            found[key] = None
+
+
+def wait_for_gate(path, timeout_s=30.0):
+    """Hold the first CUDA call until `path` exists: the doctor takes NVML's process snapshot meanwhile, so
+    node.gpu_processes never sees this probe's CUDA context while the library loading still overlaps it.
+    Returns the seconds waited (None without a gate)."""
+    if not path:
+        return None
+    t0 = time.monotonic()
+    while not os.path.exists(path) and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.005)
+    return round(time.monotonic() - t0, 3)
+
+
 def parse_args(argv):
     """--patches FILE: JSON list of {"target": "sglang"|"megatron", "file": name, "path": abs path}.
-    --init-timeout S: watchdog for the CUDA/NCCL initialisation (default 120)."""
-    opts = {"patches": [], "init_timeout": 120.0}
+    --init-timeout S: watchdog for the CUDA/NCCL initialisation (default 120).
+    --gate PATH: wait (at most 30 s) for PATH to exist before the first CUDA call (wait_for_gate)."""
+    opts = {"patches": [], "init_timeout": 120.0, "gate": None}
     i = 0
     while i < len(argv):
         if argv[i] == "--patches" and i + 1 < len(argv):
             with open(argv[i + 1]) as fh:
                 opts["patches"] = json.load(fh)
+            i += 2
+        elif argv[i] == "--gate" and i + 1 < len(argv):
+            opts["gate"] = argv[i + 1]
             i += 2
         elif argv[i] == "--init-timeout" and i + 1 < len(argv):
             opts["init_timeout"] = float(argv[i + 1])
@@ -736,11 +786,19 @@ def main(argv):
     errors = {}
     result = {"payload": "stack_probe", "payload_version": PAYLOAD_VERSION, "errors": errors}
     emitted = threading.Lock()
+    found = {}
+    inventory_done = threading.Event()
+    init_state = {}
 
     def emit(exit_code):
         if not emitted.acquire(blocking=False):
             return
         result["elapsed_s"] = round(time.monotonic() - t0, 3)
+        if inventory_done.is_set():
+            result.update(found)
+        if "phase" in init_state:
+            enter(init_state, "answer")
+            result["phase_s"] = dict(init_state.get("seconds", {}))
         text = json.dumps(result, sort_keys=True, default=str) + "\n"
         os.write(json_fd, text.encode())
         path = launcher_file(".json")
@@ -761,7 +819,15 @@ def main(argv):
                         "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
                         "sys_path_dirs": site_dirs(), "platform": sys.platform,
                         "machine": platform.machine(), "implementation": sys.implementation.name}
-    init_state = {}
+    CHILD_ENV.update(os.environ)  # the inventory's children never see the NCCL_DEBUG* the 1-rank group sets
+
+    def take_inventory():
+        try:
+            inventory(found, errors, opts["patches"])
+        finally:
+            inventory_done.set()
+
+    threading.Thread(target=take_inventory, name="inventory", daemon=True).start()
     enter(init_state, "import torch")
 
     def watchdog():
@@ -777,7 +843,7 @@ def main(argv):
     timer.daemon = True
     timer.start()
     try:
-        if not probe_torch(result, errors, init_state):
+        if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"])):
             probe_without_torch(result, errors)
     except Exception as exc:
         errors["init"] = "%s during %s: %s" % (type(exc).__name__, init_state["phase"], exc)
@@ -796,25 +862,8 @@ def main(argv):
         errors["mapped_versions"] = "%s: %s" % (type(exc).__name__, exc)
     mapped_cudnn_version(result)
     bound_cuda_versions(result, result["mapped"])
-    try:
-        reachable, ld_path, cache = reachable_libraries(errors)
-        add_reachable_versions(reachable, errors)
-        result["reachable"] = reachable
-        result["resolution"] = resolution_order(ld_path, cache)
-    except Exception as exc:
-        errors["reachable"] = "%s: %s" % (type(exc).__name__, exc)
-        result.setdefault("reachable", [])
-    enter(init_state, "packages")
-    for key, fn in (("distributions", lambda: distributions(errors)),
-                    ("torch_memory_saver", lambda: tms_info(errors)),
-                    ("sglang", lambda: package_info("sglang", ("sglang",), opts["patches"], errors, "sglang")),
-                    ("megatron", lambda: package_info("megatron", ("megatron-core", "megatron_core"),
-                                                      opts["patches"], errors, "megatron"))):
-        try:
-            result[key] = fn()
-        except Exception as exc:
-            errors[key] = "%s: %s" % (type(exc).__name__, exc)
-            result[key] = None
+    enter(init_state, "inventory")
+    inventory_done.wait()
     emit(0)
 
 

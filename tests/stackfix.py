@@ -93,7 +93,11 @@ FULL_CUDART_SRC = r"""
 static int env_rc(const char *name) { const char *v = getenv(name); return v ? atoi(v) : 0; }
 static char memory[1 << 16];
 int cudaRuntimeGetVersion(int *v) { *v = VCODE; return 0; }
-int cudaGetDeviceCount(int *n) { int rc = env_rc("FAKE_CUDA_COUNT_RC"); if (rc) return rc; *n = 1; return 0; }
+#include <stdio.h>
+int cudaGetDeviceCount(int *n) {
+  const char *trace = getenv("FAKE_CUDA_TRACE");  /* the first CUDA call leaves a file behind */
+  if (trace) { FILE *fh = fopen(trace, "w"); if (fh) fclose(fh); }
+  int rc = env_rc("FAKE_CUDA_COUNT_RC"); if (rc) return rc; *n = 1; return 0; }
 int cudaSetDevice(int d) { return 0; }
 int cudaMalloc(void **p, size_t n) { int rc = env_rc("FAKE_CUDA_MALLOC_RC"); if (rc) return rc; *p = memory; return 0; }
 int cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }

@@ -188,20 +188,24 @@ def run_doctor(opts: DoctorOptions) -> int:
 
 def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: "StackPrefetch") -> None:
     """Start the stack probe before the checks when a stack check will read it on the live node, so its seconds
-    (import torch, CUDA and NCCL init: 4.4 s of a 4.6 s static run on the H200, docs/gpu-runs/node-doctor-static.json)
-    overlap the node checks. NVML's snapshot is taken first when node checks run: node.gpu_processes must see the
-    node without the probe's own CUDA context."""
+    (loading torch's libraries, CUDA and NCCL init: about 1.6 s on the H200, docs/gpu-runs/s5-summary-call2.txt)
+    overlap the node checks and, in --quick/--full, the GPU probes. When node checks run, NVML's snapshot is taken
+    while the probe loads its libraries and before it may make its first CUDA call (the gate): node.gpu_processes
+    must see the node without the probe's own CUDA context."""
     from envbuild.doctor.runner import unmet_need
     from envbuild.facts.source import FactUnavailable
 
     if not ctx.facts.is_live or not any(c.category == "stack" and unmet_need(c, ctx) is None for c in chosen):
         return
-    if any(c.category == "node" for c in chosen):
+    snapshot = any(c.category == "node" for c in chosen)
+    reader.start(ctx.python or "", gated=snapshot)
+    if snapshot:
         try:
             ctx.facts.nvml()
         except FactUnavailable:
             pass
-    reader.start(ctx.python or "")
+        finally:
+            reader.open_gate()
 
 
 def _note_renamed(patterns: List[str]) -> None:

@@ -36,12 +36,13 @@ def _tail(text: str, lines: int = 8) -> str:
 
 
 def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optional[List[Dict[str, str]]] = None,
-               cancel: Optional[threading.Event] = None) -> Dict[str, Any]:
+               cancel: Optional[threading.Event] = None, gate: Optional[str] = None) -> Dict[str, Any]:
     """Run the stack probe with `python` (default: this interpreter) under the launcher and return its JSON object
     (facts/stack.py describes it).
 
     Raises FactUnavailable with the reason (and the probe's stderr tail) when the interpreter cannot run, the
-    probe crashes before answering, it does not answer within `timeout_s`, or `cancel` is set first."""
+    probe crashes before answering, it does not answer within `timeout_s`, or `cancel` is set first. `gate`: a
+    path the probe waits for (at most 30 s) before its first CUDA call (checks/stack_probe.py wait_for_gate)."""
     from envbuild.doctor.launcher import launch
 
     python = python or sys.executable
@@ -51,7 +52,7 @@ def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optio
         raise FactUnavailable(f"python of the environment under test not found: {python}")
     run_dir = tempfile.mkdtemp(prefix=leftovers.tmp_prefix("envbuild-run"))
     try:
-        args = ["--init-timeout", str(init_timeout_s(timeout_s))]
+        args = ["--init-timeout", str(init_timeout_s(timeout_s))] + (["--gate", gate] if gate else [])
         if patches:
             patch_file = os.path.join(run_dir, "patches.json")
             with open(patch_file, "w") as fh:
@@ -99,21 +100,32 @@ class StackPrefetch:
         self._done = threading.Event()
         self._data: Optional[Dict[str, Any]] = None
         self._error: Optional[BaseException] = None
+        self._gate: Optional[str] = None
 
-    def start(self, python: str) -> None:
+    def start(self, python: str, gated: bool = False) -> None:
+        """Start the probe; `gated`: it loads its libraries but makes no CUDA call before open_gate()."""
         if self._thread is not None:
             return
         self._python = python
+        if gated:
+            fd, self._gate = tempfile.mkstemp(prefix=leftovers.tmp_prefix("envbuild-stack-gate"))
+            os.close(fd)
+            os.unlink(self._gate)
         self._thread = threading.Thread(target=self._run, name="envbuild-stack-probe", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            self._data = read_stack(self._python or "", cancel=self._cancel)
+            self._data = read_stack(self._python or "", cancel=self._cancel, gate=self._gate)
         except Exception as exc:  # handed to the check that asks, as if it had read the stack itself
             self._error = exc
         finally:
             self._done.set()
+
+    def open_gate(self) -> None:
+        """Let the probe make its CUDA calls (a no-op for an ungated one)."""
+        if self._gate is not None:
+            open(self._gate, "w").close()
 
     def pending(self) -> bool:
         """Started and not finished: a caller would wait."""
@@ -131,3 +143,5 @@ class StackPrefetch:
         if self._thread is not None:
             self._cancel.set()
             self._done.wait()
+        if self._gate is not None and os.path.exists(self._gate):
+            os.unlink(self._gate)

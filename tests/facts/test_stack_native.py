@@ -4,9 +4,13 @@ them, CUDA and NCCL initialised through the copies the dynamic linker bound, and
 The torch here is built with gcc in the pip wheel's layout (tests/stackfix.py fake_torch): its __init__ raises, so
 a probe that imported it would report it absent. The loader, RPATHs, LD_PRELOAD and symbol lookup are the real ones.
 """
+import json
 import os
+import subprocess
+import sys
+import time
 
-from stackfix import fake_torch, full_nccl, run_doctor, run_probe, torch_env
+from stackfix import PROBE, fake_torch, full_nccl, run_doctor, run_probe, torch_env
 
 
 def _env(site, **extra):
@@ -117,3 +121,20 @@ def test_python_dependencies_torch_declares_but_lacks_are_a_warning(tmp_path):
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\nRequires-Dist: click\n")
     proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
     assert results["stack.torch"]["status"] == "pass", results["stack.torch"]
+
+
+def test_the_gate_holds_the_first_cuda_call_while_the_libraries_load(tmp_path):
+    """The doctor takes NVML's process snapshot while the probe loads torch's libraries; the probe's first CUDA
+    call waits for the gate, so node.gpu_processes never sees the probe's context."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    trace, gate = tmp_path / "first-cuda-call", tmp_path / "gate"
+    probe = subprocess.Popen([sys.executable, str(PROBE), "--gate", str(gate)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=_env(site, FAKE_CUDA_TRACE=str(trace)))
+    time.sleep(1.0)
+    assert probe.poll() is None and not trace.exists()
+    gate.touch()
+    out, err = probe.communicate(timeout=60)
+    data = json.loads(out)
+    assert trace.exists() and data["init"]["nccl_group"] is True, err
+    assert data["init"]["gate_wait_s"] >= 0.5 and data["phase_s"]["gate"] >= 0.5  # it waited for us
