@@ -245,12 +245,12 @@ def initialise(t, scopes, init, enter):
         rt.call("cudaDeviceSynchronize")
         init["cuda_tensor"] = True
         enter("nccl process group")
-        nccl_group(rt, scopes, buf, nbytes // 4, init, enter)
+        nccl_group(rt, scopes, buf, nbytes // 4, init)
     finally:
         rt.fn["cudaFree"](buf)
 
 
-def nccl_group(rt, scopes, buf, count, init, enter):
+def nccl_group(rt, scopes, buf, count, init):
     """One rank, one communicator, one all_reduce: NCCL's VERSION banner (the NCCL that really ran) into a file
     of ours, whatever NCCL_DEBUG the user set; never NVLS (one rank anyway; set after the env was recorded)."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -275,8 +275,8 @@ def nccl_group(rt, scopes, buf, count, init, enter):
         init["nccl_group"] = True
         init.update(nccl_banner(banner_dir))
         init["method"] = "1-rank NCCL communicator + all_reduce through torch's libnccl (no `import torch`)"
-        enter("nccl destroy")
-        nccl("ncclCommDestroy", comm)
+        # Not destroyed: the probe exits right after reading its maps, and ncclCommDestroy alone took 0.5 s of a
+        # 1.4 s probe on the H200 (docs/gpu-runs/s5-summary-call3.txt); teardown is comm.nccl_churn's to judge.
     finally:
         shutil.rmtree(banner_dir, ignore_errors=True)
 

@@ -12,6 +12,7 @@
 #           preloaded on the rollout side (C3), NCCL_CUMEM_ENABLE differing between train and rollout (C5);
 #           FAULTS picks (sigstop-compute: a warm gpu.compute rank stopped in its bf16 GEMM)
 #   stop    benchmarks/stop_doctor.py: the whole doctor --quick stopped at random moments, ps + nvidia-smi after
+#   stopstatic  benchmarks/stop_doctor.py on a static run, stops at 0.1-2 s (while the stack probe loads)
 #   imports where `import torch` spends its time (-X importtime), what loading torch's native libraries alone
 #           costs (ctypes), and the stack probe on its own (session 5: the static doctor's floor)
 #   stackcmp the stack probe before the fast path (.bin/old_stack_probe.py = checks/stack_probe.py of 12ab7ed)
@@ -83,7 +84,7 @@ print("cuInit", cuda.cuInit(0), "%.3f s" % (time.perf_counter() - t))
 EOF
     TIMEFORMAT="%R s wall, %U s user"
     for i in 1 2; do echo -n "stack probe alone: "; { time python3 checks/stack_probe.py > "$R/stack-probe-$i.json"; } 2>&1; done
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('stack probe elapsed_s', d['elapsed_s'], 'init', d.get('init',{}).get('method'))" "$R/stack-probe-2.json"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('stack probe elapsed_s', d['elapsed_s'], 'init', d.get('init',{}).get('method'), 'phase_s', d.get('phase_s'))" "$R/stack-probe-2.json"
   } >> "$SUMMARY" 2>&1
 fi
 
@@ -160,6 +161,12 @@ if want faults 60; then
     --set weight.sync.train_env=NCCL_CUMEM_ENABLE=0 --set weight.sync.rollout_env=NCCL_CUMEM_ENABLE=1 \
     --json "$R/fault-c5-cumem-mismatch.json"
   for f in "$R"/fault-*.log; do echo "## $(basename "$f")"; tail -6 "$f"; done >> "$SUMMARY"
+fi
+
+if want stopstatic 40; then  # early stops of a static run: the gated stack probe, NVML's snapshot
+  timed stopstatic 60 python3 benchmarks/stop_doctor.py --stops 6 --after 0.1,2 --json "$R/stop-doctor-static-1gpu.json" \
+    -- --gpus 0
+  cat "$R/stopstatic.log" >> "$SUMMARY"
 fi
 
 if want stop 80; then
