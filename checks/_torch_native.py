@@ -269,7 +269,8 @@ def nccl_group(rt, scopes, buf, count, init):
         uid = NcclUniqueId()
         comm = ctypes.c_void_p()
         nccl("ncclGetUniqueId", ctypes.byref(uid))
-        nccl("ncclCommInitRank", ctypes.byref(comm), 1, uid, 0)
+        with stdout_to(os.path.join(banner_dir, "stdout.log")):
+            nccl("ncclCommInitRank", ctypes.byref(comm), 1, uid, 0)
         nccl("ncclAllReduce", buf, buf, ctypes.c_size_t(count), NCCL_FLOAT32, NCCL_SUM, comm, ctypes.c_void_p(0))
         rt.call("cudaDeviceSynchronize")
         init["nccl_group"] = True
@@ -279,6 +280,27 @@ def nccl_group(rt, scopes, buf, count, init):
         # 1.4 s probe on the H200 (docs/gpu-runs/s5-summary-call3.txt); teardown is comm.nccl_churn's to judge.
     finally:
         shutil.rmtree(banner_dir, ignore_errors=True)
+
+
+class stdout_to:
+    """Point file descriptor 1 at `path` for a block: NCCL_DEBUG=VERSION prints NCCL's banner with printf to
+    stdout, not to NCCL_DEBUG_FILE (NCCL 2.28 on the lent H200), and the probe's own stdout is its JSON."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        self.saved = os.dup(1)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.close(fd)
+        return self
+
+    def __exit__(self, *exc):
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer goes to the file, not to whatever fd 1 is next
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+        return False
 
 
 NCCL_BANNER = re.compile(r"NCCL version (\d+\.\d+\.\d+)\S*")

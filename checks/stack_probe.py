@@ -659,8 +659,12 @@ def import_torch(result, errors, init_state, gate):
     try:
         store = dist.FileStore(store_path, 1)
         torch.cuda.set_device(0)
-        dist.init_process_group("nccl", store=store, rank=0, world_size=1)
-        dist.all_reduce(x)
+        from _torch_native import stdout_to
+
+        with stdout_to(os.path.join(banner_dir, "stdout.log")):
+            dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
         torch.cuda.synchronize()
         init["nccl_group"] = True
         init.update(nccl_banner(banner_dir))

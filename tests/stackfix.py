@@ -121,7 +121,10 @@ int ncclGetUniqueId(ncclUniqueId *id) { memset(id->internal, 0, 128); strcpy(id-
 int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
   const char *file = getenv("NCCL_DEBUG_FILE");
   if (n != 1 || rank != 0 || strcmp(id.internal, "fake-id") != 0) return 4;  /* ncclInvalidArgument */
-  if (getenv("NCCL_DEBUG") && file) {  /* the VERSION banner NCCL writes at init, %p = pid */
+  const char *level = getenv("NCCL_DEBUG");
+  if (level && strcmp(level, "VERSION") == 0) {  /* as NCCL 2.28 does: the banner goes to stdout */
+    printf("NCCL version %s\n", VSTR);
+  } else if (level && file) {  /* INFO: into NCCL_DEBUG_FILE, %p = pid */
     char path[4096]; const char *p = strstr(file, "%p");
     if (p) snprintf(path, sizeof path, "%.*s%d%s", (int)(p - file), file, (int)getpid(), p + 2);
     else snprintf(path, sizeof path, "%s", file);
