@@ -283,7 +283,8 @@ def _torch_mp(expandable: bool, nbytes: int, producer: Helper, consumer: Helper)
     finally:
         consumer.close()
         producer.close()
-    data = {"bytes": nbytes, "alloc_conf": torch_mp_env(expandable)["PYTORCH_CUDA_ALLOC_CONF"], "consumer": reply}
+    data = {"bytes": nbytes, "alloc_conf": torch_mp_env(expandable)["PYTORCH_CUDA_ALLOC_CONF"], "consumer": reply,
+            "producer_expandable_segment": shared.get("expandable_segment")}
     if not reply.get("ok"):
         err = str(reply.get("error"))
         causes = ("M3", "O3") if expandable else ("O4", "D8")
