@@ -61,9 +61,9 @@ class Helper:
     Why fork and not a fresh interpreter: a fresh python pays `import torch` again (3.5-5.5 s on the lent H200
     node, docs/gpu-runs/s4-summary-call1.txt), which the probe, often a pre-started rank (envbuild/doctor/warm.py),
     has already paid. Callers import torch and fork before their first CUDA call, so each helper still creates
-    its own CUDA context and holds none of the probe's state: the same two-process situation colocated RL has.
-    `env` replaces the helper's os.environ; a setting a library reads once per process (the CUDA allocator's)
-    the helper applies itself.
+    its own CUDA context and none of the probe's CUDA state: the same two-process situation colocated RL has.
+    What torch fixed when its libraries loaded stays the probe's (the allocator backend); `env` replaces the
+    helper's os.environ, and a setting torch reads once per process (the allocator's) the helper applies itself.
 
     The helper stays in the probe's process group (the launcher's kill reaches it) and dies with the probe
     (PR_SET_PDEATHSIG), so it outlives neither.
@@ -80,10 +80,14 @@ class Helper:
             target=_helper_main, args=(serve, theirs, ours, env, os.getpid()), daemon=True)
         try:
             self.process.start()
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.sock = ours
         self.sock.settimeout(timeout_s)
+        self.exitcode: Optional[int] = None  # set by close
 
     def ask(self, msg: Dict[str, Any], fds: Sequence[int] = ()) -> Dict[str, Any]:
         send_msg(self.sock, msg, fds)
@@ -101,6 +105,9 @@ class Helper:
             self.process.kill()
             self.process.join(timeout=5)
         self.sock.close()
+        self.exitcode = self.process.exitcode  # None: still there after the kill
+        if self.exitcode is not None:
+            self.process.close()  # its sentinel descriptor
 
 
 def _helper_main(serve: Callable[[socket.socket], None], sock: socket.socket, parent_end: socket.socket,

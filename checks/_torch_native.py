@@ -8,11 +8,15 @@ release's own `_load_global_deps` (libtorch_global_deps into the global scope, t
 from the CUDA wheels), then the `torch._C` extension, whose RPATHs and dependencies pull in libtorch_cuda,
 libcudart, libnccl and libcudnn exactly as the real import does (the same loader, the same LD_PRELOAD,
 LD_LIBRARY_PATH and ld.so cache). CUDA and NCCL are then initialised through the
-copies the dynamic linker bound for libtorch_cuda: the global scope first (LD_PRELOAD, RTLD_GLOBAL libraries),
-then libtorch_cuda's own dependencies.
+copies the dynamic linker bound for libtorch_cuda: NCCL's (unversioned) symbols from the global scope first
+(LD_PRELOAD, RTLD_GLOBAL libraries), then libtorch_cuda's own dependencies; the CUDA runtime's (versioned:
+cudaMalloc@libcudart.so.13) from libtorch_cuda's dependencies, which hold the libcudart it was linked against, so
+a libcudart of another major in LD_PRELOAD is not taken for it.
 
-Anything this path cannot stand in for (no version.py, a library that does not load, a missing symbol) raises
-NativeUnavailable before CUDA is touched, and the probe imports torch instead (checks/stack_probe.py). An error
+Anything this path cannot stand in for (no version.py, no `_load_global_deps`, a library that does not load, a
+missing CUDA or NCCL symbol, any error running torch's loader) raises NativeUnavailable before the first CUDA call
+(every symbol is resolved first), and the probe imports torch instead (checks/stack_probe.py), with every
+`torch.*` module the attempt left behind removed from sys.modules. An error
 of the CUDA or NCCL initialisation itself is a finding, raised as InitError with CUDA's or NCCL's own name and text
 (the strings envbuild/knowledge/causes.toml matches). Standard library only.
 """
@@ -73,8 +77,8 @@ def package_loader(pkg_dir):
     libtorch_global_deps into the global scope and then, whenever libcudart got mapped, preloads the CUDA wheels'
     libraries (cuBLAS, cuDNN, NCCL, ...) by path from the first sys.path entry holding them, so a process can map
     a pip libnccl and a preloaded one at once. Running the release's own function keeps that exact, whatever the
-    release; the rest of the module (its imports, torch._C) is not run. Its `from torch.version import ...` is
-    served a stand-in package holding only torch/version.py. None when the file defines no such function."""
+    release; of the rest of the module only the literals they read are run (not its imports, not torch._C).
+    Their `from torch.version import ...` is served a stand-in package holding only torch/version.py."""
     path = os.path.join(pkg_dir, "__init__.py")
     try:
         with open(path) as fh:
@@ -82,8 +86,8 @@ def package_loader(pkg_dir):
     except (OSError, SyntaxError, ValueError) as exc:
         raise NativeUnavailable("cannot read %s: %s" % (path, exc))
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    if "_load_global_deps" not in functions:
-        return None
+    if "_load_global_deps" not in functions:  # how this release loads its libraries is unknown: import it instead
+        raise NativeUnavailable("%s defines no _load_global_deps" % path)
     wanted, todo = set(), ["_load_global_deps"]
     while todo:  # the function and every module-level function it reaches
         name = todo.pop()
@@ -91,13 +95,28 @@ def package_loader(pkg_dir):
             continue
         wanted.add(name)
         todo += [n.id for n in ast.walk(functions[name]) if isinstance(n, ast.Name) and n.id in functions]
+    used = {n.id for name in wanted for n in ast.walk(functions[name]) if isinstance(n, ast.Name)}
+    constants = [node for node in tree.body if isinstance(node, ast.Assign) and len(node.targets) == 1
+                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in used and _literal(node.value)]
     future = [node for node in tree.body if isinstance(node, ast.ImportFrom) and node.module == "__future__"]
-    module = ast.Module(body=future + [functions[n] for n in sorted(wanted, key=list(functions).index)],
+    module = ast.Module(body=future + constants + [functions[n] for n in sorted(wanted, key=list(functions).index)],
                         type_ignores=[])
     namespace = {"__file__": path, "__name__": "torch", "ctypes": ctypes, "glob": glob, "os": os,
                  "platform": __import__("platform"), "sys": __import__("sys")}
-    exec(compile(module, path, "exec"), namespace)
+    try:
+        exec(compile(module, path, "exec"), namespace)
+    except Exception as exc:  # e.g. an annotation naming what only the whole module defines
+        raise NativeUnavailable("torch's _load_global_deps cannot be run on its own: %s: %s" % (type(exc).__name__, exc))
     return namespace["_load_global_deps"]
+
+
+def _literal(node):
+    """Whether a module-level value is a plain literal (a constant those functions may read)."""
+    try:
+        ast.literal_eval(node)
+        return True
+    except ValueError:
+        return False
 
 
 def _version_stand_in(pkg_dir):
@@ -108,8 +127,11 @@ def _version_stand_in(pkg_dir):
     package.__path__ = [pkg_dir]
     version = types.ModuleType("torch.version")
     version.__file__ = os.path.join(pkg_dir, "version.py")
-    with open(version.__file__) as fh:
-        exec(compile(fh.read(), version.__file__, "exec"), version.__dict__)
+    try:
+        with open(version.__file__) as fh:
+            exec(compile(fh.read(), version.__file__, "exec"), version.__dict__)
+    except Exception as exc:
+        raise NativeUnavailable("cannot run %s on its own: %s: %s" % (version.__file__, type(exc).__name__, exc))
     package.version = version
     return {"torch": package, "torch.version": version}
 
@@ -128,19 +150,17 @@ def load_libraries(pkg_dir):
     if any(name == "torch" or name.startswith("torch.") for name in sys.modules):
         raise NativeUnavailable("torch is already imported in this process")
     load_global_deps = package_loader(pkg_dir)
-    stand_in = _version_stand_in(pkg_dir)
-    sys.modules.update(stand_in)
+    before = set(sys.modules)
+    sys.modules.update(_version_stand_in(pkg_dir))
     try:
-        if load_global_deps is not None:
-            load_global_deps()
-        else:
-            ctypes.CDLL(deps, mode=ctypes.RTLD_GLOBAL)
+        load_global_deps()
         ctypes.CDLL(extensions[0])
     except Exception as exc:  # OSError of a library, or the release's function needing what we did not give it
         raise NativeUnavailable("torch's native libraries did not load: %s: %s" % (type(exc).__name__, exc))
-    finally:
-        for name in stand_in:  # the fallback `import torch` must find the real package
-            sys.modules.pop(name, None)
+    finally:  # the fallback `import torch` must find the real package and none of the stand-in's modules
+        for name in set(sys.modules) - before:
+            if name == "torch" or name.startswith("torch."):
+                del sys.modules[name]
     scopes = [ctypes.CDLL(None)]
     torch_cuda = os.path.join(pkg_dir, "lib", "libtorch_cuda.so")
     if os.path.isfile(torch_cuda):
@@ -179,14 +199,21 @@ def built_nccl(scopes):
     return version, (suffix or b"").decode("utf-8", "replace")
 
 
+NCCL_CALLS = ("ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce")
+
+
 class Runtime:
-    """The CUDA runtime calls of the probe, through the libcudart torch's libraries bound."""
+    """The CUDA runtime and NCCL calls of the probe, every one resolved before the first is made: CUDA's from
+    libtorch_cuda's own dependencies first (its versioned references bind there), NCCL's global scope first."""
 
     def __init__(self, scopes):
-        self.fn = {name: function(scopes, name) for name in (
+        cuda_scopes = scopes[1:] + scopes[:1]
+        self.fn = {name: function(cuda_scopes, name) for name in (
             "cudaGetDeviceCount", "cudaSetDevice", "cudaMalloc", "cudaMemset", "cudaDeviceSynchronize", "cudaFree")}
-        self.name = function(scopes, "cudaGetErrorName", ctypes.c_char_p)
-        self.text = function(scopes, "cudaGetErrorString", ctypes.c_char_p)
+        self.name = function(cuda_scopes, "cudaGetErrorName", ctypes.c_char_p)
+        self.text = function(cuda_scopes, "cudaGetErrorString", ctypes.c_char_p)
+        self.nccl = {name: function(scopes, name) for name in NCCL_CALLS}
+        self.nccl_text = function(scopes, "ncclGetErrorString", ctypes.c_char_p)
 
     def describe(self, call, rc):
         """'cudaMalloc: Error 2 cudaErrorMemoryAllocation: out of memory' (CUDA's own name and text)."""
@@ -199,7 +226,8 @@ class Runtime:
 
 
 def torch_facts(spec, enter):
-    """(torch facts, lookup scopes) with torch's libraries loaded; NativeUnavailable when this path cannot tell."""
+    """(torch facts, the Runtime for a CUDA build or None) with torch's libraries loaded and every CUDA/NCCL symbol
+    resolved; NativeUnavailable, before any CUDA call, when this path cannot tell."""
     pkg_dir = (spec.submodule_search_locations or [None])[0]
     if not pkg_dir:
         raise NativeUnavailable("torch is not a package here")
@@ -214,18 +242,17 @@ def torch_facts(spec, enter):
         t["nccl_version"] = nccl[0]
         if nccl[1]:
             t["nccl_version_suffix"] = nccl[1]
-    return t, scopes
+    return t, (Runtime(scopes) if t.get("cuda") else None)
 
 
-def initialise(t, scopes, init, enter):
+def initialise(t, rt, init, enter):
     """CUDA device count, a device buffer, then a 1-rank NCCL communicator with one all_reduce, as a training
     process's first steps would; fills `t` and `init`. InitError when CUDA or NCCL refuses."""
-    if not t.get("cuda"):
+    if rt is None:  # a CPU build
         t.update(cuda_available=False, device_count=0)
         init["method"] = "no GPU: CUDA and NCCL not initialised (libraries are those mapped by `import torch`)"
         return
     enter("torch.cuda.is_available")
-    rt = Runtime(scopes)
     count = ctypes.c_int(0)
     rc = rt.fn["cudaGetDeviceCount"](ctypes.byref(count))
     if rc != 0 or count.value == 0:  # torch.cuda.is_available() is False then, with this as its warning
@@ -245,12 +272,12 @@ def initialise(t, scopes, init, enter):
         rt.call("cudaDeviceSynchronize")
         init["cuda_tensor"] = True
         enter("nccl process group")
-        nccl_group(rt, scopes, buf, nbytes // 4, init)
+        nccl_group(rt, buf, nbytes // 4, init)
     finally:
         rt.fn["cudaFree"](buf)
 
 
-def nccl_group(rt, scopes, buf, count, init):
+def nccl_group(rt, buf, count, init):
     """One rank, one communicator, one all_reduce: NCCL's VERSION banner (the NCCL that really ran) into a file
     of ours, whatever NCCL_DEBUG the user set; never NVLS (one rank anyway; set after the env was recorded)."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -259,12 +286,10 @@ def nccl_group(rt, scopes, buf, count, init):
     os.environ["NCCL_DEBUG"] = "VERSION"
     os.environ["NCCL_DEBUG_FILE"] = os.path.join(banner_dir, "nccl.%p.log")
     try:
-        error_text = function(scopes, "ncclGetErrorString", ctypes.c_char_p)
-
         def nccl(name, *args):
-            rc = function(scopes, name)(*args)
+            rc = rt.nccl[name](*args)
             if rc != 0:
-                raise InitError("%s: NCCL error %d '%s'" % (name, rc, (error_text(rc) or b"?").decode()))
+                raise InitError("%s: NCCL error %d '%s'" % (name, rc, (rt.nccl_text(rc) or b"?").decode()))
 
         uid = NcclUniqueId()
         comm = ctypes.c_void_p()
@@ -290,8 +315,8 @@ class stdout_to:
         self.path = path
 
     def __enter__(self):
-        self.saved = os.dup(1)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.saved = os.dup(1)
         os.dup2(fd, 1)
         os.close(fd)
         return self

@@ -10,7 +10,7 @@ Sub-tests (each one verdict in the result's evidence["subtests"]):
 - cudaipc.same_gpu   legacy cuIpcGetMemHandle/cuIpcOpenMemHandle on plain cuMemAlloc memory
 - cudaipc.peer_gpu   (what torch.multiprocessing uses without expandable segments).
 - torch_mp.expandable_off / torch_mp.expandable_on
-                     torch.multiprocessing's reduce_tensor between two fresh processes, with
+                     torch.multiprocessing's reduce_tensor between two helper processes, with
                      PYTORCH_CUDA_ALLOC_CONF expandable_segments False / True. The True path imports the
                      producer's fds with pidfd_getfd, which yama ptrace_scope / missing CAP_SYS_PTRACE /
                      seccomp refuse (M3, O3).
@@ -57,7 +57,11 @@ def serve_helper(role: str, sock) -> None:
 
     from _cudrv import Driver, describe_error
 
-    alloc_conf = apply_alloc_conf(torch) if role.startswith("tm_") else None
+    try:  # a refused setting is every answer's error, not a helper that dies without a word
+        alloc_conf = apply_alloc_conf(torch) if role.startswith("tm_") else None
+        setup_error = None
+    except Exception as exc:
+        alloc_conf, setup_error = None, describe_error(exc)
     drv = None
     keep: Dict[str, Any] = {}
     while True:
@@ -67,6 +71,10 @@ def serve_helper(role: str, sock) -> None:
             send_msg(sock, {"ok": True})
             return
         reply: Dict[str, Any] = {"ok": False, "fault_hook": fault, "alloc_conf": alloc_conf}
+        if setup_error is not None:
+            reply.update(setup_error)
+            send_msg(sock, reply)
+            continue
         t0 = time.perf_counter()
         try:
             dev = int(msg.get("device", 0))
@@ -380,8 +388,15 @@ def start_helpers() -> Dict[str, Helper]:
 
 
 def close_helpers(helpers: Dict[str, Helper]) -> None:
+    """Close every helper still held, even when closing one of them fails."""
+    first: Optional[BaseException] = None
     for name in list(helpers):
-        helpers.pop(name).close()
+        try:
+            helpers.pop(name).close()
+        except Exception as exc:  # the others are closed all the same
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def main(p: Probe) -> None:

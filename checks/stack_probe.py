@@ -1,19 +1,22 @@
 """Stack probe: what CUDA/NCCL/cuDNN stack THIS interpreter really gets. Prints ONE JSON object on stdout.
 
 Run by the python of the environment under test (`<env>/bin/python checks/stack_probe.py`), never
-imported by envbuild. Standard library only; uses torch when it is installed and still reports what it
-can without it (reachable libraries, distributions, environment). The keys are documented in
-envbuild/facts/stack.py.
+imported by envbuild. Standard library only; loads torch's native libraries when torch is installed
+(checks/_torch_native.py, without running torch's Python package; `import torch` when that path cannot tell)
+and still reports what it can without torch (reachable libraries, distributions, environment). The keys are
+documented in envbuild/facts/stack.py.
 
 Why a separate process: which libnccl/libcudart/libcuda a process maps depends on that interpreter's
 RPATHs, LD_LIBRARY_PATH and import order, and a library once mapped cannot be unmapped. So the probe
-(1) snapshots the environment variables, (2) initialises CUDA and NCCL the way a training process does,
-(3) reads /proc/self/maps, and only then (4) reads the versions of the *other* reachable copies in a
-child process so that they never enter this process's maps.
+(1) snapshots the environment variables, (2) loads torch's libraries and initialises CUDA and NCCL the way a
+training process does, (3) reads /proc/self/maps. Meanwhile a thread takes the inventory that does not depend
+on the maps: the versions of the *other* reachable copies (read in a child process so that they never enter
+this process's maps), the distributions and the checkouts. `--gate PATH` holds the first CUDA call until PATH
+exists (the doctor's NVML snapshot is taken meanwhile).
 
 Never hangs: the CUDA/NCCL initialisation runs under a watchdog that, on timeout, prints whatever was
 gathered (with the phase that hung) and exits; every subprocess has a timeout. Every part records its
-own error instead of aborting the whole probe.
+own error instead of aborting the whole probe. phase_s in the JSON says where its seconds went.
 
 envbuild runs it under its launcher (envbuild/doctor/launcher.py, through envbuild/doctor/stack_reader.py) like
 every payload: then ENVBUILD_RUN_DIR is set and the probe also writes rank<k>.phase at every phase, rank<k>.json
@@ -577,11 +580,11 @@ def probe_torch(result, errors, init_state, gate):
         return False
     init = {"cuda_tensor": False, "nccl_group": False, "method": None}
     try:
-        t, scopes = native.torch_facts(spec, lambda name: enter(init_state, name))
+        t, runtime = native.torch_facts(spec, lambda name: enter(init_state, name))
         result["torch"], result["init"] = t, init
         enter(init_state, "gate")
         init["gate_wait_s"] = gate()
-        native.initialise(t, scopes, init, lambda name: enter(init_state, name))
+        native.initialise(t, runtime, init, lambda name: enter(init_state, name))
         return True
     except native.NativeUnavailable as exc:
         why = str(exc)

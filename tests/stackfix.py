@@ -148,20 +148,26 @@ def full_nccl(directory: Path, version: str) -> Path:
                      {"VSTR": f'"{version}+cuda13.0"', "VCODE": str(major * 10000 + minor * 100 + patch)})
 
 
-# torch 2.11's package preloads the CUDA wheels' libraries by path after libtorch_global_deps (_load_global_deps);
-# this one does it for libnccl alone, with the same shape: a helper that asks torch.version, and a module that
-# cannot be run as a whole.
-PRELOADING_INIT = """import ctypes, glob, os, sys
+# torch's package loads its libraries in _load_global_deps; torch 2.11's also preloads the CUDA wheels' libraries
+# by path after libtorch_global_deps. This one does it (when `preloading`) for libnccl alone, with the same shape:
+# a helper that asks torch.version, and a module that cannot be run as a whole.
+TORCH_INIT = """import ctypes, glob, os, sys
+
+PRELOADING = {preloading}
+LOADER_FAILS = {loader_fails}
 
 
 def _wheel_nccl():
     from torch.version import cuda
-    if cuda is None:
+    if cuda is None or not PRELOADING:
         return []
     return [p for d in sys.path for p in sorted(glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so.*[0-9]")))]
 
 
 def _load_global_deps():
+    if LOADER_FAILS:
+        import torch.version  # the stand-in's submodule, then a failure: nothing of it may reach the fallback
+        raise OSError("libcudart.so.13: cannot open shared object file")
     here = os.path.abspath(__file__)
     ctypes.CDLL(os.path.join(os.path.dirname(here), "lib", "libtorch_global_deps.so"), mode=ctypes.RTLD_GLOBAL)
     for path in _wheel_nccl()[:1]:
@@ -172,10 +178,12 @@ raise ImportError("this fake torch must never be imported")
 """
 
 
-def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", preloading: bool = False) -> Path:
+def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", preloading: bool = False,
+               loader_fails: bool = False) -> Path:
     """torch 2.11-shaped: torch/lib/libtorch_global_deps.so -> libcudart, torch/_C -> libtorch_cuda -> libnccl +
     libcudart, found through the wheel's RPATHs ($ORIGIN/../../nvidia/...). Its torch.cuda.nccl.version() is 2.28.9.
-    `preloading`: its __init__ holds a _load_global_deps that also preloads the wheel's libnccl by path."""
+    `preloading`: its __init__ holds a _load_global_deps that also preloads the wheel's libnccl by path;
+    `loader_fails`: that function raises OSError as torch's does when a CUDA library is missing."""
     gcc = need_gcc()
     torch_dir, lib = site / "torch", site / "torch" / "lib"
     nccl_dir, cu13 = site / "nvidia" / "nccl" / "lib", site / "nvidia" / "cu13" / "lib"
@@ -196,8 +204,8 @@ def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", 
     link(lib / "libtorch_cuda.so", TORCH_CUDA_SRC, ["libnccl.so.2", "libcudart.so.13"],
          "$ORIGIN/../../nvidia/nccl/lib:$ORIGIN/../../nvidia/cu13/lib")
     link(torch_dir / "_C.cpython-fake.so", "int envbuild_torch_c;\n", ["libtorch_cuda.so"], "$ORIGIN/lib")
-    (torch_dir / "__init__.py").write_text(PRELOADING_INIT if preloading else
-                                           "raise ImportError('this fake torch must never be imported')\n")
+    (torch_dir / "__init__.py").write_text(TORCH_INIT.replace("{preloading}", str(preloading))
+                                           .replace("{loader_fails}", str(loader_fails)))
     (torch_dir / "version.py").write_text(f"from typing import Optional\n\n__version__ = {version!r}\ndebug = False\n"
                                           "cuda: Optional[str] = '13.0'\ngit_version = 'fake'\n")
     return torch_dir

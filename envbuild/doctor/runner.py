@@ -119,13 +119,13 @@ def prepare_warm(upcoming: List[Check], ctx: DoctorContext) -> None:
 
 
 def next_check(remaining: List[Check], ctx: DoctorContext) -> int:
-    """Index in `remaining` of the check to start now: the first one, unless it reads the stack probe's facts
-    (need "stack") while that probe still runs; then the first one after it that does not. The probe's import
-    of torch and CUDA/NCCL init (about 6 s on the lent H200) then overlap the GPU probes instead of holding up
-    the checks that follow, and the waiting checks start as soon as its answer is in."""
+    """Index in `remaining` of the check to start now: the first one, unless the stack probe still runs and it
+    reads the probe's facts (need "stack") or uses a GPU (a probe, or need "gpu"/"multi_gpu": the probe holds a
+    CUDA context and an NCCL communicator on GPU 0 until it exits, which would move a probe's free-memory and
+    timing readings); then the first one after it that does neither. So the node checks never wait for it."""
     if ctx.facts.stack_pending():
         for i, check in enumerate(remaining):
-            if "stack" not in check.needs:
+            if not ("stack" in check.needs or check.probe is not None or {"gpu", "multi_gpu"} & check.needs):
                 return i
     return 0
 

@@ -199,13 +199,12 @@ def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: "
         return
     snapshot = any(c.category == "node" for c in chosen)
     reader.start(ctx.python or "", gated=snapshot)
-    if snapshot:
+    if snapshot:  # a stop signal here leaves the gate shut: the session's close cancels the probe
         try:
             ctx.facts.nvml()
         except FactUnavailable:
             pass
-        finally:
-            reader.open_gate()
+        reader.open_gate()
 
 
 def _note_renamed(patterns: List[str]) -> None:

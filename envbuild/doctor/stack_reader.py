@@ -107,10 +107,8 @@ class StackPrefetch:
         if self._thread is not None:
             return
         self._python = python
-        if gated:
-            fd, self._gate = tempfile.mkstemp(prefix=leftovers.tmp_prefix("envbuild-stack-gate"))
-            os.close(fd)
-            os.unlink(self._gate)
+        if gated:  # in a private directory (0700) that the leftover sweep knows, never a guessable /tmp name
+            self._gate = os.path.join(tempfile.mkdtemp(prefix=leftovers.tmp_prefix("envbuild-run")), "gate")
         self._thread = threading.Thread(target=self._run, name="envbuild-stack-probe", daemon=True)
         self._thread.start()
 
@@ -125,7 +123,7 @@ class StackPrefetch:
     def open_gate(self) -> None:
         """Let the probe make its CUDA calls (a no-op for an ungated one)."""
         if self._gate is not None:
-            open(self._gate, "w").close()
+            os.close(os.open(self._gate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
 
     def pending(self) -> bool:
         """Started and not finished: a caller would wait."""
@@ -143,5 +141,5 @@ class StackPrefetch:
         if self._thread is not None:
             self._cancel.set()
             self._done.wait()
-        if self._gate is not None and os.path.exists(self._gate):
-            os.unlink(self._gate)
+        if self._gate is not None:
+            shutil.rmtree(os.path.dirname(self._gate), ignore_errors=True)

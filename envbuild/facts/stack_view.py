@@ -36,10 +36,10 @@ def dist(stack: Dict[str, Any], *names: str) -> Optional[Dict[str, Any]]:
     return None
 
 
-def missing_requirements(stack: Dict[str, Any], name: str) -> List[str]:
+def unmet_requirements(stack: Dict[str, Any], name: str) -> List[str]:
     """Requirements of installed distribution `name` (its Requires-Dist, recorded by the probe) that apply to the
-    env's python and are not installed at all: what `pip check` reports as "which is not installed". Version
-    conflicts are left to stack.profile_match; an unreadable requirement is skipped."""
+    env's python and are not met: "sympy>=1.13.3 (not installed)", "filelock>=3.12 (3.0 installed)", what
+    `pip check` reports. An unreadable requirement is skipped."""
     from packaging.markers import InvalidMarker, UndefinedEnvironmentName, default_environment
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -58,16 +58,21 @@ def missing_requirements(stack: Dict[str, Any], name: str) -> List[str]:
     if py.get("implementation"):
         env["implementation_name"] = py["implementation"]
     installed = dist_map(stack)
-    missing = []
+    unmet = []
     for line in d["requires"]:
         try:
             req = Requirement(line)
             applies = req.marker is None or req.marker.evaluate({**env, "extra": ""})
         except (InvalidRequirement, InvalidMarker, UndefinedEnvironmentName):
             continue
-        if applies and canonical(req.name) not in installed:
-            missing.append(str(req))
-    return missing
+        if not applies:
+            continue
+        copies = installed.get(canonical(req.name))
+        if not copies:
+            unmet.append(f"{req} (not installed)")
+        elif req.specifier and not req.specifier.contains(str(copies[0].get("version")), prereleases=True):
+            unmet.append(f"{req} ({copies[0].get('version')} installed)")
+    return unmet
 
 
 def dist_any_flavour(stack: Dict[str, Any], pip_name: str) -> Optional[Dict[str, Any]]:

@@ -7,6 +7,7 @@ mask the probe process really got, then execs this venv's python (no torch) on t
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -160,10 +161,10 @@ def test_a_probe_stopped_at_its_deadline_is_reported_with_the_phase_it_was_in(tm
     assert "did not answer within 2 s (it was in phase 'import torch')" in str(exc.value)
 
 
-def test_while_the_stack_probe_runs_the_checks_that_do_not_read_it_go_first(tmp_path):
-    """A stack probe that takes seconds (import torch, CUDA/NCCL init) no longer holds up the GPU probes: the
-    progress lines show gpu.* and comm.* finishing before the checks that read the stack, and the report still
-    lists every check in the registry's order."""
+def test_while_the_stack_probe_runs_the_checks_that_do_not_need_it_go_first(tmp_path):
+    """A stack probe that takes seconds does not hold up the node checks after the first one that reads it
+    (node.driver_version), while every check that reads its facts or uses a GPU (its CUDA context is on GPU 0
+    until it exits) waits for it; the report still lists every check in the registry's order."""
     from envbuild.doctor.registry import all_checks
 
     slow = tmp_path / "python"
@@ -171,10 +172,41 @@ def test_while_the_stack_probe_runs_the_checks_that_do_not_read_it_go_first(tmp_
     slow.chmod(0o755)
     proc, results = run_doctor(["--quick", "--python", str(slow)], clean_env(), tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
-    finished = [line.split()[2] for line in proc.stderr.splitlines() if line.startswith("[")]
-    assert finished.index("gpu.basic") < finished.index("node.driver_version")
-    assert finished.index("comm.weight_sync") < finished.index("stack.torch")
-    # the first stack check that asked waited for the probe's answer (the wrapper's 2 s)
-    assert max(r["duration_s"] for k, r in results.items() if k.startswith("stack.")) >= 1.0
+    finished = [m.group(1) for m in re.finditer(r"^\[\s*\d+/\d+\]\s+\S+\s+(\S+)", proc.stderr, re.M)]
+    assert finished.index("node.wsl") < finished.index("node.driver_version")  # the node checks went first
+    first_waiting = min(finished.index(c) for c in ("node.driver_version", "gpu.basic"))
+    assert all(finished.index(c.id) < first_waiting for c in all_checks() if c.category == "node"
+               and c.id != "node.driver_version")
+    assert finished.index("stack.torch") < finished.index("gpu.basic")  # GPU probes after the probe's answer
+    # the first check that asked waited for the probe's answer (the wrapper's 2 s)
+    assert max(r["duration_s"] for r in results.values()) >= 1.0
     ids = list(results)
     assert ids == [c.id for c in all_checks() if c.id in results]
+
+
+def test_a_gated_prefetch_makes_no_cuda_call_before_the_gate_opens_and_leaves_nothing(tmp_path, monkeypatch):
+    """start_stack_early's order: the probe starts, loads torch's libraries, and waits at the gate while the
+    doctor takes NVML's snapshot; its first CUDA call follows open_gate, and close leaves no gate behind."""
+    import glob
+    import tempfile
+
+    from envbuild import leftovers
+    from envbuild.doctor.stack_reader import StackPrefetch
+    from stackfix import fake_torch
+
+    site, trace = tmp_path / "site", tmp_path / "first-cuda-call"
+    fake_torch(site)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("FAKE_CUDA_TRACE", str(trace))
+    gates = os.path.join(tempfile.gettempdir(), leftovers.tmp_prefix("envbuild-run") + "*", "gate")
+    reader = StackPrefetch()
+    reader.start(sys.executable, gated=True)
+    try:
+        time.sleep(1.5)
+        assert reader.pending() and not trace.exists()
+        reader.open_gate()
+        data = reader(sys.executable)
+        assert trace.exists() and data["init"]["nccl_group"] is True and data["init"]["gate_wait_s"] > 0.5
+    finally:
+        reader.close()
+    assert glob.glob(gates) == [] and not glob.glob(os.path.dirname(gates))

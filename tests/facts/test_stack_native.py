@@ -103,21 +103,24 @@ def test_a_torch_the_fast_path_cannot_read_is_imported_and_says_why(tmp_path):
 
 def test_python_dependencies_torch_declares_but_lacks_are_a_warning(tmp_path):
     """The fast path never runs torch's Python part, so what that part needs is judged from torch's Requires-Dist,
-    as `pip check` does: a missing dependency that applies to this python warns; one behind an extra or another
-    python's marker does not; an installed one does not."""
+    as `pip check` does: a missing dependency or a version outside the requirement that applies to this python
+    warns; one behind an extra or another python's marker does not; a met one does not."""
     site = tmp_path / "site"
     fake_torch(site)
     meta = site / "torch-2.11.0+cu130.dist-info"
     meta.mkdir()
     (meta / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\nRequires-Dist: click\n"
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\nRequires-Dist: click\nRequires-Dist: click>=999\n"
         "Requires-Dist: envbuild-test-missing-dep>=1.0\nRequires-Dist: envbuild-test-old-python; python_version < \"3.0\"\n"
         "Requires-Dist: envbuild-test-extra; extra == \"opt\"\n\nlong description\nRequires-Dist: not-a-header\n")
     proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
     r = results["stack.torch"]
     assert r["status"] == "warn", (r, proc.stderr)
-    assert r["evidence"]["missing_requirements"] == ["envbuild-test-missing-dep>=1.0"]
-    assert "not installed in this env" in r["summary"] and "envbuild-test-missing-dep" in r["remediation"]
+    from importlib import metadata
+
+    assert r["evidence"]["unmet_requirements"] == [f"click>=999 ({metadata.version('click')} installed)",
+                                                    "envbuild-test-missing-dep>=1.0 (not installed)"]
+    assert "requirements are not met" in r["summary"] and "'envbuild-test-missing-dep>=1.0'" in r["remediation"]
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\nRequires-Dist: click\n")
     proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
     assert results["stack.torch"]["status"] == "pass", results["stack.torch"]
@@ -138,3 +141,14 @@ def test_the_gate_holds_the_first_cuda_call_while_the_libraries_load(tmp_path):
     data = json.loads(out)
     assert trace.exists() and data["init"]["nccl_group"] is True, err
     assert data["init"]["gate_wait_s"] >= 0.5 and data["phase_s"]["gate"] >= 0.5  # it waited for us
+
+
+def test_a_failed_fast_path_leaves_nothing_of_torch_for_the_import_that_follows(tmp_path):
+    """torch's loader raising (a CUDA library missing) sends the probe to `import torch`, which must run the real
+    package: the stand-in's modules are gone, so the import fails with the package's own error."""
+    site = tmp_path / "site"
+    fake_torch(site, loader_fails=True)
+    data = run_probe(_env(site))
+    t = data["torch"]
+    assert t["present"] is False and t["error"] == "this fake torch must never be imported", t
+    assert "OSError: libcudart.so.13: cannot open shared object file" in t["native_path"]

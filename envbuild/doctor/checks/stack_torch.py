@@ -1,4 +1,5 @@
-"""stack.torch: the env's torch imports, is a CUDA build, and initialises CUDA and NCCL (C6, C10)."""
+"""stack.torch: the env's torch libraries load, it is a CUDA build, CUDA and NCCL initialise (C6, C10), and its Python
+requirements are met (U5)."""
 from __future__ import annotations
 
 from envbuild.doctor.registry import check, verdict
@@ -7,7 +8,8 @@ from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
 
-@check("stack.torch", "stack", "torch imports, is a CUDA build, and CUDA/NCCL initialise", causes=("C6", "C10", "U5"))
+@check("stack.torch", "stack", "torch's libraries load, it is a CUDA build, CUDA/NCCL initialise, its Python "
+       "requirements are met", causes=("C6", "C10", "U5"))
 def torch_present(ctx) -> Result:
     """The env's torch must be a CUDA build whose CUDA and NCCL initialise; a failure here names the cause
     the probe's error text matches (a stub libcuda, 803/804, an old driver)."""
@@ -43,12 +45,13 @@ def torch_present(ctx) -> Result:
             "CUDA tensor and a 1-rank NCCL group initialised" if init.get("nccl_group") else "CUDA initialised")
     else:
         what += "; no GPU visible, so CUDA and NCCL were not initialised (libraries are those `import torch` maps)"
-    missing = sv.missing_requirements(stack, "torch")
-    if missing:  # the probe loads torch's libraries without its Python part: what that part needs, pip check's way
-        evidence["missing_requirements"] = missing
+    unmet = sv.unmet_requirements(stack, "torch")
+    if unmet:  # the probe loads torch's libraries without its Python part: what that part needs, pip check's way
+        evidence["unmet_requirements"] = unmet
         return verdict(Status.WARN,
-                      f"{what}; but torch requires {', '.join(missing)}, not installed in this env: `import torch`, "
-                      "or the parts of torch that use them, fails with ModuleNotFoundError",
+                      f"{what}; but torch's requirements are not met: {', '.join(unmet)}; `import torch`, or the "
+                      "parts of torch that use them, can fail (ModuleNotFoundError, ImportError)",
                       evidence=evidence, causes=["U5"],
-                      remediation="pip install " + " ".join(f"'{r}'" for r in missing) + " (then `pip check`)")
+                      remediation="pip install " + " ".join(f"'{r.split(' (')[0]}'" for r in unmet) +
+                                  " (then `pip check`)")
     return verdict(Status.PASS, what, evidence=evidence)
