@@ -67,6 +67,8 @@ def version_facts(path):
             continue
     if not isinstance(values.get("__version__"), str):
         raise NativeUnavailable("%s sets no __version__" % path)
+    if values.get("hip"):  # HIP, not the CUDA runtime this path calls
+        raise NativeUnavailable("a ROCm build (torch.version.hip %s)" % values["hip"])
     return {"version": values["__version__"], "cuda": values.get("cuda"), "git_version": values.get("git_version")}
 
 

@@ -152,3 +152,11 @@ def test_a_failed_fast_path_leaves_nothing_of_torch_for_the_import_that_follows(
     t = data["torch"]
     assert t["present"] is False and t["error"] == "this fake torch must never be imported", t
     assert "OSError: libcudart.so.13: cannot open shared object file" in t["native_path"]
+
+
+def test_a_rocm_torch_is_imported_not_probed_through_the_cuda_runtime(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site)
+    (site / "torch" / "version.py").write_text("__version__ = '2.11.0+rocm7.0'\nhip = '7.0.1'\ncuda = None\n")
+    data = run_probe(_env(site))
+    assert data["torch"]["native_path"] == "not used: a ROCm build (torch.version.hip 7.0.1)"
