@@ -280,14 +280,8 @@ def initialise(t, rt, init, enter):
 
 
 def nccl_group(rt, buf, count, init):
-    """One rank, one communicator, one all_reduce: NCCL's VERSION banner (the NCCL that really ran) into a file
-    of ours, whatever NCCL_DEBUG the user set; never NVLS (one rank anyway; set after the env was recorded)."""
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
-    os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-    banner_dir = tempfile.mkdtemp(prefix="envbuild-stackprobe-nccl-")
-    os.environ["NCCL_DEBUG"] = "VERSION"
-    os.environ["NCCL_DEBUG_FILE"] = os.path.join(banner_dir, "nccl.%p.log")
-    try:
+    """One rank, one communicator, one all_reduce, with NCCL's banner read (NcclBanner)."""
+    with NcclBanner() as banner:
         def nccl(name, *args):
             rc = rt.nccl[name](*args)
             if rc != 0:
@@ -296,22 +290,48 @@ def nccl_group(rt, buf, count, init):
         uid = NcclUniqueId()
         comm = ctypes.c_void_p()
         nccl("ncclGetUniqueId", ctypes.byref(uid))
-        with stdout_to(os.path.join(banner_dir, "stdout.log")):
+        with banner.init_output():
             nccl("ncclCommInitRank", ctypes.byref(comm), 1, uid, 0)
         nccl("ncclAllReduce", buf, buf, ctypes.c_size_t(count), NCCL_FLOAT32, NCCL_SUM, comm, ctypes.c_void_p(0))
         rt.call("cudaDeviceSynchronize")
         init["nccl_group"] = True
-        init.update(nccl_banner(banner_dir))
+        init.update(banner.found())
         init["method"] = "1-rank NCCL communicator + all_reduce through torch's libnccl (no `import torch`)"
         # Not destroyed: the probe exits right after reading its maps, and ncclCommDestroy alone took 0.5 s of a
         # 1.4 s probe on the H200 (docs/gpu-runs/s5-summary-call3.txt); teardown is comm.nccl_churn's to judge.
-    finally:
-        shutil.rmtree(banner_dir, ignore_errors=True)
 
 
-class stdout_to:
-    """Point file descriptor 1 at `path` for a block: NCCL_DEBUG=VERSION prints NCCL's banner with printf to
-    stdout, not to NCCL_DEBUG_FILE (NCCL 2.28 on the lent H200), and the probe's own stdout is its JSON."""
+class NcclBanner:
+    """The probe's 1-rank NCCL group set up to say which NCCL really ran, on both paths (this one and
+    `import torch`): a preloaded or path-first libnccl shows in NCCL's own VERSION banner while torch keeps
+    reporting the NCCL it was built with (seen on the lent H200: banner 2.28.3, torch 2.28.9).
+
+    Inside the block NVLS is off (one rank anyway; set after the env was recorded) and NCCL_DEBUG=VERSION writes
+    into a directory of ours, whatever NCCL_DEBUG the user set; `init_output()` points fd 1 there around the
+    communicator's init, since NCCL 2.28 prints the banner to stdout, not to NCCL_DEBUG_FILE, and the probe's own
+    stdout is its JSON. `found()` reads the banner; the directory is removed on the way out."""
+
+    def __enter__(self):
+        os.environ["NCCL_NVLS_ENABLE"] = "0"
+        os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+        self.dir = tempfile.mkdtemp(prefix="envbuild-stackprobe-nccl-")
+        os.environ["NCCL_DEBUG"] = "VERSION"
+        os.environ["NCCL_DEBUG_FILE"] = os.path.join(self.dir, "nccl.%p.log")
+        return self
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def init_output(self):
+        return _stdout_to(os.path.join(self.dir, "stdout.log"))
+
+    def found(self):
+        return nccl_banner(self.dir)
+
+
+class _stdout_to:
+    """Point file descriptor 1 at `path` for a block, flushing C stdio before it is pointed back."""
 
     def __init__(self, path):
         self.path = path

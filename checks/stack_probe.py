@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -596,7 +595,7 @@ def probe_torch(result, errors, init_state, gate):
 
 def import_torch(result, errors, init_state, gate):
     """Import torch, read its versions, then initialise CUDA and NCCL through it; False when the import fails."""
-    from _torch_native import nccl_banner
+    from _torch_native import NcclBanner
 
     try:
         import torch
@@ -647,37 +646,25 @@ def import_torch(result, errors, init_state, gate):
     enter(init_state, "nccl process group")
     import torch.distributed as dist
 
-    # Never NVLS on a probe (it is one rank anyway); set after the environment was recorded.
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
-    os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-    # NCCL's own banner says which NCCL ran the group: with a second libnccl preloaded (LD_PRELOAD) or first on the
-    # path, torch.cuda.nccl.version() still reports the NCCL torch was built against (seen on the lent H200:
-    # banner 2.28.3, torch 2.28.9). The banner goes to a file of ours, whatever NCCL_DEBUG the user set.
-    banner_dir = tempfile.mkdtemp(prefix="envbuild-stackprobe-nccl-")
-    os.environ["NCCL_DEBUG"] = "VERSION"
-    os.environ["NCCL_DEBUG_FILE"] = os.path.join(banner_dir, "nccl.%p.log")
     fd, store_path = tempfile.mkstemp(prefix="envbuild-stackprobe-")
     os.close(fd)
     os.unlink(store_path)
     try:
-        store = dist.FileStore(store_path, 1)
-        torch.cuda.set_device(0)
-        from _torch_native import stdout_to
-
-        with stdout_to(os.path.join(banner_dir, "stdout.log")):
-            dist.init_process_group("nccl", store=store, rank=0, world_size=1)
-            dist.all_reduce(x)
-            torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        init["nccl_group"] = True
-        init.update(nccl_banner(banner_dir))
+        with NcclBanner() as banner:
+            store = dist.FileStore(store_path, 1)
+            torch.cuda.set_device(0)
+            with banner.init_output():
+                dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+                dist.all_reduce(x)
+                torch.cuda.synchronize()
+            init["nccl_group"] = True
+            init.update(banner.found())
         init["method"] = "1-rank NCCL process group over a FileStore + all_reduce"
         enter(init_state, "nccl destroy")
         dist.destroy_process_group()
     finally:
         if os.path.exists(store_path):
             os.unlink(store_path)
-        shutil.rmtree(banner_dir, ignore_errors=True)
     return True
 
 
