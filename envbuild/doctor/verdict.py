@@ -18,3 +18,8 @@ DEFAULT_HANG_CAUSES = ("M4", "D7")
 def verdict(status: Status, summary: str, **fields: Any) -> Result:
     """A Result of the running check: the runner fills in its id and category, so a check never restates them."""
     return Result("", "", status, summary, **fields)
+
+
+def mismatch_status(severity: str) -> Status:
+    """How a difference from the image is judged: a fail where the profile marks the component `fail`, else a warn."""
+    return Status.FAIL if severity == "fail" else Status.WARN

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from envbuild.doctor.registry import Option, check, verdict
+from envbuild.doctor.verdict import mismatch_status
 from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
@@ -54,11 +55,11 @@ def checkouts(ctx) -> Result:
             continue
         if comp.commit and commit and not sv.commit_matches(comp.commit, commit):
             problems.append(f"{key} is at {commit[:12]}, the image at {comp.commit}")
-            worst = max(worst, Status.FAIL if comp.severity == "fail" else Status.WARN, key=lambda s: s.rank)
+            worst = max(worst, mismatch_status(comp.severity), key=lambda s: s.rank)
         elif comp.commit and not commit:
             if comp.version and version and not sv.version_matches(comp.version, version):
                 problems.append(f"{key} {version} differs from the image's {comp.version}")
-                worst = max(worst, Status.FAIL if comp.severity == "fail" else Status.WARN, key=lambda s: s.rank)
+                worst = max(worst, mismatch_status(comp.severity), key=lambda s: s.rank)
             else:
                 notes.append(f"{key} {version or ''} is not a git checkout; its commit cannot be compared with "
                              f"{comp.commit}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from envbuild.doctor.registry import check, verdict
+from envbuild.doctor.verdict import mismatch_status
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -48,7 +49,7 @@ def nccl_version(ctx) -> Result:
                       evidence=evidence)
     bad = {k: v for k, v in seen.items() if not sv.version_matches(comp.version, v)}
     if bad:
-        status = Status.FAIL if comp.severity == "fail" else Status.WARN
+        status = mismatch_status(comp.severity)
         where = "; ".join(f"{k} = {v}" for k, v in bad.items())
         return verdict(status,
                       f"NCCL {next(iter(bad.values()))} differs from the image's {comp.version} ({where}). "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from envbuild.doctor.registry import check, verdict
+from envbuild.doctor.verdict import mismatch_status
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
@@ -38,7 +39,7 @@ def torch_cuda_tag(ctx) -> Result:
                       evidence=evidence, causes=["C10"],
                       remediation=f"install torch=={want_torch} (CUDA {prof.cuda})")
     if want_torch and not sv.version_matches(want_torch, t.get("version")):
-        status = Status.FAIL if comp.severity == "fail" else Status.WARN
+        status = mismatch_status(comp.severity)
         return verdict(status,
                       f"torch {t.get('version')} differs from the image's {want_torch}: {comp.why}",
                       evidence=evidence, causes=["C9"], remediation=f"install torch=={want_torch}")
