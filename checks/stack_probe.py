@@ -363,13 +363,18 @@ def direct_url(dist):
     return out
 
 
-def _name_version(dist):
+def _header_lines(dist):
+    """The lines of a distribution's metadata header (before the long description)."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    return text.split("\n\n", 1)[0].splitlines()
+
+
+def _name_version(dist, header):
     """Name and Version from the metadata's header alone. dist.metadata parses the whole file (long description
     included) with the email parser, and dist.version parses it again: half of this probe's CPU on a node with a
     hundred distributions, and every node of a fleet sweep pays it."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields = {}
-    for line in text.split("\n\n", 1)[0].splitlines():
+    for line in header:
         key, sep, value = line.partition(":")
         if sep and key in ("Name", "Version") and key not in fields:
             fields[key] = value.strip()
@@ -379,11 +384,9 @@ def _name_version(dist):
     return fields["Name"], fields["Version"]
 
 
-def _requires(dist):
-    """The Requires-Dist lines of a distribution's metadata header (what pip check compares)."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-    return [line.partition(":")[2].strip() for line in text.split("\n\n", 1)[0].splitlines()
-            if line.startswith("Requires-Dist:")]
+def _requires(header):
+    """The Requires-Dist lines of a metadata header (what pip check compares)."""
+    return [line.partition(":")[2].strip() for line in header if line.startswith("Requires-Dist:")]
 
 
 def distributions(errors):
@@ -396,13 +399,14 @@ def distributions(errors):
     out = []
     for dist in metadata.distributions():
         try:
-            name, version = _name_version(dist)
+            header = _header_lines(dist)
+            name, version = _name_version(dist, header)
             loc = getattr(dist, "_path", None)
             entry = {"name": name, "version": version,
                      "location": str(loc.parent) if loc is not None else None}
             entry.update(direct_url(dist))
             if name.lower() == "torch":  # without `import torch`, its Python dependencies are judged from these
-                entry["requires"] = _requires(dist)
+                entry["requires"] = _requires(header)
             out.append(entry)
         except Exception as exc:  # a broken dist-info must not hide the others
             errors.setdefault("distributions", "")
