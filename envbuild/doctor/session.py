@@ -188,10 +188,10 @@ def run_doctor(opts: DoctorOptions) -> int:
 
 def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: "StackPrefetch") -> None:
     """Start the stack probe before the checks when a stack check will read it on the live node, so its seconds
-    (loading torch's libraries, CUDA and NCCL init: about 1.6 s on the H200, docs/gpu-runs/s5-summary-call2.txt)
-    overlap the node checks and, in --quick/--full, the GPU probes. When node checks run, NVML's snapshot is taken
-    while the probe loads its libraries and before it may make its first CUDA call (the gate): node.gpu_processes
-    must see the node without the probe's own CUDA context."""
+    (loading torch's libraries, CUDA and NCCL init: about 1.1 s on the H200, docs/gpu-runs/s5-summary-call7.txt)
+    overlap the node checks (the GPU probes wait for it: runner.next_check). When node checks run, NVML's snapshot
+    is taken while the probe loads its libraries and before it may make its first CUDA call (the gate):
+    node.gpu_processes must see the node without the probe's own CUDA context."""
     from envbuild.doctor.runner import unmet_need
     from envbuild.facts.source import FactUnavailable
 
