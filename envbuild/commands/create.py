@@ -21,13 +21,20 @@ from envbuild.install import backends
 @click.option("--backend", type=click.Choice(backends.NAMES), default=backends.DEFAULT, show_default=True,
               help="Installer of the base layer (envbuild.install.backends); micromamba/conda must be on PATH.")
 @click.option("--python", "python", default=None, metavar="PATH",
-              help="--backend venv: the interpreter (of the profile's Python version) the env is built on.")
+              help="--backend venv: the interpreter the env is built on: a path, a command or a version (default: a Python of the profile's version found on PATH or under pyenv).")
+@click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
+              help="The site's git mirror: a folder of bare repositories or a URL prefix; a source's path "
+                   "(NVIDIA/apex) is looked up under it (default: $ENVBUILD_GIT_MIRROR, else each source's URL).")
+@click.option("--without", "without", multiple=True, metavar="NAME",
+              help="Leave out this git source and the builds from it (repeatable); the manifest and the doctor "
+                   "show it missing.")
 @click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
 @click.option("--lockfiles", default=None, metavar="DIR",
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
-def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, force, lockfiles, quiet) -> int:
+def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, git_mirror, without, force, lockfiles,
+           quiet) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
     from envbuild.install import pipeline
     from envbuild.install.create_ui import CreateUI
@@ -37,8 +44,13 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, for
     with ui.phase("read the profile and its locks" + (" (open and verify the bundle)" if bundle else ""),
                   reads_input=True):
         job = resolve_job(profile_name, prefix=prefix, env_name=env_name, bundle=bundle, backend=backend,
-                          lockfiles=lockfiles, python=python)
+                          lockfiles=lockfiles, python=python, git_mirror=git_mirror, without=without)
     ui.plan(job)
+    if job.problems:
+        from envbuild.errors import EnvbuildError
+
+        raise EnvbuildError(f"{len(job.problems)} problem(s) above; nothing was built (fix the mirror with "
+                            f"--git-mirror DIR|URL or $ENVBUILD_GIT_MIRROR, or leave a source out with --without NAME)")
     if dry_run:
         return 0
     if not force and pipeline.already_built(job):

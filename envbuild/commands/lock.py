@@ -13,13 +13,17 @@ import click
 
 @click.command("lock")
 @click.option("--profile", "-p", "profiles", multiple=True, help="Profile name (repeatable; default: all profiles).")
-@click.option("--check", is_flag=True, help="Do not write: exit 1 with a diff when a lock is stale against its profile.")
+@click.option("--check", is_flag=True,
+              help="Do not write: re-resolve and exit 1 with a diff when the lock on disk differs by a byte.")
+@click.option("--inputs-only", is_flag=True,
+              help="With --check: compare the locks' recorded inputs with the profile only (fast, offline; it "
+                   "cannot see a release that a re-resolve would pick).")
 @click.option("--lockfiles", "lockfiles", default=None, metavar="DIR",
               help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
 @click.option("--only", "only", type=click.Choice(["conda", "pip"]), default=None,
               help="Lock one layer (e.g. the pip layer where no conda channel is reachable).")
 @click.option("-q", "--quiet", is_flag=True, help="No phase lines on stderr; only the results on stdout.")
-def lock(profiles, check, lockfiles, only, quiet) -> int:
+def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
     """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them."""
     from rich.console import Console
 
@@ -35,13 +39,16 @@ def lock(profiles, check, lockfiles, only, quiet) -> int:
     names = select_profiles(base, tuple(profiles))
     if not names:
         raise EnvbuildError(f"no profiles in {base}")
+    if inputs_only and not check:
+        raise EnvbuildError("--inputs-only goes with --check")
+    layers = (only,) if only else lockset.LAYERS
     stale = failed = 0
     for name in names:
         try:
             if check:
-                stale += _check_one(base, name, out, steps)
+                stale += _check_one(base, name, out, steps, layers, inputs_only)
             else:
-                _lock_one(base, name, out, steps, (only,) if only else lockset.LAYERS)
+                _lock_one(base, name, out, steps, layers)
         except EnvbuildError as exc:
             if len(names) == 1:
                 raise
@@ -71,30 +78,49 @@ def _lock_one(base, name, out, steps, layers) -> None:
         out.print(f"{name}: up to date ({', '.join(sorted(outputs.files))})")
 
 
-def _check_one(base, name, out, steps) -> int:
-    """1 when stale (diff printed), 0 when fresh."""
+def _check_one(base, name, out, steps, layers, inputs_only: bool) -> int:
+    """1 when stale (reasons and diff printed), 0 when fresh. Fresh means: the inputs match and, unless
+    `inputs_only`, a re-resolve now gives the same bytes as the lock on disk."""
     from envbuild.errors import EnvbuildError
     from envbuild.lock import lockset
     from envbuild.lock.freshness import stale_reasons
     from envbuild.profile import load_profile
 
-    with steps.phase(f"{name}: check the locks against the profile", reads_input=True) as ph:
+    with steps.phase(f"{name}: check the locks' inputs against the profile", reads_input=True) as ph:
         profile = load_profile(name, base)
         recipe = profile.require_recipe()
-        reasons = stale_reasons(profile, recipe)
-        ph.result = f"stale: {len(reasons)} reason(s)" if reasons else "fresh"
-    if not reasons:
-        out.print(f"{name}: fresh")
+        reasons = stale_reasons(profile, recipe, layers)
+        ph.result = f"stale: {len(reasons)} reason(s)" if reasons else "inputs match"
+    label = f"{base.name}/{name}"
+    if inputs_only:
+        if not reasons:
+            out.print(f"{name}: fresh (inputs only: not re-resolved)")
+            return 0
+        files = lockset.spec_outputs(profile, recipe).files
+    else:
+        try:
+            files = lockset.compute(profile, recipe, steps=steps, layers=layers).files
+        except EnvbuildError as exc:
+            if not reasons:
+                raise EnvbuildError(f"{name}: cannot re-resolve here ({exc}); `lock --check --inputs-only` "
+                                    f"compares the inputs alone") from exc
+            out.print(f"{name}: STALE")
+            for r in reasons:
+                out.print(f"  - {r}")
+            out.print(f"  (could not re-solve here, showing the input difference only: {exc})")
+            files = lockset.spec_outputs(profile, recipe).files
+            out.out(lockset.unified_diff(profile.directory, files, label), end="")
+            out.print(f"{name}: run `envbuild lock --profile {name}` to refresh")
+            return 1
+    diff = lockset.unified_diff(profile.directory, files, label)
+    if not reasons and not diff:
+        out.print(f"{name}: fresh (re-resolved: the same bytes)")
         return 0
     out.print(f"{name}: STALE")
     for r in reasons:
         out.print(f"  - {r}")
-    label = f"{base.name}/{name}"
-    try:
-        files = lockset.compute(profile, recipe, steps=steps).files  # re-solve to show the difference
-    except EnvbuildError as exc:
-        out.print(f"  (could not re-solve here, showing the input difference only: {exc})")
-        files = lockset.spec_outputs(profile, recipe).files
-    out.out(lockset.unified_diff(profile.directory, files, label), end="")
+    if not reasons:
+        out.print("  - a re-resolve now picks other files than the lock holds (an upload the cutoff did not hide?)")
+    out.out(diff, end="")
     out.print(f"{name}: run `envbuild lock --profile {name}` to refresh")
     return 1

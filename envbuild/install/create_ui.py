@@ -63,14 +63,31 @@ class CreateUI:
         more = f" (+{unknown} of unknown size, fetched over the network)" if unknown else ""
         c.print(f"  {len(job.planned)} conda archives, {_size(total)}{more}", markup=False)
         r = job.recipe
-        if r.pip.requirements:
+        if r.pip_requirements:
             where = str(job.pip_lock) if job.pip_lock else "NOT LOCKED"
-            c.print(f"  pip layer: {len(r.pip.requirements)} requirements, lock {where}", markup=False)
+            c.print(f"  pip layer: {len(r.pip_requirements)} requirements, lock {where}", markup=False)
+        origins = {o.name: o for o in job.origins}
         for g in r.git:
-            c.print(f"  git {g.name}: {g.url} @ {g.commit[:12]}, {len(g.patches)} patch(es), install {g.install}",
-                    markup=False)
-        for b in r.builds:
+            o = origins.get(g.name)
+            if g.name in job.without:
+                where = "LEFT OUT (--without)"
+            elif o is None:
+                where = "?"
+            else:
+                where = f"from {o.via} {o.url or '(nothing answered)'}"
+            subs = f", {len(g.submodules)} submodule(s)" if g.submodules else ""
+            c.print(f"  git {g.name}: {g.url} @ {g.commit[:12]}, {len(g.patches)} patch(es){subs}, install "
+                    f"{g.install}, {where}", markup=False)
+        builds = [b for b in r.builds if b.git not in job.without]
+        for b in builds:
             c.print(f"  source build {b.name} (from git {b.git})", markup=False)
+        if builds:
+            from envbuild.install.resolve import toolchain_pieces
+
+            for p in toolchain_pieces(job):
+                c.print(f"  toolchain {p.what}: {p.layer} ({p.detail})", markup=False)
+        for problem in job.problems:
+            c.print(f"  PROBLEM {problem}", markup=False)
         if r.conda.optional.get("compat"):
             from envbuild.install.activation import host_decision
 

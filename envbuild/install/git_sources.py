@@ -44,7 +44,8 @@ def _git(args: Sequence[str], cwd: Union[str, Path], env: Optional[Dict[str, str
         full_env.update(env)
     proc = subprocess.run(["git", *args], cwd=str(cwd), env=full_env, capture_output=True, text=True)
     if check and proc.returncode != 0:
-        raise EnvbuildError(f"git {' '.join(args[:3])} failed in {cwd}: {proc.stderr.strip()[-400:]}")
+        shown = [a for i, a in enumerate(args) if a != "-c" and not (i and args[i - 1] == "-c")][:3]
+        raise EnvbuildError(f"git {' '.join(shown)} failed in {cwd}: {proc.stderr.strip()[-400:]}")
     return proc
 
 
@@ -52,12 +53,16 @@ def _has_commit(repo: Path, commit: str) -> bool:
     return _git(["cat-file", "-e", f"{commit}^{{commit}}"], repo, check=False).returncode == 0
 
 
+# a transfer slower than 1 KB/s for a minute is a dead link: git gives up instead of hanging a create forever
+_SLOW_LINK = ("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60")
+
+
 def _fetch(repo: Path, origin: str, commit: str) -> None:
     """Fetch branches and tags from `origin`; then the commit itself if no branch reaches it."""
-    _git(["fetch", "--quiet", "--tags", origin, "+refs/heads/*:refs/remotes/origin/*",
+    _git([*_SLOW_LINK, "fetch", "--quiet", "--tags", origin, "+refs/heads/*:refs/remotes/origin/*",
           "+refs/envbuild/*:refs/envbuild/*"], repo)
     if not _has_commit(repo, commit) and re.fullmatch(r"[0-9a-f]{40}", commit):
-        _git(["fetch", "--quiet", origin, commit], repo, check=False)
+        _git([*_SLOW_LINK, "fetch", "--quiet", origin, commit], repo, check=False)
     if not _has_commit(repo, commit):
         raise EnvbuildError(f"commit {commit} is not in {origin} (a typo in the recipe, or a force-pushed branch?)")
 
@@ -90,12 +95,14 @@ def _worktree_tree(repo: Path, commit: str, paths: List[str]) -> str:
 
 
 def fetch_source(src: object, dest: Union[str, Path], profile_dir: Union[str, Path],
-                 mirror_root: Optional[Union[str, Path]] = None) -> Path:
+                 mirror_root: Optional[Union[str, Path]] = None, origin: Optional[str] = None) -> Path:
     """Make `dest` a checkout of `src.url` at `src.commit` with `src.patches` applied; return `dest`.
 
     `src` is a recipe GitSource (name, url, commit, patches). Patches are paths relative to `profile_dir`.
-    With `mirror_root` (a bundle's git/ folder) the commit comes from `<mirror_root>/<name>.git`, with no
-    network. Rerunning on a finished checkout is a no-op; on an interrupted one it finishes the job.
+    `origin` is where to fetch from when not the source's URL (the site's git mirror, as
+    envbuild.install.git_mirror located it). With `mirror_root` (a bundle's git/ folder) the commit comes
+    from `<mirror_root>/<name>.git`, with no network. Rerunning on a finished checkout is a no-op; on an
+    interrupted one it finishes the job.
     """
     name, commit = getattr(src, "name"), getattr(src, "commit")
     dest, profile_dir = Path(dest).absolute(), Path(profile_dir).absolute()
@@ -105,12 +112,12 @@ def fetch_source(src: object, dest: Union[str, Path], profile_dir: Union[str, Pa
         if not path.is_file():
             raise InputFileError(path, f"git source {name!r}: patch {label} listed in the recipe does not exist")
     if mirror_root is not None:
-        origin = Path(mirror_root) / f"{name}.git"
-        if not origin.is_dir():
-            raise EnvbuildError(f"git source {name!r}: the bundle has no mirror {origin}")
-        origin_url = str(origin)
+        bundled = Path(mirror_root) / f"{name}.git"
+        if not bundled.is_dir():
+            raise EnvbuildError(f"git source {name!r}: the bundle has no mirror {bundled}")
+        origin_url = str(bundled)
     else:
-        origin_url = getattr(src, "url")
+        origin_url = origin or getattr(src, "url")
 
     if dest.exists() and any(dest.iterdir()) and not (dest / ".git").exists():
         raise EnvbuildError(f"git source {name!r}: {dest} exists and is not a git checkout; move it away")
@@ -169,3 +176,28 @@ def mirror_source(src: object, mirror_root: Union[str, Path], checkout: Optional
     full = _git(["rev-parse", f"{commit}^{{commit}}"], mirror).stdout.strip()
     _git(["update-ref", f"refs/envbuild/{full}", full], mirror)
     return mirror
+
+
+def checkout_submodule(checkout: Union[str, Path], path: str, origin: str, commit: str) -> Path:
+    """Check out the submodule at `path` of `checkout` at `commit` (its gitlink), cloned from `origin`.
+
+    A registered submodule, as `git submodule update --init` makes it, but from `origin` (the site's mirror
+    when one is set) instead of the URL in .gitmodules: build scripts that run `git submodule status` or
+    `update` (Transformer Engine's setup.py does) then find it initialised at the right commit and fetch
+    nothing. Idempotent: a submodule already at `commit` is left as it is."""
+    checkout = Path(checkout).absolute()
+    dest = checkout / path
+    listed = _git(["config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"], checkout, check=False)
+    names = [ln.split(" ", 1)[0][len("submodule."):-len(".path")] for ln in listed.stdout.splitlines()
+             if ln.split(" ", 1)[-1].strip() == path]
+    if not names:
+        raise EnvbuildError(f"{checkout.name}: {path} is not a submodule in .gitmodules")
+    name = names[0]
+    head = _git(["rev-parse", "--verify", "-q", "HEAD"], dest, check=False).stdout.strip() if (dest / ".git").exists() else ""
+    if head == commit:
+        return dest
+    _git(["submodule", "init", "--", path], checkout)
+    _git(["config", f"submodule.{name}.url", origin], checkout)
+    _git(["-c", "protocol.file.allow=always", *_SLOW_LINK, "submodule", "update", "--checkout", "--force", "--", path],
+         checkout)
+    return dest

@@ -53,18 +53,25 @@ class CreateJob:
     planned: List[Any]  # conda_layer.PlannedArchive
     pip_lock: Optional[Path] = None
     interpreter: Optional[Path] = None  # --backend venv: the --python it builds on
+    git_mirror: Optional[Any] = None  # git_mirror.GitMirror (--git-mirror / ENVBUILD_GIT_MIRROR)
     bundle: Optional[Any] = None
+    origins: List[Any] = field(default_factory=list)  # git_mirror.Origin of each git source built
+    without: List[str] = field(default_factory=list)  # git sources left out (--without), with their builds
+    problems: List[str] = field(default_factory=list)  # why this job cannot run (the plan shows them)
     key: str = ""
     timings: Dict[str, float] = field(default_factory=dict)
 
 
-def lock_key(lock_files: Dict[str, Path], recipe) -> str:
-    """Hash of the locks and of the recipe parts no lock holds (git commits, patches, builds, activation)."""
+def lock_key(lock_files: Dict[str, Path], recipe, without: List[str] = ()) -> str:
+    """Hash of the locks and of the recipe parts no lock holds (git commits, patches, builds, activation, the
+    git sources left out)."""
     h = hashlib.sha256()
     for name in sorted(lock_files):
         h.update(name.encode() + b"\0" + lock_files[name].read_bytes() + b"\0")
     extra = {"git": [g.__dict__ for g in recipe.git], "builds": [b.__dict__ for b in recipe.builds],
              "activation": recipe.activation.env}
+    if without:
+        extra["without"] = sorted(without)
     h.update(json.dumps(extra, sort_keys=True).encode())
     for g in recipe.git:
         for p in g.patches:
@@ -146,12 +153,13 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                     else f"base env on {job.interpreter}")
             phase("conda", f"{what} ({job.backend})", conda, unit="packages")
         r = job.recipe
-        layers["pip"] = phase("pip", "pip layer (uv, --require-hashes --no-deps)" if r.pip.requirements else None,
+        layers["pip"] = phase("pip", "pip layer (uv, --require-hashes --no-deps)" if r.pip_requirements else None,
                               lambda ph: _pip_layer(job, prefix, ph))
-        layers["git"] = phase("git", f"git sources ({len(r.git)})" if r.git else None,
-                              lambda ph: _git_layer(job, prefix, ph), total=len(r.git), unit="sources")
-        layers["builds"] = phase("builds", f"source builds ({len(r.builds)}) via the wheelhouse cache" if r.builds
-                                 else None, lambda ph: _build_layer(job, prefix, ph), total=len(r.builds),
+        builds = [b for b in r.builds if b.git not in job.without]
+        layers["git"] = phase("git", f"git sources ({len(job.origins)})" if job.origins else None,
+                              lambda ph: _git_layer(job, prefix, ph), total=len(job.origins), unit="sources")
+        layers["builds"] = phase("builds", f"source builds ({len(builds)}) via the wheelhouse cache" if builds
+                                 else None, lambda ph: _build_layer(job, prefix, ph), total=len(builds),
                                  unit="builds")
 
         def doctor(ph) -> None:
@@ -213,16 +221,26 @@ def _pip_layer(job: CreateJob, prefix: Path, ph) -> Any:
 
 
 def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
-    """Checkouts at their commits with patches (envbuild.install.git_sources), editable ones pip-installed."""
+    """Checkouts at their commits with patches (envbuild.install.git_sources) from where resolve located them
+    (the site's mirror, the bundle, the recipe's URL), their submodules, editable ones pip-installed."""
     import subprocess
 
     mod = _layer_module("git_sources")
-    mirror = getattr(job.bundle, "git_dir", None)
     out = []
-    for src in job.recipe.git:
+    for origin in job.origins:
+        src = job.recipe.git_source(origin.name)
         dest = prefix / "src" / src.name
-        ph.detail(f"git {src.name} @ {src.commit[:12]} ({len(src.patches)} patch(es))")
-        mod.fetch_source(src, dest, job.recipe.profile_dir, mirror_root=mirror)
+        ph.detail(f"git {src.name} @ {src.commit[:12]} from {origin.url} ({len(src.patches)} patch(es))")
+        mod.fetch_source(src, dest, job.recipe.profile_dir, origin=origin.url)
+        subs = origin.submodules
+        if src.submodules and not subs:  # a remote origin: its .gitmodules is known only now
+            from envbuild.install.git_mirror import locate_submodules_of_checkout
+
+            subs = locate_submodules_of_checkout(dest, origin, src.submodules, job.git_mirror)
+        for sub in subs:
+            path = sub.name.split("/", 1)[1]
+            ph.detail(f"git {src.name}: submodule {path} @ {sub.commit[:12]} from {sub.url}")
+            mod.checkout_submodule(dest, path, sub.url, sub.commit)
         if src.install == "editable":
             proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-deps",
                                    "--no-build-isolation", "--no-index", "-e", str(dest / src.subdir)],
@@ -231,12 +249,15 @@ def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
                 tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
                 raise EnvbuildError(f"git source {src.name}: editable install failed:\n{tail}")
         ph.advance()
-        ph.log(f"{src.name} @ {src.commit[:12]}, {len(src.patches)} patch(es), install {src.install}")
+        ph.log(f"{src.name} @ {src.commit[:12]} from {origin.via} {origin.url}, {len(src.patches)} patch(es), "
+               f"{len(subs)} submodule(s), install {src.install}")
         out.append({"name": src.name, "url": src.url, "commit": src.commit, "patches": list(src.patches),
-                    "install": src.install, "path": f"src/{src.name}"})
+                    "install": src.install, "path": f"src/{src.name}", "fetched_from": origin.url,
+                    "via": origin.via, "submodules": {s.name.split("/", 1)[1]: s.commit for s in subs}})
     return out
 
 
 def _build_layer(job: CreateJob, prefix: Path, ph) -> Any:
     mod = _layer_module("source_builds")
-    return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle, phase=ph)
+    return mod.install_source_builds(prefix=prefix, recipe=job.recipe, bundle=job.bundle, phase=ph,
+                                     without=job.without)

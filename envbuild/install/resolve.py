@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from envbuild.errors import EnvbuildError
 from envbuild.install import backends, conda_layer, pipeline
@@ -18,8 +18,12 @@ from envbuild.lock.freshness import PIP_LOCK_FILE, require_fresh
 
 def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, env_name: Optional[str] = None,
                 bundle: Optional[str] = None, backend: str = backends.DEFAULT,
-                lockfiles: Optional[str] = None, python: Optional[str] = None) -> pipeline.CreateJob:
-    """The CreateJob for these `create` options; EnvbuildError (exit 2) on any bad input, nothing written."""
+                lockfiles: Optional[str] = None, python: Optional[str] = None, git_mirror: Optional[str] = None,
+                without: Sequence[str] = ()) -> pipeline.CreateJob:
+    """The CreateJob for these `create` options; EnvbuildError (exit 2) on any bad input, nothing written.
+
+    What would stop the build later (a git source the mirror lacks, a missing toolchain piece) is collected
+    in `job.problems` rather than raised, so the plan can show every one of them at once."""
     from envbuild.profile import load_profile, lockfiles_base, select_profile
 
     if prefix and env_name:
@@ -43,12 +47,57 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
                              platform=platform, backend=backend, lock_files=lock_files, conda=conda,
                              planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
                              pip_lock=lock_files.get(PIP_LOCK_FILE), bundle=bundle_obj, interpreter=interpreter)
-    job.key = pipeline.lock_key(lock_files, recipe)
+    job.without = _without(recipe, without)
+    _locate_git(job, git_mirror)
+    job.problems += _toolchain_problems(job)
+    job.key = pipeline.lock_key(lock_files, recipe, job.without)
     if interpreter is not None:  # another interpreter is another env
         import hashlib
 
         job.key = hashlib.sha256(f"{job.key}\0{interpreter}".encode()).hexdigest()
     return job
+
+
+def _without(recipe, names: Sequence[str]) -> List[str]:
+    """--without NAME: git sources (and the builds from them) to leave out, each one a source of the recipe."""
+    from envbuild.profile.reader import did_you_mean
+
+    known = [g.name for g in recipe.git]
+    for name in names:
+        if name not in known:
+            raise EnvbuildError(f"--without {name}: the recipe has no git source {name!r}; "
+                                f"{did_you_mean(name, known)}its git sources: {', '.join(known) or 'none'}")
+    return sorted(set(names))
+
+
+def _locate_git(job: pipeline.CreateJob, option: Optional[str]) -> None:
+    """Where each git source comes from (bundle, --git-mirror / ENVBUILD_GIT_MIRROR, its URL), checked now."""
+    from envbuild.install import git_mirror
+
+    if not job.recipe.git:
+        return
+    bundle_git = getattr(job.bundle, "git_dir", None)
+    job.git_mirror = None if bundle_git is not None else git_mirror.mirror_from(option)
+    job.origins = git_mirror.locate(job.recipe.git, job.git_mirror, bundle_git, job.without)
+    for origin in job.origins:
+        job.problems += origin.all_problems()
+
+
+def _toolchain_problems(job: pipeline.CreateJob) -> List[str]:
+    """Toolchain pieces the builds need that no layer provides (the plan names each piece's layer)."""
+    builds = [b for b in job.recipe.builds if b.git not in job.without]
+    if not builds or (not job.recipe.toolchain.pip and job.backend != "venv"):
+        return []
+    return [f"source builds need {p.what}: {p.detail}" for p in toolchain_pieces(job) if p.layer == "missing"]
+
+
+def toolchain_pieces(job: pipeline.CreateJob) -> list:
+    """envbuild.install.toolchain.pieces for this job's locks."""
+    from envbuild.install.pip_layer import read_locked_entries
+    from envbuild.install.toolchain import pieces
+
+    pins = {e.canonical_name: e.version for e in read_locked_entries(job.pip_lock)} if job.pip_lock else {}
+    return pieces(job.recipe, pins, [p.name for p in job.conda])
 
 
 def _interpreter(installer, backend: str, python: Optional[str], profile, recipe, lock_files) -> Optional[Path]:
@@ -83,6 +132,23 @@ def _locked(folder: Path, optional: List[str], uses_conda: bool) -> Tuple[str, l
     return platform, conda, lock_files
 
 
+def _check_writable(target: Path) -> None:
+    """The env's folder must be creatable: its nearest existing ancestor is a directory in which a folder can
+    be made (tried, and removed at once: /proc, a read-only mount or a file in the way fail here, not late)."""
+    ancestor = target.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise EnvbuildError(f"prefix {target}: {ancestor} is not a directory")
+    probe = ancestor / f".envbuild-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        raise EnvbuildError(f"prefix {target}: cannot create folders in {ancestor} ({exc.strerror or exc}); "
+                            f"choose a --prefix on a writable filesystem") from exc
+
+
 def _target(prefix: Optional[str], env_name: Optional[str], profile_name: str) -> Path:
     """--prefix, else $ENVBUILD_ENVS_DIR (or ~/.envbuild/envs)/<--name or the profile name>; never a folder
     that holds something other than a conda environment."""
@@ -95,6 +161,7 @@ def _target(prefix: Optional[str], env_name: Optional[str], profile_name: str) -
     from envbuild.install.activation import check_prefix
 
     check_prefix(target)  # a prefix the activation scripts cannot hold is refused before anything is built
+    _check_writable(target)
     built = (target / "conda-meta").is_dir() or (target / "envbuild" / "manifest.json").is_file()  # conda or venv
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not built)):
         raise EnvbuildError(f"{target} exists and is not a conda environment; refusing to replace it "

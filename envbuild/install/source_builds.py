@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 from envbuild import cachelock
 from envbuild.errors import EnvbuildError
@@ -203,7 +203,12 @@ def env_key_facts(python: Union[str, Path], prefix: Union[str, Path], build: obj
     if proc.returncode != 0:
         raise EnvbuildError(f"cannot read the python/torch versions of {python}: {proc.stderr.strip()[-300:]}")
     facts = json.loads(proc.stdout)
-    nvcc = Path(prefix) / "bin" / "nvcc"
+    from envbuild.install.toolchain import cuda_home
+
+    try:
+        nvcc = cuda_home(Path(prefix)) / "bin" / "nvcc"
+    except EnvbuildError:
+        nvcc = Path(prefix) / "bin" / "nvcc"
     cuda = "none"
     if nvcc.is_file():
         out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
@@ -227,14 +232,35 @@ def _install_wheel(python: Union[str, Path], wheel: Path, sha256: str) -> None:
         raise EnvbuildError(f"installing {wheel.name} failed: {proc.stderr.strip()[-400:]}")
 
 
+def _toolchain_env(prefix: Path, recipe: object, facts: Mapping[str, str], cache: Path, phase) -> Dict[str, str]:
+    """The toolchain's variables for the builds, after one test compile (envbuild.install.toolchain). An env
+    with no nvcc anywhere builds without CUDA variables unless the recipe declares a toolchain."""
+    from envbuild.install.toolchain import build_env, preflight
+
+    try:
+        env = build_env(prefix, recipe)
+    except EnvbuildError:
+        if getattr(getattr(recipe, "toolchain", None), "pip", None):
+            raise
+        return {}
+    arch = facts.get("gpu_arch", "none")
+    summary = preflight(prefix, env, "" if arch == "none" else arch, cache)
+    if phase is not None:
+        phase.log(f"toolchain: CUDA_HOME {env['CUDA_HOME']}; {summary}")
+    return env
+
+
 def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Optional[object] = None,
-                          cache_dir: Optional[Union[str, Path]] = None, phase=None) -> List[Dict[str, object]]:
+                          cache_dir: Optional[Union[str, Path]] = None, phase=None,
+                          without: Sequence[str] = ()) -> List[Dict[str, object]]:
     """The `builds` phase of create: every recipe build from the bundle, the cache, or compiled now; installed.
     `phase` (an envbuild.progress.Phase) shows which build runs (and where its log is) and logs each one.
 
     Sources are the git checkouts create made under <prefix>/src/<git name>/<subdir>. A bundle's
     prebuilt entries (`bundle.builds_dir`, same layout as the cache) are used when their key matches this
-    env. Returns one record per build for the manifest (wheel, sha256, key, where it came from).
+    env. Builds of the git sources in `without` are left out. Before the first compile, the toolchain
+    (envbuild.install.toolchain: CUDA_HOME, host compiler) compiles one kernel, so a broken toolchain is named
+    in seconds. Returns one record per build for the manifest (wheel, sha256, key, where it came from).
     """
     prefix = Path(prefix)
     python = prefix / "bin" / "python"
@@ -242,7 +268,10 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
     activation_env = getattr(getattr(recipe, "activation", None), "env", {}) or {}
     extra_env = {"CONDA_PREFIX": str(prefix), "PREFIX": str(prefix)}
     records: List[Dict[str, object]] = []
+    toolchain_ready = False
     for build in getattr(recipe, "builds", []):
+        if build.git in without:
+            continue
         src = recipe.git_source(build.git)
         src_dir = prefix / "src" / src.name / (src.subdir or "")
         facts = env_key_facts(python, prefix, build, activation_env)
@@ -257,6 +286,9 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
         if entry is None:
             origin = "built"  # the key is already known: no second git diff, no re-hash (pip checks the hash)
             folder = _entry_folder(cache, key)
+            if not toolchain_ready:
+                extra_env.update(_toolchain_env(prefix, recipe, facts, cache, phase))
+                toolchain_ready = True
             if phase is not None:
                 phase.detail(f"compiling {build.name} (log: {folder.parent / f'.tmp-{folder.name}-{os.getpid()}'}"
                              f"/build.log)")

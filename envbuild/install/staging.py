@@ -37,19 +37,46 @@ class Staging:
         self._lock_fd: Optional[int] = None
 
     # -- exclusive use -------------------------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.target.parent / f".{self.target.name}.envbuild-lock"
+
     def acquire(self) -> None:
-        """Refuse a second concurrent create of the same target (it would share the staging prefix)."""
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.target.parent / f".{self.target.name}.envbuild-lock", os.O_CREAT | os.O_RDWR, 0o644)
+        """Refuse a second concurrent create of the same target (it would share the staging prefix).
+
+        The lock file lives only while a create holds it: release() removes it. A create that opened the
+        file just before another removed it holds a lock on a file no longer at the path, so after taking
+        the lock it checks that the path still names the file it locked, and otherwise tries again."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EnvbuildError(f"cannot create {self.target.parent} for the env: {exc.strerror or exc}") from exc
+        while True:
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+            except OSError as exc:
+                raise EnvbuildError(f"cannot write in {self.target.parent} ({exc.strerror or exc}); choose a "
+                                    f"--prefix in a folder you can write") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise EnvbuildError(f"another `envbuild create` is building {self.target} right now")
+            try:
+                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._lock_fd = fd
+                return
             os.close(fd)
-            raise EnvbuildError(f"another `envbuild create` is building {self.target} right now")
-        self._lock_fd = fd
 
     def release(self) -> None:
         if self._lock_fd is not None:
+            try:
+                self.lock_path.unlink()  # still holding the lock: nobody else is using the file
+            except FileNotFoundError:
+                pass
             os.close(self._lock_fd)
             self._lock_fd = None
 

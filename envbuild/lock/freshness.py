@@ -88,7 +88,7 @@ def stale_reasons(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYE
         path = folder / fname
         if not path.is_file() or read_input_text(path, "rendered spec") != files[fname]:
             reasons.append(f"{fname}: differs from the profile's [recipe]")
-    return reasons + _pip_reasons(folder, bool(recipe.pip.requirements))
+    return reasons + _pip_reasons(folder, bool(recipe.pip_requirements))
 
 
 def _conda_reasons(folder: Path, hashes: Dict[str, str]) -> List[str]:

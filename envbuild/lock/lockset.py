@@ -72,10 +72,10 @@ def compute(profile: Profile, recipe: Recipe, steps: Optional[Steps] = None,
                                                                  sorted(virtual_packages(recipe, p).items()))
         sources = sorted(f for f in out.files if f.startswith("environment"))
         out.files[LOCK_FILE] = render_lock(solved, recipe.conda.channels, out.hashes, sources, custom)
-    if recipe.pip.requirements and "pip" in layers:
+    if recipe.pip_requirements and "pip" in layers:
         from envbuild.lock.pip_outputs import pip_lock_files
 
-        with steps.phase(f"{profile.name}: resolve the pip layer ({len(recipe.pip.requirements)} requirements, "
+        with steps.phase(f"{profile.name}: resolve the pip layer ({len(recipe.pip_requirements)} requirements, "
                          f"uv)") as ph:
             files = pip_lock_files(profile, recipe, phase=ph)
             pins = [ln for ln in files[PIP_LOCK_FILE].splitlines() if "==" in ln and not ln.startswith((" ", "#"))]
@@ -95,7 +95,7 @@ def _with_pip_layer(lock_text: str, out: LockOutputs, recipe: Recipe) -> str:
     from envbuild.lock.condalock_interop import with_pip_entries
     from envbuild.lock.pip_outputs import entries_for_condalock
 
-    entries = entries_for_condalock(out.files, out.folder) if recipe.pip.requirements else []
+    entries = entries_for_condalock(out.files, out.folder) if recipe.pip_requirements else []
     text = with_pip_entries(lock_text, entries, recipe.platforms)
     return with_pip_entries(text, entries, recipe.platforms, {CONDA_SEAL_KEY: conda_entries_digest_of_text(text)})
 

@@ -2,7 +2,7 @@
 `--require-hashes -r`), pylock.toml (PEP 751), and the entries conda-lock.yml carries as `manager: pip`.
 
 The target is the profile's `python` and the first recipe platform with the recipe's __glibc; the
-resolution cutoff is [recipe.pip] exclude_newer.
+resolution cutoff is envbuild.lock.cutoff's (a moment already past, recorded in the lock).
 """
 from __future__ import annotations
 
@@ -35,10 +35,12 @@ def pip_lock_files(profile: "Profile", recipe: "Recipe", cache_dir: Optional[Pat
     from envbuild.lock.pip_lock import resolve_pip_entries
     from envbuild.lock.uv_cli import redact
 
+    from envbuild.lock.cutoff import lock_cutoff
+
     python, tags = target(profile, recipe)
-    cutoff = getattr(recipe.pip, "exclude_newer", "")
-    entries, header = resolve_pip_entries(recipe.pip.requirements, recipe.pip.indexes, python, tags,
-                                          exclude_newer=cutoff or None, cache_dir=cache_dir, phase=phase)
+    cutoff = lock_cutoff(recipe.pip.exclude_newer, profile.directory / PIP_LOCK_FILE, profile.path)
+    entries, header = resolve_pip_entries(recipe.pip_requirements, recipe.pip.indexes, python, tags,
+                                          exclude_newer=cutoff, cache_dir=cache_dir, phase=phase)
     urls = {i.name: redact(i.url) for i in recipe.pip.indexes}
     return {PIP_LOCK_FILE: render_pip_lock(entries, header),
             PYLOCK_FILE: render_pylock(entries, python, tags, urls, cutoff)}

@@ -62,7 +62,7 @@ def render_spec(recipe: Recipe, name: str, profile_file: str = "profile.toml") -
     template = env.get_template("environment.yml.j2")
     out = {ENV_SPEC: _end_nl(template.render(
         channels=recipe.conda.channels, specs=recipe.conda.specs, category="main", conda_lock_files=files,
-        pip_requirements=recipe.pip.requirements, pip_indexes=recipe.pip.indexes,
+        pip_requirements=recipe.pip_requirements, pip_indexes=recipe.pip.indexes,
         pip_exclude_newer=getattr(recipe.pip, "exclude_newer", ""), **common))}
     for g in groups:
         out[group_spec_name(g)] = _end_nl(template.render(

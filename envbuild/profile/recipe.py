@@ -11,8 +11,10 @@ TOML shape (all under [recipe]):
     virtual_packages = ["__cuda=12.9", "__glibc=2.35"]
     [recipe.conda]      channels = [...] (priority order), specs = [...], optional = {compat = [...]}
     [recipe.pip]        indexes = [{name, url, packages}], requirements = [...]
-    [[recipe.git]]      name, url, commit, patches = [...], install = "editable"|"build"|"none", subdir
+    [[recipe.git]]      name, url, commit, patches = [...], install = "editable"|"build"|"none", subdir,
+                        submodules = [paths]
     [[recipe.build]]    name, git, env = {...}, pip_args = [...]
+    [recipe.toolchain]  pip = [...] (locked with the pip layer), cxx = "g++" (the host compiler, from PATH)
     [recipe.activation] env = {...}
 """
 from __future__ import annotations
@@ -22,16 +24,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from envbuild.profile.reader import Reader, did_you_mean, table_name
 
 GIT_INSTALL_MODES = ("editable", "build", "none")
 KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64")
 # Every key each table may hold; a typo is an error with a 'did you mean', never a silently dropped setting.
-RECIPE_KEYS = ("platforms", "virtual_packages", "conda", "pip", "git", "build", "activation")
+RECIPE_KEYS = ("platforms", "virtual_packages", "conda", "pip", "git", "build", "toolchain", "activation")
 CONDA_KEYS = ("channels", "specs", "optional")
 PIP_KEYS = ("indexes", "requirements", "exclude_newer")
 PIP_INDEX_KEYS = ("name", "url", "packages")
-GIT_KEYS = ("name", "url", "commit", "patches", "install", "subdir")
+GIT_KEYS = ("name", "url", "commit", "patches", "install", "subdir", "submodules")
+TOOLCHAIN_KEYS = ("pip", "cxx")
 BUILD_KEYS = ("name", "git", "env", "pip_args")
 ACTIVATION_KEYS = ("env",)
 _VPKG_RE = re.compile(r"^__[a-z0-9_]+(=[^=\s]+(=[^=\s]+)?)?$")
@@ -68,6 +73,7 @@ class GitSource:
     patches: List[str] = field(default_factory=list)  # relative to the profile folder, applied in order
     install: str = "editable"  # "editable" | "build" | "none"
     subdir: str = ""
+    submodules: List[str] = field(default_factory=list)  # paths checked out at the commit's gitlinks
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,16 @@ class SourceBuild:
     git: str  # the name of a GitSource
     env: Dict[str, str] = field(default_factory=dict)
     pip_args: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What source builds compile with where no conda channel serves the CUDA toolkit: NVIDIA's PyPI wheels
+    (nvcc, CCCL, runtime headers; `cuda-toolkit[...]` pins one CUDA release's components), cmake and ninja
+    wheels, all in `pip` and locked with the pip layer; and the host C++ compiler `cxx`, a command on PATH."""
+
+    pip: List[str] = field(default_factory=list)
+    cxx: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,12 @@ class Recipe:
     builds: List[SourceBuild]
     activation: Activation
     profile_dir: Optional[Path] = None  # where relative paths (patches) are resolved
+    toolchain: Toolchain = field(default_factory=Toolchain)
+
+    @property
+    def pip_requirements(self) -> List[str]:
+        """Everything the pip lock resolves: the layer's requirements, then the build toolchain's."""
+        return list(self.pip.requirements) + [r for r in self.toolchain.pip if r not in self.pip.requirements]
 
     def git_source(self, name: str) -> GitSource:
         for g in self.git:
@@ -118,7 +140,8 @@ def parse_recipe(r: Reader, raw: Dict[str, Any]) -> Recipe:
     conda = _conda(r, raw)
     git = _git(r, raw)
     return Recipe(platforms=platforms, virtual_packages=vpkgs, conda=conda, pip=_pip(r, raw), git=git,
-                  builds=_builds(r, raw, git), activation=_activation(r, raw), profile_dir=r.path.parent)
+                  builds=_builds(r, raw, git), activation=_activation(r, raw), profile_dir=r.path.parent,
+                  toolchain=_toolchain(r, raw))
 
 
 def _conda(r: Reader, raw: Dict[str, Any]) -> CondaLayer:
@@ -210,8 +233,14 @@ def _git(r: Reader, raw: Dict[str, Any]) -> List[GitSource]:
         for p in patches:
             if Path(p).is_absolute() or ".." in Path(p).parts:
                 raise r.fail(table, "patches", f"git source {name!r}: patch {p!r} must be relative to the profile folder")
+        submodules = r.strings(g, table, "submodules")
+        for p in submodules:
+            if Path(p).is_absolute() or ".." in Path(p).parts or not p.strip("/"):
+                raise r.fail(table, "submodules", f"git source {name!r}: submodule path {p!r} must be relative "
+                                                  "to the checkout")
         out.append(GitSource(name=name, url=r.string(g, table, "url"), commit=commit, patches=patches,
-                             install=install, subdir=r.string(g, table, "subdir", required=False)))
+                             install=install, subdir=r.string(g, table, "subdir", required=False),
+                             submodules=[p.strip("/") for p in submodules]))
     if len({g.name for g in out}) != len(out):
         raise r.fail(("recipe", "git"), "name", "git source names must be unique")
     return out
@@ -231,6 +260,21 @@ def _builds(r: Reader, raw: Dict[str, Any], git: List[GitSource]) -> List[Source
         _check_shell_names(r, table + ("env",), env, f"build {name!r}: ")
         out.append(SourceBuild(name=name, git=src, env=env, pip_args=r.strings(b, table, "pip_args")))
     return out
+
+
+def _toolchain(r: Reader, raw: Dict[str, Any]) -> Toolchain:
+    table = ("recipe", "toolchain")
+    data = r.table(raw, ("recipe",), "toolchain", TOOLCHAIN_KEYS)
+    pip = r.strings(data, table, "pip")
+    for i, req in enumerate(pip):
+        try:
+            Requirement(req)
+        except InvalidRequirement as exc:
+            raise r.error("[recipe.toolchain] pip", f"bad requirement {req!r}: {exc}", table + ("pip", i)) from exc
+    cxx = r.string(data, table, "cxx", required=False)
+    if cxx and not re.fullmatch(r"[A-Za-z0-9_.+/-]+", cxx):
+        raise r.fail(table, "cxx", f"{cxx!r} is not a command name or path")
+    return Toolchain(pip=pip, cxx=cxx)
 
 
 def _activation(r: Reader, raw: Dict[str, Any]) -> Activation:

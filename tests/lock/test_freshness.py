@@ -42,7 +42,7 @@ def refused_by_create_and_pack(world, reason):
 
 
 def test_fresh_lock_passes_all_three(world):
-    assert envbuild("lock", "--check", env=world["env"]).stdout.strip() == "fx: fresh"
+    assert envbuild("lock", "--check", env=world["env"]).stdout.strip() == "fx: fresh (re-resolved: the same bytes)"
     assert envbuild("create", "--dry-run", "--name", "fx", env=world["env"]).returncode == 0
 
 
@@ -64,7 +64,7 @@ def test_tampered_sha256_in_conda_lock_is_stale_not_fresh(world):
     assert "ab" * 32 in r.stdout and old in r.stdout  # the re-solve's diff shows the edit
     refused_by_create_and_pack(world, "its package entries were edited")
     assert envbuild("lock", env=world["env"]).returncode == 0
-    assert envbuild("lock", "--check", env=world["env"]).stdout.strip() == "fx: fresh"
+    assert envbuild("lock", "--check", env=world["env"]).stdout.strip() == "fx: fresh (re-resolved: the same bytes)"
 
 
 def test_lock_without_a_seal_is_stale(world):
@@ -92,7 +92,7 @@ def test_tampered_pip_lock_is_stale(world, tmp_path):
         pip_lock = world["base"] / "fx" / "requirements.lock.txt"
         text = pip_lock.read_text()
         assert text.splitlines()[-1].startswith("# sealed by envbuild lock: sha256:")
-        assert envbuild("lock", "--check", env=world["env"]).stdout.strip() == "fx: fresh"
+        assert envbuild("lock", "--check", env=world["env"]).stdout.strip() == "fx: fresh (re-resolved: the same bytes)"
         old = re.search(r"--hash=sha256:([0-9a-f]{64})", text).group(1)
         pip_lock.write_text(text.replace(old, "f" * 64))
         r = envbuild("lock", "--check", env=world["env"], offline=False)

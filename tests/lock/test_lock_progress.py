@@ -79,9 +79,11 @@ def test_check_says_what_it_checks_on_stderr_and_keeps_stdout_to_the_verdict(pip
         env = _env(pip_world, tmp_path)
         assert Streamed(["lock", "-q"], env).finish()[0] == 0
         rc, out, lines = Streamed(["lock", "--check"], env).finish()
-    assert rc == 0 and out == "fx: fresh\n", (out, lines)
-    assert len(phase_lines(lines, "lock")) == 1, lines
-    assert re.fullmatch(r"lock: fx: check the locks against the profile: done in [0-9.]+ s \(fresh\)", lines[0]), lines
+    assert rc == 0 and out == "fx: fresh (re-resolved: the same bytes)\n", (out, lines)
+    phases = phase_lines(lines, "lock")
+    assert re.fullmatch(r"lock: fx: check the locks' inputs against the profile: done in [0-9.]+ s \(inputs match\)",
+                        phases[0]), lines
+    assert any(ln.startswith("lock: fx: resolve the pip layer") and "done in" in ln for ln in phases[1:]), lines
 
 
 def test_a_terminal_gets_a_live_line_with_a_ticking_time(pip_world, tmp_path):

@@ -48,12 +48,44 @@ def interpreter_version(python: Path) -> str:
     return proc.stdout.strip()
 
 
+def find_interpreter(version: str) -> Optional[Path]:
+    """A working Python `version` ("3.12") on this machine: `python3.12` on PATH, else the newest pyenv
+    install of it ($PYENV_ROOT or ~/.pyenv), else the system's /usr/bin and /usr/local/bin. Each candidate is
+    run: a pyenv shim of a version that is installed but not selected fails and is passed over."""
+    import os
+    import shutil
+
+    names = [f"python{version}"]
+    found = [shutil.which(n) for n in names]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    def release(p: Path) -> tuple:
+        return tuple(int(x) if x.isdigit() else -1 for x in p.name.split("."))
+    installs = sorted(pyenv.glob(f"{version}.*"), key=release, reverse=True) if pyenv.is_dir() else []
+    found += [str(d / "bin" / f"python{version}") for d in installs]
+    found += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+    for cand in found:
+        if not cand or not Path(cand).is_file():
+            continue
+        try:
+            if interpreter_version(Path(cand)) == version:
+                return Path(cand)
+        except EnvbuildError:
+            continue
+    return None
+
+
 def check_request(python: Optional[str], want: str, profile: str, locked_names: Sequence[str],
                   builds_from_source: bool) -> Path:
     """The interpreter for a venv create, checked before anything is written: it must be Python `want`
-    (the profile's), and the pip lock must hold pip/setuptools when the recipe builds from source."""
-    if not python:
-        raise EnvbuildError(f"--backend venv needs --python PATH (a Python {want} interpreter for {profile})")
+    (the profile's), and the pip lock must hold pip/setuptools when the recipe builds from source. `python`
+    is a path, a command, a version ("3.12"), or None for the profile's version (find_interpreter)."""
+    if not python or re.fullmatch(r"\d+\.\d+", python):
+        version = python or want
+        found = find_interpreter(version)
+        if found is None:
+            raise EnvbuildError(f"--backend venv: no working Python {version} found (python{version} on PATH, "
+                                f"pyenv, /usr/bin); give --python PATH to a Python {want} interpreter for {profile}")
+        python = str(found)
     path = Path(python).expanduser()
     got = interpreter_version(path)
     if got != want:
