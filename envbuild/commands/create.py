@@ -49,8 +49,10 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, git
     if job.problems:
         from envbuild.errors import EnvbuildError
 
-        raise EnvbuildError(f"{len(job.problems)} problem(s) above; nothing was built (fix the mirror with "
-                            f"--git-mirror DIR|URL or $ENVBUILD_GIT_MIRROR, or leave a source out with --without NAME)")
+        git = any(o.all_problems() for o in job.origins)
+        raise EnvbuildError(f"{len(job.problems)} problem(s) above; nothing was built" + (
+            " (--git-mirror DIR|URL or $ENVBUILD_GIT_MIRROR names the site's git mirror; --without NAME leaves a "
+            "source out)" if git else ""))
     if dry_run:
         return 0
     if not force and pipeline.already_built(job):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -223,8 +224,6 @@ def _pip_layer(job: CreateJob, prefix: Path, ph) -> Any:
 def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
     """Checkouts at their commits with patches (envbuild.install.git_sources) from where resolve located them
     (the site's mirror, the bundle, the recipe's URL), their submodules, editable ones pip-installed."""
-    import subprocess
-
     mod = _layer_module("git_sources")
     out = []
     for origin in job.origins:
@@ -242,12 +241,7 @@ def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
             ph.detail(f"git {src.name}: submodule {path} @ {sub.commit[:12]} from {sub.url}")
             mod.checkout_submodule(dest, path, sub.url, sub.commit)
         if src.install == "editable":
-            proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-deps",
-                                   "--no-build-isolation", "--no-index", "-e", str(dest / src.subdir)],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
-                raise EnvbuildError(f"git source {src.name}: editable install failed:\n{tail}")
+            _editable_install(prefix, src.name, dest / src.subdir)
         ph.advance()
         ph.log(f"{src.name} @ {src.commit[:12]} from {origin.via} {origin.url}, {len(src.patches)} patch(es), "
                f"{len(subs)} submodule(s), install {src.install}")
@@ -255,6 +249,39 @@ def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
                     "install": src.install, "path": f"src/{src.name}", "fetched_from": origin.url,
                     "via": origin.via, "submodules": {s.name.split("/", 1)[1]: s.commit for s in subs}})
     return out
+
+
+def in_env(prefix: Path) -> Dict[str, str]:
+    """The environment a command runs with inside the env being built, as if it were activated: its bin/
+    first on PATH (build scripts run `python3 -m pybind11`, `cmake`, `ninja` by name), VIRTUAL_ENV set,
+    and none of the user's pip configuration (PIP_* variables, pip.conf: envbuild.lock.pip_lock)."""
+    from envbuild.lock.pip_lock import isolated_pip_env
+
+    env = isolated_pip_env()
+    env["PATH"] = os.pathsep.join([str(prefix / "bin"), env.get("PATH", "")])
+    env["VIRTUAL_ENV"] = str(prefix)
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def _editable_install(prefix: Path, name: str, path: Path) -> None:
+    """`pip install -e` of a checkout into the env; its whole output kept in <prefix>/envbuild/logs/."""
+    import subprocess
+
+    logs = prefix / "envbuild" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"git-{name}.log"
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-deps",
+                               "--no-build-isolation", "--no-index", "-e", str(path)],
+                              stdout=fh, stderr=subprocess.STDOUT, text=True, env=in_env(prefix))
+    if proc.returncode != 0:
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        # the first line that says what went wrong, not pip's own "subprocess-exited-with-error" wrapper
+        cause = next((ln.strip() for ln in lines if re.search(r"No module named|\w+Error: |error: (?!subprocess-|"
+                                                                 r"metadata-generation)", ln)), lines[-1] if lines else "")
+        raise EnvbuildError(f"git source {name}: editable install failed (pip exited {proc.returncode}: "
+                            f"{cause[:200]}); full log: {log}")
 
 
 def _build_layer(job: CreateJob, prefix: Path, ph) -> Any:

@@ -266,7 +266,8 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
     python = prefix / "bin" / "python"
     cache = (Path(cache_dir) if cache_dir else wheel_cache_dir()).absolute()
     activation_env = getattr(getattr(recipe, "activation", None), "env", {}) or {}
-    extra_env = {"CONDA_PREFIX": str(prefix), "PREFIX": str(prefix)}
+    extra_env = {"CONDA_PREFIX": str(prefix), "PREFIX": str(prefix), "VIRTUAL_ENV": str(prefix),
+                 "PATH": os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])}
     records: List[Dict[str, object]] = []
     toolchain_ready = False
     for build in getattr(recipe, "builds", []):

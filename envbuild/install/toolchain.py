@@ -60,18 +60,23 @@ def host_compiler(cxx: str) -> Tuple[Optional[str], str]:
 
 
 def pieces(recipe: object, pip_versions: Mapping[str, str], conda_names: Sequence[str]) -> List[Piece]:
-    """Where each toolchain piece comes from for this create (the plan prints it)."""
+    """Where each toolchain piece comes from for this create (the plan prints it). nvcc and the C++ compiler
+    are required ("missing" when no layer has them); cmake and ninja fall back to the system's, or "none"
+    (a setuptools build needs neither)."""
     out = []
     conda = set(conda_names)
     for what, names in PIP_PIECES:
         conda_name = {"nvcc": "cuda-nvcc", "CCCL": "cuda-cccl", "CUDA runtime headers": "cuda-cudart-dev"}.get(what, what)
         hit = next((n for n in names if n in pip_versions), None)
+        system = shutil.which(what) if what in ("cmake", "ninja") else None
         if conda_name in conda:
             out.append(Piece(what, "conda", conda_name))
         elif hit:
             out.append(Piece(what, "pip", f"{hit} {pip_versions[hit]}"))
+        elif system:
+            out.append(Piece(what, "system", system))
         else:
-            out.append(Piece(what, "missing", "in neither the conda nor the pip lock"))
+            out.append(Piece(what, "missing" if what == "nvcc" else "none", "in neither the conda nor the pip lock"))
     toolchain = getattr(recipe, "toolchain", None)
     cxx = getattr(toolchain, "cxx", "") or "g++"
     if any(n.startswith("gxx") for n in conda):

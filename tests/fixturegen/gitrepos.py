@@ -112,3 +112,62 @@ def make_c_extension_repo(root: Path, functions: int = 400) -> PatchedRepo:
     )
     c1 = commit(repo, {"setup.py": setup, "fastext.c": _c_source(functions)}, "fastext")
     return PatchedRepo(path=repo, commits=[c1], orphan="", patch_dir=root, good=[], bad="")
+
+
+_CUDA_SETUP = r'''
+import os, subprocess, sysconfig
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class Nvcc(build_ext):
+    """Compile the module with the CUDA_HOME envbuild sets, its nvcc and the host compiler it names."""
+
+    def build_extension(self, ext):
+        home = os.environ["CUDA_HOME"]
+        out = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0").replace(".", "")
+        cmd = [os.path.join(home, "bin", "nvcc"), "-shared", "-Xcompiler", "-fPIC",
+               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-I", sysconfig.get_paths()["include"],
+               "cudaext.cu", "-o", out, "-L", os.path.join(home, "lib64"), "-lcudart",
+               "-Xlinker", "-rpath=$ORIGIN/nvidia/cu13/lib"]
+        if os.environ.get("CUDAHOSTCXX"):
+            cmd[1:1] = ["-ccbin", os.environ["CUDAHOSTCXX"]]
+        print("nvcc:", " ".join(cmd), flush=True)
+        subprocess.check_call(cmd)
+
+
+setup(name="cudaext", version="0.1.0", ext_modules=[Extension("cudaext", ["cudaext.cu"])], cmdclass={"build_ext": Nvcc})
+'''
+
+_CUDA_SOURCE = r'''
+#include <Python.h>
+#include <cuda_runtime.h>
+
+__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }
+
+static PyObject* runtime_version(PyObject*, PyObject*) {
+  int v = 0;
+  cudaError_t rc = cudaRuntimeGetVersion(&v);
+  return Py_BuildValue("(ii)", (int)rc, v);
+}
+static PyObject* device_count(PyObject*, PyObject*) {
+  int n = -1;
+  cudaError_t rc = cudaGetDeviceCount(&n);
+  return Py_BuildValue("(ii)", (int)rc, n);
+}
+static PyMethodDef M[] = {{"runtime_version", runtime_version, METH_NOARGS, "cudaRuntimeGetVersion"},
+                          {"device_count", device_count, METH_NOARGS, "cudaGetDeviceCount"},
+                          {NULL, NULL, 0, NULL}};
+static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "cudaext", NULL, -1, M};
+PyMODINIT_FUNC PyInit_cudaext(void) { return PyModule_Create(&D); }
+'''
+
+
+def make_cuda_extension_repo(root: Path) -> PatchedRepo:
+    """A setuptools project `cudaext`: a Python module with a CUDA kernel, compiled by the nvcc of $CUDA_HOME
+    and linked to libcudart through $CUDA_HOME/lib64 (the layout envbuild assembles from NVIDIA's wheels)."""
+    repo = init_repo(root / "cudaext")
+    c1 = commit(repo, {"setup.py": _CUDA_SETUP, "cudaext.cu": _CUDA_SOURCE}, "cudaext")
+    return PatchedRepo(path=repo, commits=[c1], orphan="", patch_dir=root, good=[], bad="")

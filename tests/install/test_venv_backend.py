@@ -72,6 +72,22 @@ def test_wrong_python_version_is_refused_before_anything_is_built(world, tmp_pat
     assert not target.exists() and not list(tmp_path.glob(".env.envbuild-*"))
 
 
-def test_venv_backend_without_python_says_how(world, tmp_path):
-    r = envbuild("create", "--backend", "venv", "--prefix", str(tmp_path / "env"), env=world["env"])
-    assert r.returncode == 2 and "--backend venv needs --python PATH" in r.stderr
+def test_venv_backend_without_python_finds_one_of_the_profiles_version(world, tmp_path):
+    """No --python: a Python of the profile's version is looked for (PATH, pyenv); a pyenv shim of a version
+    that is installed but not selected is passed over, since it cannot run."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    shim = shims / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    shim.write_text("#!/bin/sh\necho 'pyenv: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    pyenv = tmp_path / "pyenv"
+    (pyenv / "versions").mkdir(parents=True)
+    os.symlink(Path(sys.base_prefix), pyenv / "versions" / ("%d.%d.%d" % sys.version_info[:3]))
+    env = {**world["env"], "PATH": f"{shims}:/usr/bin:/bin", "PYENV_ROOT": str(pyenv)}
+    target = tmp_path / "env"
+    r = envbuild("create", "--backend", "venv", "--prefix", str(target), "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    found = pyenv / "versions" / ("%d.%d.%d" % sys.version_info[:3]) / "bin" / shim.name
+    assert f"interpreter {found} (Python {sys.version_info[0]}.{sys.version_info[1]})" in r.stderr, r.stderr
+    missing = envbuild("create", "--backend", "venv", "--python", "3.99", "--prefix", str(target), env=env)
+    assert missing.returncode == 2 and "no working Python 3.99 found" in missing.stderr
