@@ -18,10 +18,12 @@ from envbuild.install import backends
               help="Env name: a prefix under $ENVBUILD_ENVS_DIR or ~/.envbuild/envs (default: the profile name).")
 @click.option("--bundle", "bundle", default=None, metavar="FILE", help="Offline bundle from `envbuild pack`.")
 @click.option("--dry-run", is_flag=True, help="Show the plan (what, how big, from where) and stop.")
-@click.option("--backend", type=click.Choice(backends.NAMES), default=backends.DEFAULT, show_default=True,
-              help="Installer of the base layer (envbuild.install.backends); micromamba/conda must be on PATH.")
+@click.option("--backend", type=click.Choice(backends.NAMES), default=None,
+              help=f"Installer of the base layer (envbuild.install.backends); micromamba/conda must be on PATH "
+                   f"(default: {backends.DEFAULT}, or venv for a profile that has only a pip lock).")
 @click.option("--python", "python", default=None, metavar="PATH",
-              help="--backend venv: the interpreter the env is built on: a path, a command or a version (default: a Python of the profile's version found on PATH or under pyenv).")
+              help="--backend venv: the interpreter the env is built on: a path, a command or a version "
+                   "(default: a Python of the profile's version found on PATH or under pyenv).")
 @click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
               help="The site's git mirror: a folder of bare repositories or a URL prefix; a source's path "
                    "(NVIDIA/apex) is looked up under it (default: $ENVBUILD_GIT_MIRROR, else each source's URL).")

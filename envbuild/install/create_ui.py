@@ -48,6 +48,8 @@ class CreateUI:
 
         c.print(f"  platform {job.platform}, backend {job.backend} ({backends.get(job.backend).HELP}), "
                 f"lock key {job.key[:12]}", markup=False)
+        if job.backend_note:
+            c.print(f"  backend chosen: {job.backend_note}", markup=False)
         if job.interpreter is not None:
             c.print(f"  interpreter {job.interpreter} (Python {job.profile.python})", markup=False)
         table = Table(title="conda layer", title_justify="left", show_edge=False, pad_edge=False)

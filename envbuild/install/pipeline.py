@@ -59,6 +59,7 @@ class CreateJob:
     origins: List[Any] = field(default_factory=list)  # git_mirror.Origin of each git source built
     without: List[str] = field(default_factory=list)  # git sources left out (--without), with their builds
     problems: List[str] = field(default_factory=list)  # why this job cannot run (the plan shows them)
+    backend_note: str = ""  # why this backend, when --backend was not given
     key: str = ""
     timings: Dict[str, float] = field(default_factory=dict)
 

@@ -17,7 +17,7 @@ from envbuild.lock.freshness import PIP_LOCK_FILE, require_fresh
 
 
 def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, env_name: Optional[str] = None,
-                bundle: Optional[str] = None, backend: str = backends.DEFAULT,
+                bundle: Optional[str] = None, backend: Optional[str] = None,
                 lockfiles: Optional[str] = None, python: Optional[str] = None, git_mirror: Optional[str] = None,
                 without: Sequence[str] = ()) -> pipeline.CreateJob:
     """The CreateJob for these `create` options; EnvbuildError (exit 2) on any bad input, nothing written.
@@ -28,7 +28,6 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
 
     if prefix and env_name:
         raise EnvbuildError("give --prefix or --name, not both")
-    installer = backends.require(backend)
     bundle_obj, mirrors = None, []
     if bundle:
         from envbuild.pack.bundle import open_bundle
@@ -39,6 +38,8 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
     base = lockfiles_base(lockfiles)
     profile = load_profile(select_profile(base, profile_name), base)
     recipe = profile.require_recipe()
+    backend, backend_note = _backend(backend, profile.directory)
+    installer = backends.require(backend)
     layers = ("conda", "pip") if installer.USES_CONDA_LOCK else ("pip",)
     require_fresh(profile, recipe, layers)
     platform, conda, lock_files = _locked(profile.directory, sorted(recipe.conda.optional), installer.USES_CONDA_LOCK)
@@ -47,6 +48,7 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
                              platform=platform, backend=backend, lock_files=lock_files, conda=conda,
                              planned=conda_layer.plan(conda, mirrors, offline=bundle_obj is not None),
                              pip_lock=lock_files.get(PIP_LOCK_FILE), bundle=bundle_obj, interpreter=interpreter)
+    job.backend_note = backend_note
     job.without = _without(recipe, without)
     _locate_git(job, git_mirror)
     job.problems += _toolchain_problems(job)
@@ -56,6 +58,17 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
 
         job.key = hashlib.sha256(f"{job.key}\0{interpreter}".encode()).hexdigest()
     return job
+
+
+def _backend(asked: Optional[str], folder: Path) -> Tuple[str, str]:
+    """(backend, why it was chosen): --backend when given; else the default conda backend, or the PyPI-only
+    venv backend when the profile has a pip lock and no conda lock (so a profile locked where no conda channel
+    answers builds with no flag)."""
+    if asked:
+        return asked, ""
+    if not (folder / condalock.LOCK_FILE).is_file() and (folder / PIP_LOCK_FILE).is_file():
+        return "venv", f"no {condalock.LOCK_FILE}, only a pip lock: --backend venv"
+    return backends.DEFAULT, ""
 
 
 def _without(recipe, names: Sequence[str]) -> List[str]:

@@ -137,7 +137,7 @@ def _build_locked(build: object, python: Union[str, Path], src_dir: Path, folder
     tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "wheels").mkdir(parents=True)
-    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-input",
+    cmd = [str(python), "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--no-input",
            "--disable-pip-version-check", "--progress-bar", "off", "--wheel-dir", str(tmp / "wheels"),
            *list(getattr(build, "pip_args", []) or []), str(src_dir)]
     started = time.monotonic()

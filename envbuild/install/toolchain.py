@@ -148,7 +148,49 @@ def build_env(prefix: Path, recipe: object) -> Dict[str, str]:
         if path is None:
             raise EnvbuildError(f"[recipe.toolchain] cxx: {why}")
         env["CXX"] = env["CUDAHOSTCXX"] = path
+    if home != prefix:
+        stubs = driver_stub(home, env.get("CXX") or "g++")
+        env["LIBRARY_PATH"] = os.pathsep.join(p for p in (str(home / "lib64"), str(stubs),
+                                                          os.environ.get("LIBRARY_PATH", "")) if p)
     return env
+
+
+_DRIVER_FUNCTION = re.compile(r"\bCUresult\s+(cu[A-Za-z0-9_]+)\s*\(")
+CUDA_ERROR_STUB_LIBRARY = 34  # cuda.h: "the CUDA driver is a stub library"
+
+
+def driver_stub(home: Path, cxx: str) -> Path:
+    """`<home>/lib64/stubs/libcuda.so`, a link-time stand-in for the driver library, made once.
+
+    Extensions that call the driver API (torch_memory_saver, DeepEP) link `-lcuda`; NVIDIA's toolkit ships
+    a stub for that in lib64/stubs (from its cuda-driver-dev package), its wheels do not. This one exports
+    every function the wheel's cuda.h declares (the names after the preprocessor maps cuMemAlloc to
+    cuMemAlloc_v2 and the like), each returning CUDA_ERROR_STUB_LIBRARY, with the real library's SONAME
+    libcuda.so.1: a program linked against it loads the node's driver at run time, never the stub."""
+    stubs = Path(home) / "lib64" / "stubs"
+    lib = stubs / "libcuda.so"
+    if lib.is_file():
+        return stubs
+    header = Path(home) / "include" / "cuda.h"
+    if not header.is_file():
+        raise EnvbuildError(f"{header}: missing; the CUDA runtime wheel (nvidia-cuda-runtime) ships it")
+    stubs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=tmp_prefix("envbuild-stub")) as tmp:
+        pre = subprocess.run([cxx, "-E", "-P", "-x", "c", "-I", str(header.parent), "-"], input="#include <cuda.h>\n",
+                             capture_output=True, text=True)
+        names = sorted(set(_DRIVER_FUNCTION.findall(pre.stdout)))
+        if pre.returncode != 0 or not names:
+            raise EnvbuildError(f"cannot read the driver API from {header} with {cxx}: {pre.stderr.strip()[-200:]}")
+        src = Path(tmp) / "libcuda_stub.c"
+        src.write_text("".join(f"int {n}(void) {{ return {CUDA_ERROR_STUB_LIBRARY}; }}\n" for n in names),
+                       encoding="utf-8")
+        part = stubs / f".libcuda.so.{os.getpid()}"
+        proc = subprocess.run([cxx, "-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(part),
+                               str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise EnvbuildError(f"cannot build the libcuda link stub with {cxx}: {proc.stderr.strip()[-200:]}")
+        os.replace(part, lib)
+    return stubs
 
 
 def _archs(arch_list: str) -> List[str]:

@@ -94,6 +94,15 @@ def test_a_cuda_extension_compiles_with_the_wheels_nvcc_and_the_system_compiler(
     nvcc = target / "envbuild" / "cuda" / "bin" / "nvcc"
     assert nvcc.is_symlink() and nvcc.resolve().is_relative_to(target)  # relative links: survived the swap
     assert (target / "envbuild" / "cuda" / "lib64" / "libcudart.so").exists()
+    # the driver's link stub: a program linked with -lcuda needs libcuda.so.1, the node's driver, at run time
+    stubs = target / "envbuild" / "cuda" / "lib64" / "stubs"
+    prog = site["root"] / "uses_driver"
+    (site["root"] / "uses_driver.c").write_text("int cuInit(unsigned);\nint main(void) { return cuInit(0) == 0; }\n")
+    subprocess.run(["gcc", str(site["root"] / "uses_driver.c"), "-L", str(stubs), "-lcuda", "-o", str(prog)], check=True)
+    needed = subprocess.run(["readelf", "-d", str(prog)], capture_output=True, text=True, check=True).stdout
+    assert "Shared library: [libcuda.so.1]" in needed
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(stubs / "libcuda.so")], capture_output=True, text=True).stdout
+    assert " cuMemCreate" in nm and " cuMemAlloc_v2" in nm and " cuInit" in nm
     manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
     (build,) = manifest["layers"]["builds"]
     assert build["name"] == "cudaext" and build["key"]["cuda"] == "13.0" and build["from"] == "built"

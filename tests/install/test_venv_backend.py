@@ -52,6 +52,7 @@ def test_venv_env_from_the_pip_lock_alone(world):
                            capture_output=True, text=True)
     assert probe.stdout.split() == ["1.0", "2.0", str(target)], probe.stderr
     assert (target / "envbuild" / "manifest.json").is_file()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["pyonly"]  # no lock file or staging left beside it
     shell = subprocess.run(["bash", "-c", f'. "{target}/bin/activate" && echo "$FIXTURE_MARK $FOO_HOME"'],
                            capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert shell.stdout.split() == ["v", f"{target}/share/foodata"], shell.stderr
@@ -73,7 +74,7 @@ def test_wrong_python_version_is_refused_before_anything_is_built(world, tmp_pat
 
 
 def test_venv_backend_without_python_finds_one_of_the_profiles_version(world, tmp_path):
-    """No --python: a Python of the profile's version is looked for (PATH, pyenv); a pyenv shim of a version
+    """No --backend for a profile with a pip lock only: venv. No --python: a Python of the profile's version is looked for (PATH, pyenv); a pyenv shim of a version
     that is installed but not selected is passed over, since it cannot run."""
     shims = tmp_path / "shims"
     shims.mkdir()
@@ -85,9 +86,18 @@ def test_venv_backend_without_python_finds_one_of_the_profiles_version(world, tm
     os.symlink(Path(sys.base_prefix), pyenv / "versions" / ("%d.%d.%d" % sys.version_info[:3]))
     env = {**world["env"], "PATH": f"{shims}:/usr/bin:/bin", "PYENV_ROOT": str(pyenv)}
     target = tmp_path / "env"
-    r = envbuild("create", "--backend", "venv", "--prefix", str(target), "--dry-run", env=env)
+    r = envbuild("create", "--prefix", str(target), "--dry-run", env=env)  # no --backend: the profile has no conda lock
     assert r.returncode == 0, r.stderr
+    assert "backend chosen: no conda-lock.yml, only a pip lock: --backend venv" in r.stderr
     found = pyenv / "versions" / ("%d.%d.%d" % sys.version_info[:3]) / "bin" / shim.name
     assert f"interpreter {found} (Python {sys.version_info[0]}.{sys.version_info[1]})" in r.stderr, r.stderr
     missing = envbuild("create", "--backend", "venv", "--python", "3.99", "--prefix", str(target), env=env)
     assert missing.returncode == 2 and "no working Python 3.99 found" in missing.stderr
+
+
+@pytest.mark.parametrize("prefix", ["/proc/envbuild-x", "/proc/self/status/env"])
+def test_an_unusable_prefix_is_one_line_before_anything_is_built(world, prefix):
+    r = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix", prefix, env=world["env"])
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
+    assert len(lines) == 1 and f"prefix {prefix}:" in lines[0] and "Traceback" not in r.stderr
