@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -277,12 +276,10 @@ def _editable_install(prefix: Path, name: str, path: Path) -> None:
                                "--no-build-isolation", "--no-index", "-e", str(path)],
                               stdout=fh, stderr=subprocess.STDOUT, text=True, env=in_env(prefix))
     if proc.returncode != 0:
-        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-        # the first line that says what went wrong, not pip's own "subprocess-exited-with-error" wrapper
-        cause = next((ln.strip() for ln in lines if re.search(r"No module named|\w+Error: |error: (?!subprocess-|"
-                                                                 r"metadata-generation)", ln)), lines[-1] if lines else "")
+        from envbuild.install.buildlog import cause
+
         raise EnvbuildError(f"git source {name}: editable install failed (pip exited {proc.returncode}: "
-                            f"{cause[:200]}); full log: {log}")
+                            f"{cause(log.read_text(encoding='utf-8', errors='replace'))}); full log: {log}")
 
 
 def _build_layer(job: CreateJob, prefix: Path, ph) -> Any:

@@ -149,10 +149,12 @@ def _build_locked(build: object, python: Union[str, Path], src_dir: Path, folder
     if proc.returncode != 0 or len(wheels) != 1:
         failed_log = folder.parent / f"build-failed-{folder.name}.log"
         shutil.copyfile(tmp / "build.log", failed_log)
-        tail = (tmp / "build.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        from envbuild.install.buildlog import cause
+
+        why = cause((tmp / "build.log").read_text(encoding="utf-8", errors="replace"))
         shutil.rmtree(tmp, ignore_errors=True)
-        why = f"pip wheel exited {proc.returncode}" if proc.returncode else f"{len(wheels)} wheels instead of 1"
-        raise EnvbuildError(f"source build {name!r} failed ({why}); log: {failed_log}; last lines: " + " | ".join(tail))
+        exit_ = f"pip wheel exited {proc.returncode}" if proc.returncode else f"{len(wheels)} wheels instead of 1"
+        raise EnvbuildError(f"source build {name!r} failed ({exit_}); log: {failed_log}; cause: {why}")
     wheel = tmp / wheels[0].name
     wheels[0].replace(wheel)
     (tmp / "wheels").rmdir()

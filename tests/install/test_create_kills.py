@@ -95,3 +95,37 @@ def test_random_sigkills_leave_no_child_and_no_temporary(tmp_path):
     probe = subprocess.run([str(target / "bin" / "python"), "-c", "import alpha, fastext; print('ok')"],
                            capture_output=True, text=True)
     assert probe.stdout.strip() == "ok", probe.stderr
+
+
+def test_ctrl_c_during_a_compile_stops_the_compiler_and_keeps_the_previous_env(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) while gcc compiles a source build: create exits 130
+    saying how to resume, no compiler outlives it, and the env already at the target is untouched."""
+    world = make_world(tmp_path, c_functions=400)
+    env = dict(os.environ, ENVBUILD_LOCKFILES=str(world.lockfiles), ENVBUILD_CACHE_DIR=str(tmp_path / "cache"),
+               ENVBUILD_WHEEL_CACHE=str(tmp_path / "wheels"))
+    target = tmp_path / "envs" / "fx"
+    with serve(world.index_dir) as base:
+        world.write_profile(base)
+        assert subprocess.run([sys.executable, "-m", "envbuild", "lock"], env=env, capture_output=True).returncode == 0
+        first = subprocess.run([sys.executable, "-m", "envbuild", "create", "--prefix", str(target)], env=env,
+                               capture_output=True, text=True, timeout=900)
+        assert first.returncode == 0, first.stderr[-800:]
+        manifest = (target / "envbuild" / "manifest.json").read_bytes()
+        mark = uuid.uuid4().hex
+        cold = dict(env, ENVBUILD_TEST_MARK=mark, ENVBUILD_WHEEL_CACHE=str(tmp_path / "cold"))  # compile again
+        proc = subprocess.Popen([sys.executable, "-m", "envbuild", "create", "--prefix", str(target), "--force"],
+                                env=cold, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        start = time.monotonic()
+        while not _children(mark, proc.pid, b"cc1") and time.monotonic() - start < 300:
+            time.sleep(0.05)
+        assert _children(mark, proc.pid, b"cc1"), "the compiler never started"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-800:]
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 5
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _marked(mark) == [], "a compiler outlived the interrupted create"
+    assert (target / "envbuild" / "manifest.json").read_bytes() == manifest
