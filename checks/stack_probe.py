@@ -425,7 +425,9 @@ def find_package_dir(name):
     if spec is None:
         return None
     if spec.submodule_search_locations:
-        return list(spec.submodule_search_locations)[0]
+        # a namespace package's path can hold placeholders (setuptools' editable finders), not folders
+        dirs = [p for p in spec.submodule_search_locations if os.path.isdir(p)]
+        return dirs[0] if dirs else None
     return os.path.dirname(spec.origin) if spec.origin else None
 
 
@@ -733,7 +735,9 @@ def inventory(found, errors, patches):
     for key, fn in (("distributions", lambda: distributions(errors)),
                     ("torch_memory_saver", lambda: tms_info(errors)),
                     ("sglang", lambda: package_info("sglang", ("sglang",), patches, errors, "sglang")),
-                    ("megatron", lambda: package_info("megatron", ("megatron-core", "megatron_core"),
+                    # megatron-core's package is megatron.core; `megatron` is only a namespace (an editable
+                    # install of the Megatron-LM checkout maps megatron.core alone)
+                    ("megatron", lambda: package_info("megatron.core", ("megatron-core", "megatron_core"),
                                                       patches, errors, "megatron"))):
         try:
             found[key] = fn()
