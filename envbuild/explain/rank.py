@@ -3,9 +3,11 @@
 Each signature seen adds its weights to the causes it supports, once per run however often it repeats (a
 line printed by 64 ranks is one piece of evidence); a signature that rules a cause out divides that cause's
 score by four; doctor results and profile comparisons add or divide the same way, each with its reason.
-Confidence is a softmax over the scores with an "unexplained" score of 1.0 beside them, so a lone weak hint
-never reads as certainty. No failure signature at all means nothing is wrong in the log; a failure whose best
-cause scores below 1.5 is reported as unknown — the honest answer when the log does not say.
+A cause's share is a softmax over the scores with an "unexplained" score of 1.0 beside them; its confidence is
+the calibrated probability that it is the right cause (explain/calibrate.py: fitted on the corpus scored
+leave-one-repository-out), and its label says how often answers at that confidence were right. No failure
+signature at all means nothing is wrong in the log; a failure whose best cause scores below 1.5 is reported as
+unknown — the honest answer when the log does not say.
 """
 from __future__ import annotations
 
@@ -40,10 +42,11 @@ class RankedCause:
     id: str
     title: str
     score: float
-    confidence: float
+    share: float  # softmax share beside "unexplained"
     signatures: List[Hit] = field(default_factory=list)  # supporting hits, strongest first
     adjustments: List[Adjustment] = field(default_factory=list)
     ruled_out_by: List[str] = field(default_factory=list)
+    confidence: float = 0.0  # calibrated: the measured chance that this is the cause
 
 
 def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
@@ -79,11 +82,15 @@ def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]
             scores[cid] *= a.factor
     positive = {c: s for c, s in scores.items() if s > 0}
     z = math.exp(UNEXPLAINED) + sum(math.exp(s) for s in positive.values())
+    from envbuild.explain.calibrate import confidences, load_calibration
+
     out = []
-    for cid, s in sorted(positive.items(), key=lambda kv: (-kv[1], kv[0])):
+    ordered = sorted(positive.items(), key=lambda kv: (-kv[1], kv[0]))
+    calibrated = confidences([s for _, s in ordered], load_calibration())
+    for (cid, s), p in zip(ordered, calibrated):
         sigs = sorted(support.get(cid, []), key=lambda h: -h.signature.supports[cid])
         out.append(RankedCause(cid, titles.get(cid, cid), round(s, 3), round(math.exp(s) / z, 3), sigs,
-                               adj_by.get(cid, []), ruled.get(cid, [])))
+                               adj_by.get(cid, []), ruled.get(cid, []), round(p, 3)))
     return out
 
 
@@ -97,7 +104,10 @@ def verdict(scan: ScanResult, ranked: List[RankedCause], doctor_failed: bool = F
 
 
 def label(confidence: float) -> str:
-    return "high" if confidence >= 0.5 else "medium" if confidence >= 0.2 else "low"
+    """high / medium / low by the precision measured at that confidence (knowledge/calibration.toml)."""
+    from envbuild.explain.calibrate import load_calibration
+
+    return load_calibration().label(confidence)
 
 
 def top(ranked: List[RankedCause], n: Optional[int] = None) -> List[RankedCause]:
