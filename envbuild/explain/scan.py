@@ -296,19 +296,28 @@ class Scanner:
         return info
 
     def _keys_in(self, raw: bytes) -> List[bytes]:
-        """The keys a line holds (non-overlapping, longest first at each place)."""
+        """The keys a line holds, the longest at each place, overlapping ones included: "Error 802" holds the
+        structural key "Error" and the signature key "rror 802", which starts one byte later."""
         regexp = getattr(self._key_finder, "_regexp", None)
+        out, pos, n = [], 0, len(raw)
         if regexp is None or not hasattr(regexp, "Match"):
-            return self._key_finder.findall(raw)
+            search = self._key_finder.search
+            while pos < n:
+                m = search(raw, pos)
+                if m is None:
+                    break
+                out.append(m.group(0))
+                pos = m.start() + 1
+            return out
         import re2  # type: ignore[import-not-found]
 
-        anchor, out, pos, n = re2._Anchor.UNANCHORED, [], 0, len(raw)  # noqa: SLF001 - see _match_fn
+        anchor = re2._Anchor.UNANCHORED  # noqa: SLF001 - see _match_fn
         while pos < n:
             (s, e), = regexp.Match(anchor, raw, pos, n)[:1]
             if s < 0:
                 break
             out.append(raw[s:e])
-            pos = e if e > s else e + 1
+            pos = s + 1
         return out
 
     def _line(self, raw: bytes, source: str, line_no: int) -> None:
