@@ -59,10 +59,15 @@ def leads(scores: Sequence[float]) -> List[float]:
 
 
 def confidences(scores: Sequence[float], cal: Calibration) -> List[float]:
-    """Calibrated probability per cause, scaled down together if they would sum above 1."""
+    """Calibrated probability per cause (scores best first). The first is exactly what the benchmark measured;
+    the others are scaled down together when they would leave less than nothing beside it."""
     ps = [cal.probability(s, lead) for s, lead in zip(scores, leads(scores))]
-    total = sum(ps)
-    return [p / total for p in ps] if total > 1.0 else ps
+    if len(ps) > 1:
+        rest = sum(ps[1:])
+        room = max(0.0, 1.0 - ps[0])
+        if rest > room:
+            ps = ps[:1] + [p * room / rest for p in ps[1:]]
+    return ps
 
 
 def tied(ranked: Sequence[Tuple[str, float]]) -> List[str]:

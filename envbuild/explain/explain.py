@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
-from envbuild.explain import context, rank
+from envbuild.explain import context, node, rank
 from envbuild.explain.calibrate import tied
 from envbuild.explain.reader import Problem, blocks, expand
 from envbuild.explain.scan import Hit, ScanResult, Scanner
@@ -66,6 +66,11 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     adjustments: List[rank.Adjustment] = context.log_adjustments(scan)
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
+    facts = node.from_bundle(opts.root) if opts.root else node.NodeFacts()
+    if report is not None:
+        facts = node.merge(facts, node.from_report(report, "doctor report" if origin == "doctor" else "bundle report.json"))
+    checks, node_adj = node.cross_check(scan, facts)
+    adjustments.extend(node_adj)
     profile_rows = None
     if opts.profile:
         padj, profile_rows = context.profile_adjustments(opts.profile, scan)
@@ -73,7 +78,10 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     causes = load_causes()
     ranked = rank.rank(scan, adjustments, {c.id: c.title for c in causes.values()})
     verdict = rank.verdict(scan, ranked, context.doctor_failed(report))
-    return build(scan, ranked, verdict, problems, profile_rows, report is not None)
+    result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
+    result["node_facts"] = facts.to_dict() if facts else None
+    result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
+    return result
 
 
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
