@@ -71,7 +71,7 @@ def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
     return {"file": entry["file"], "repository": entry["repository"], "label": label, "verdict": verdict,
             "predicted": ids[:3], "scores": scores, "top1": top1, "top3": top3,
             "label_word": result["causes"][0]["label"] if result["causes"] and verdict != "ok" else None,
-            "confidence": result["causes"][0]["confidence"] if result["causes"] and verdict != "ok" else None,
+            "confidence": result["causes"][0]["probability"] if result["causes"] and verdict != "ok" else None,
             "tied": result.get("tied") or []}
 
 

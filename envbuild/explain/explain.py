@@ -77,7 +77,8 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         adjustments.extend(padj)
     causes = load_causes()
     ranked = rank.rank(scan, adjustments, {c.id: c.title for c in causes.values()})
-    verdict = rank.verdict(scan, ranked, context.doctor_failed(report))
+    verdict = rank.verdict(scan, ranked, context.doctor_failed(report) or context.contradicts_itself(adjustments)
+                           or any(a.origin == "node" for a in adjustments))
     result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
     result["node_facts"] = facts.to_dict() if facts else None
     result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
@@ -147,7 +148,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
                      for h in rc.signatures if h.signature.flip]
         entries.append({
-            "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.confidence, "share": rc.share,
+            "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
             "label": rank.label(rc.confidence),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],

@@ -72,7 +72,7 @@ def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]
             ruled.setdefault(cid, []).append(h.signature.id)
     adj_by: Dict[str, List[Adjustment]] = {}
     for a in adjustments:
-        if a.delta:
+        if a.delta and a.origin != "node":
             scores[a.cause] = scores.get(a.cause, 0.0) + a.delta
         adj_by.setdefault(a.cause, []).append(a)
     for cid in list(scores):
@@ -80,6 +80,11 @@ def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]
             scores[cid] *= RULED_OUT_FACTOR
         for a in adj_by.get(cid, []):
             scores[cid] *= a.factor
+    # A version the run printed that the node contradicts says the run was not what the node's checks saw, so
+    # the checks' passes do not discount it: added after the factors.
+    for a in adjustments:
+        if a.delta and a.origin == "node":
+            scores[a.cause] = scores.get(a.cause, 0.0) + a.delta
     positive = {c: s for c, s in scores.items() if s > 0}
     z = math.exp(UNEXPLAINED) + sum(math.exp(s) for s in positive.values())
     from envbuild.explain.calibrate import confidences, load_calibration

@@ -55,14 +55,14 @@ def render(result: Dict[str, Any]) -> str:
             out.append(f"  {f['signature']}: {loc['text'][:160]}  ({_where(loc)})")
     else:
         top = result["causes"][0]
-        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['confidence']:.0%}, {top['label']})")
+        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']})")
         if result.get("tied"):
             out.append(f"  the evidence fits {', '.join(result['tied'])} equally: tell them apart with the steps below")
     if result["causes"]:
         out.append("")
         out.append("causes, ranked:")
     for i, c in enumerate(result["causes"], 1):
-        out.append(f"{i:>2}. {c['id']:<4} {c['confidence']:>4.0%}  {c['title']}")
+        out.append(f"{i:>2}. {c['id']:<4} {c['probability']:>4.0%}  {c['title']}")
         for e in c["evidence"][:4]:
             loc = e["locations"][0] if e["locations"] else None
             times = f" ×{e['count']}" if e["count"] > 1 else ""

@@ -119,23 +119,8 @@ class Scanner:
     def __init__(self, signatures: Sequence[Signature], facts: Sequence[Fact]):
         self.signatures = list(signatures)
         self.facts = list(facts)
-        keys = [k for s in self.signatures for k in s.keys] + [k for f in self.facts for k in f.keys] + list(_STRUCT_KEYS)
-        self._prefilter, self.engine, self._whole_lines = _engine_regex(keys)
-        self._key_finder = _engine_regex(keys, whole_lines=False)[0] if self._whole_lines else self._prefilter
-        self._keys = sorted(set(keys), key=len, reverse=True)
-        # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
-        by_key: Dict[str, List[Any]] = {}
-        for entry in [*self.signatures, *self.facts]:
-            for k in entry.keys:
-                by_key.setdefault(k, []).append(entry)
-        self._closure: Dict[bytes, Tuple[Any, ...]] = {}
-        for k in self._keys:
-            seen: Dict[int, Any] = {}
-            for sub, entries in by_key.items():
-                if sub in k:
-                    for e in entries:
-                        seen[id(e)] = e
-            self._closure[k.encode()] = tuple(seen.values())
+        prep = _prepared(self.signatures, self.facts)
+        self._prefilter, self.engine, self._whole_lines, self._key_finder, self._keys, self._closure = prep
         self._cache: Dict[bytes, Any] = {}
         self.hits: Dict[str, Hit] = {}
         self.fact_values: Dict[str, Dict[str, FactValue]] = {}
@@ -411,6 +396,37 @@ class Scanner:
 
 
 _MISSING = object()
+_PREPARED: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
+
+
+def _prepared(signatures: Sequence[Signature], facts: Sequence[Fact]) -> Tuple[Any, ...]:
+    """The pre-filter and the key -> entries closure for one set of entries, built once per set: the benchmark
+    builds a scanner per log (with and without a held-out repository's signatures)."""
+    ident = (tuple(id(s) for s in signatures), tuple(id(f) for f in facts))
+    hit = _PREPARED.get(ident)
+    if hit is not None:
+        return hit
+    keys = [k for s in signatures for k in s.keys] + [k for f in facts for k in f.keys] + list(_STRUCT_KEYS)
+    prefilter, engine, whole_lines = _engine_regex(keys)
+    key_finder = _engine_regex(keys, whole_lines=False)[0] if whole_lines else prefilter
+    ordered = sorted(set(keys), key=len, reverse=True)
+    # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
+    by_key: Dict[str, List[Any]] = {}
+    for entry in [*signatures, *facts]:
+        for k in entry.keys:
+            by_key.setdefault(k, []).append(entry)
+    closure: Dict[bytes, Tuple[Any, ...]] = {}
+    for k in ordered:
+        seen: Dict[int, Any] = {}
+        for sub, entries in by_key.items():
+            if sub in k:
+                for e in entries:
+                    seen[id(e)] = e
+        closure[k.encode()] = tuple(seen.values())
+    if len(_PREPARED) > 256:
+        _PREPARED.clear()
+    _PREPARED[ident] = (prefilter, engine, whole_lines, key_finder, ordered, closure)
+    return _PREPARED[ident]
 
 
 def _strength(sig: Signature) -> float:
