@@ -72,7 +72,19 @@ def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
             "predicted": ids[:3], "scores": scores, "top1": top1, "top3": top3,
             "label_word": result["causes"][0]["label"] if result["causes"] and verdict != "ok" else None,
             "confidence": result["causes"][0]["probability"] if result["causes"] and verdict != "ok" else None,
-            "tied": result.get("tied") or []}
+            "tied": result.get("tied") or [],
+            "named": _named(result)}
+
+
+def _named(result: Dict[str, Any]) -> bool:
+    """Whether the top cause has one piece of evidence that names it (the engine caps "high" without one)."""
+    from envbuild.explain.rank import NAMES_IT
+
+    if not result["causes"]:
+        return False
+    top = result["causes"][0]
+    return (any((e.get("weight") or 0) >= NAMES_IT for e in top["evidence"])
+            or any(a["delta"] >= NAMES_IT for a in top["adjustments"]))
 
 
 def _summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -102,14 +114,14 @@ def accuracy(loro: bool = True) -> Dict[str, Any]:
 
 
 def _points(rows: List[Dict[str, Any]]) -> List[Tuple[str, float, float, int]]:
-    """(repository, top score, lead, right) for every log where explain named a cause and the truth is known."""
+    """(repository, top score, lead, right, named) for every log where explain named a cause and the truth is known."""
     from envbuild.explain.calibrate import leads
 
     pts = []
     for r in rows:
         if r["label"] == "unknown" or r["verdict"] == "ok" or not r["scores"]:
             continue
-        pts.append((r["repository"], r["scores"][0], leads(r["scores"])[0], int(r["top1"])))
+        pts.append((r["repository"], r["scores"][0], leads(r["scores"])[0], int(r["top1"]), r["named"]))
     return pts
 
 
@@ -119,17 +131,23 @@ def calibration(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
 
     pts = _points(rows)
     pairs: List[Tuple[float, int]] = []
+    named: List[bool] = []
     for repo in sorted({p[0] for p in pts}):
-        train = [(s, lead, y) for r, s, lead, y in pts if r != repo]
+        train = [(s, lead, y) for r, s, lead, y, _ in pts if r != repo]
         w = fit(train)
         cal = Calibration(w["intercept"], w["score"], w["lead"], 0.9, 0.6)
-        pairs.extend((cal.probability(s, lead), y) for r, s, lead, y in pts if r == repo)
+        pairs.extend((cal.probability(s, lead), y) for r, s, lead, y, _ in pts if r == repo)
+        named.extend(n for r, _, _, _, n in pts if r == repo)
     table = [{"bin": f"{lo:.1f}-{hi:.1f}", "n": len(m), "confidence": (sum(p for p, _ in m) / len(m)) if m else None,
               "right": (sum(y for _, y in m) / len(m)) if m else None} for lo, hi, m in reliability(pairs)]
     high, medium = thresholds(pairs)
+    def word_of(p: float, n: bool) -> str:
+        w = "high" if p >= high else "medium" if p >= medium else "low"
+        return "medium" if w == "high" and not n else w
+
     words = {}
-    for word, lo, hi in (("high", high, 1.01), ("medium", medium, high), ("low", 0.0, medium)):
-        m = [y for p, y in pairs if lo <= p < hi]
+    for word in ("high", "medium", "low"):
+        m = [y for (p, y), n in zip(pairs, named) if word_of(p, n) == word]
         words[word] = {"n": len(m), "precision": sum(m) / len(m) if m else None}
     return {"n": len(pairs), "ece": expected_calibration_error(pairs), "reliability": table,
             "thresholds": {"high": high, "medium": medium}, "labels": words}
@@ -156,9 +174,9 @@ def write_calibration(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     from envbuild.explain.calibrate import Calibration, fit
 
     pts = _points(rows)
-    w = fit([(s, lead, y) for _, s, lead, y in pts])
+    w = fit([(s, lead, y) for _, s, lead, y, _ in pts])
     cal = Calibration(w["intercept"], w["score"], w["lead"], 0.9, 0.6)
-    high, medium = thresholds([(cal.probability(s, lead), y) for _, s, lead, y in pts])
+    high, medium = thresholds([(cal.probability(s, lead), y) for _, s, lead, y, _ in pts])
     CALIBRATION.write_text(
         "# How a cause's score becomes a confidence (envbuild/explain/calibrate.py): p = 1 / (1 + exp(-(intercept +\n"
         "# score * s + lead * (s - best other score)))), fitted on the leave-one-repository-out predictions of\n"

@@ -85,6 +85,13 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     return result
 
 
+def named_by_evidence(rc: rank.RankedCause) -> bool:
+    """Whether one piece of evidence names this cause on its own (a signature weighing >= 3.5 for it, or a
+    doctor, node or log finding as strong): without one, many weak hints add up to a score, not to "high"."""
+    return (any(h.signature.supports.get(rc.id, 0.0) >= rank.NAMES_IT for h in rc.signatures)
+            or any(a.delta >= rank.NAMES_IT for a in rc.adjustments))
+
+
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
     s = h.signature
     d = {"signature": s.id, "means": s.means, "count": h.count, "processes": len(h.whos),
@@ -149,7 +156,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
                      for h in rc.signatures if h.signature.flip]
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
-            "label": rank.label(rc.confidence),
+            "label": rank.label(rc.confidence, named_by_evidence(rc)),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],
             "ruled_out_by": rc.ruled_out_by,

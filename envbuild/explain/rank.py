@@ -21,6 +21,7 @@ UNEXPLAINED = 1.0  # the score of "none of these": the softmax's floor
 MIN_CAUSE_SCORE = 1.5  # a best cause below this is not named; the verdict is "unknown"
 RULED_OUT_FACTOR = 0.25
 SHOWN = 6  # causes listed
+NAMES_IT = 3.5  # a weight from which one piece of evidence names its cause ("4-5 names it", docs/explain.md)
 
 
 @dataclass
@@ -108,11 +109,13 @@ def verdict(scan: ScanResult, ranked: List[RankedCause], doctor_failed: bool = F
     return "unknown"
 
 
-def label(confidence: float) -> str:
-    """high / medium / low by the precision measured at that confidence (knowledge/calibration.toml)."""
+def label(confidence: float, named: bool = True) -> str:
+    """high / medium / low by the precision measured at that confidence (knowledge/calibration.toml); "high"
+    also needs one piece of evidence that names the cause by itself (`named`), else it reads "medium"."""
     from envbuild.explain.calibrate import load_calibration
 
-    return load_calibration().label(confidence)
+    word = load_calibration().label(confidence)
+    return "medium" if word == "high" and not named else word
 
 
 def top(ranked: List[RankedCause], n: Optional[int] = None) -> List[RankedCause]:

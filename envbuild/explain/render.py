@@ -55,7 +55,8 @@ def render(result: Dict[str, Any]) -> str:
             out.append(f"  {f['signature']}: {loc['text'][:160]}  ({_where(loc)})")
     else:
         top = result["causes"][0]
-        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']})")
+        why = " — no single line names it" if top["label"] == "medium" and top["probability"] >= 0.9 else ""
+        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
         if result.get("tied"):
             out.append(f"  the evidence fits {', '.join(result['tied'])} equally: tell them apart with the steps below")
     if result["causes"]:
