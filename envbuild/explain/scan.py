@@ -133,22 +133,21 @@ class Scanner:
         # Lines of the current source whose next occurrence can only add to counts (see _repeat_block):
         self._inert: Dict[bytes, Tuple[_LineInfo, Process]] = {}
         self._plain: Dict[bytes, None] = {}  # lines known to have no effect (no key, or no pattern matched)
+        self._newlines = 0  # newlines of the current source read so far (_unknown_parts)
+        self._ends_with_newline = True
+        self._part_start = 0  # newlines before the part being scanned line by line
 
     # ------------------------------------------------------------------ input
 
     def feed_source(self, name: str, chunks: Iterable[bytes]) -> None:
         self.sources.append(name)
-        line_no = 1
-        ends_with_newline = True
         match = self._match_fn()
         self._inert.clear()
-        for chunk in chunks:
-            self.bytes += len(chunk)
-            if self._repeat_block(chunk, match):
-                line_no += chunk.count(b"\n")
-                ends_with_newline = chunk.endswith(b"\n")
+        for chunk in self._unknown_parts(chunks, match):
+            if chunk is None:  # a part bulk-counted by _unknown_parts
                 continue
             pos = 0
+            line_no = self._part_start + 1
             counted = 0  # position up to which newlines are counted into line_no
             n = len(chunk)
             view = memoryview(chunk)  # RE2's binding copies a bytes argument on every call, a memoryview it does not
@@ -170,11 +169,41 @@ class Scanner:
                 if hi - lo > MAX_LINE:
                     lo = max(start, ms - MAX_LINE // 2)
                     hi = min(end, lo + MAX_LINE)
-                self._line(chunk[lo:hi], name, line_no)
+                raw = chunk[lo:hi]
+                known = self._inert.get(raw)
+                if known is not None:  # a repeat that can only add counts: no per-line bookkeeping
+                    self._count_inert(known[0], 1)
+                else:
+                    self._line(raw, name, line_no)
                 pos = end + 1
             line_no += chunk.count(b"\n", counted)
-            ends_with_newline = chunk.endswith(b"\n")
-        self.lines += line_no - (1 if ends_with_newline else 0)
+        self.lines += self._newlines + (0 if self._ends_with_newline else 1)
+
+    def _unknown_parts(self, chunks: Iterable[bytes], match: Any) -> Iterable[Optional[bytes]]:
+        """The parts of the input that need the line-by-line pass. A block whose distinct lines are all known is
+        bulk-counted (None); one that is not is cut at newlines into ~256 KiB pieces that try again, so after the
+        first copies of a repeating log the rest of its first block is counted in bulk too. Keeps the source's
+        newline count (self._newlines) as it goes: line numbers in the pass are counted within each part."""
+        self._newlines, self._ends_with_newline = 0, True
+        for chunk in chunks:
+            self.bytes += len(chunk)
+            parts = [chunk] if self._repeat_block(chunk, match) else None
+            if parts is not None:
+                yield from self._counted(chunk)
+                continue
+            for piece in _pieces(chunk):
+                if piece is not chunk and self._repeat_block(piece, match):
+                    yield from self._counted(piece)
+                    continue
+                self._part_start = self._newlines
+                yield piece
+                self._newlines += piece.count(b"\n")
+                self._ends_with_newline = piece.endswith(b"\n")
+
+    def _counted(self, part: bytes) -> Iterable[None]:
+        self._newlines += part.count(b"\n")
+        self._ends_with_newline = part.endswith(b"\n")
+        yield None
 
     def _repeat_block(self, chunk: bytes, match: Any) -> bool:
         """Logs repeat (every rank prints the same lines, a retried step the same traceback). When a block's
@@ -199,17 +228,19 @@ class Scanner:
                 else:
                     return False
         for line in pending:
-            info, proc = inert[line]
-            k = counts[line]
-            for entry, value in info.matches:
-                if isinstance(entry, Fact):
-                    if entry.kind != "phase":
-                        fv = self.fact_values[entry.id].get(value or "")
-                        if fv is not None:
-                            fv.count += k
-                else:
-                    self.hits[entry.id].count += info.times * k
+            self._count_inert(inert[line][0], counts[line])
         return True
+
+    def _count_inert(self, info: "_LineInfo", k: int) -> None:
+        """Add `k` more occurrences of a line known to change nothing but counts."""
+        for entry, value in info.matches:
+            if isinstance(entry, Fact):
+                if entry.kind != "phase":
+                    fv = self.fact_values[entry.id].get(value or "")
+                    if fv is not None:
+                        fv.count += k
+            else:
+                self.hits[entry.id].count += info.times * k
 
     def _is_inert(self, info: _LineInfo, proc: Process) -> bool:
         """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
@@ -396,6 +427,19 @@ class Scanner:
 
 
 _MISSING = object()
+PIECE = 256 * 1024  # a block is scanned in newline-aligned pieces of about this size
+
+
+def _pieces(chunk: bytes) -> Iterable[bytes]:
+    """A block cut at newlines into ~256 KiB pieces (the block itself when it is small)."""
+    n, pos = len(chunk), 0
+    while n - pos > 2 * PIECE:
+        cut = chunk.find(b"\n", pos + PIECE)
+        if cut < 0 or cut + 1 >= n:
+            break
+        yield chunk[pos:cut + 1]
+        pos = cut + 1
+    yield chunk[pos:] if pos else chunk
 _PREPARED: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
 
 
