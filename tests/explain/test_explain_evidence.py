@@ -60,3 +60,24 @@ def test_evidence_that_fits_two_causes_equally_says_so(explain, tmp_path):
     data = json.loads(explain(str(log), "--json", "-").stdout)
     assert set(data["tied"]) == {"M3", "O3"}
     assert "the evidence fits" in proc.stdout.decode()
+
+
+HEALTHY_NCCL_INFO = """\
+h200:7:7 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+h200:7:7 [0] NCCL INFO cudaDriverVersion 13000
+h200:7:7 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0
+h200:7:7 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 1.
+h200:7:9 [0] NCCL INFO NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)
+h200:7:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+h200:7:9 [0] NCCL INFO ncclCommInitRank comm 0x55 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 6000 commId 0x1 - Init COMPLETE
+torch 2.11.0+cu130
+"""
+
+
+def test_lines_every_healthy_run_prints_raise_no_cause(explain, tmp_path):
+    healthy = _result(explain, tmp_path, HEALTHY_NCCL_INFO)
+    assert healthy["verdict"] == "ok" and healthy["causes"] == []
+    # beside a failure nothing names, they still add no cause of their own
+    failed = _result(explain, tmp_path, HEALTHY_NCCL_INFO + "RuntimeError: flux capacitor overload\n")
+    assert failed["verdict"] == "unknown"
+    assert failed["causes"] == [], [(c["id"], c["score"]) for c in failed["causes"]]
