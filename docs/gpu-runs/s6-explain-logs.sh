@@ -154,7 +154,7 @@ case_ healthy-pg1 none 60 "one-rank NCCL all_reduce, nothing wrong" -- $N $PY pr
 case_ healthy-matmul none 60 "a matmul with nvidia-smi before it" -- bash -c "nvidia-smi; $PY prog/healthy.py"
 case_ healthy-collect-env none 90 "torch.utils.collect_env of the cu130 env (one CUDA major)" -- $PY -m torch.utils.collect_env
 case_ healthy-env-set none 60 "one-rank NCCL with NCCL_CUMEM_ENABLE=0 NCCL_P2P_DISABLE=1 set" -- env NCCL_DEBUG=INFO NCCL_CUMEM_ENABLE=0 NCCL_P2P_DISABLE=1 $PY prog/pg1.py
-case_ healthy-gloo2 none 60 "two gloo ranks all_reduce on the CPU" -- env MODE=ok $PY -m torch.distributed.run --nproc-per-node 2 prog/gloo2.py
+case_ healthy-gloo2 none 60 "two gloo ranks all_reduce on the CPU" -- env MODE=ok $PY -m torch.distributed.run --standalone --nproc-per-node 2 prog/gloo2.py
 
 # faults
 case_ cvd-empty-pg C11 60 "CUDA_VISIBLE_DEVICES= (empty) and init_process_group(device_id=cuda:0)" -- env NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES= $PY prog/pg1.py
@@ -169,10 +169,10 @@ case_ net-ib-forced U4 60 "NCCL_NET=IB on a node without InfiniBand" -- env NCCL
 case_ bad-nccl-algo U2 60 "NCCL_ALGO=NoSuchAlgo (a bad NCCL_* value)" -- env NCCL_DEBUG=INFO NCCL_ALGO=NoSuchAlgo $PY prog/pg1.py
 case_ bad-nccl-proto U2 60 "NCCL_PROTO=Bogus (a bad NCCL_* value)" -- env NCCL_DEBUG=INFO NCCL_PROTO=Bogus $PY prog/pg1.py
 case_ oom U3 60 "a 400 GiB tensor on a 141 GiB GPU" -- $PY prog/oom.py
-case_ dup-gpu U2 60 "two NCCL ranks on the same GPU (torchrun, both cuda:0)" -- env NCCL_DEBUG=INFO $PY -m torch.distributed.run --nproc-per-node 2 prog/dupgpu.py
-case_ gloo-peer-sigkill U2 60 "rank 1 SIGKILLs itself before the all_reduce (gloo)" -- env MODE=kill $PY -m torch.distributed.run --nproc-per-node 2 prog/gloo2.py
-case_ gloo-timeout U1 75 "rank 1 skips the all_reduce; rank 0 times out after 20 s (gloo)" -- env MODE=skip PG_TIMEOUT=20 $PY -m torch.distributed.run --nproc-per-node 2 prog/gloo2.py
-case_ collective-mismatch U1 60 "ranks all_reduce tensors of different sizes, TORCH_DISTRIBUTED_DEBUG=DETAIL (gloo)" -- env MODE=mismatch TORCH_DISTRIBUTED_DEBUG=DETAIL $PY -m torch.distributed.run --nproc-per-node 2 prog/gloo2.py
+case_ dup-gpu U2 60 "two NCCL ranks on the same GPU (torchrun, both cuda:0)" -- env NCCL_DEBUG=INFO $PY -m torch.distributed.run --standalone --nproc-per-node 2 prog/dupgpu.py
+case_ gloo-peer-sigkill U2 60 "rank 1 SIGKILLs itself before the all_reduce (gloo)" -- env MODE=kill $PY -m torch.distributed.run --standalone --nproc-per-node 2 prog/gloo2.py
+case_ gloo-timeout U1 75 "rank 1 skips the all_reduce; rank 0 times out after 20 s (gloo)" -- env MODE=skip PG_TIMEOUT=20 $PY -m torch.distributed.run --standalone --nproc-per-node 2 prog/gloo2.py
+case_ collective-mismatch U1 60 "ranks all_reduce tensors of different sizes, TORCH_DISTRIBUTED_DEBUG=DETAIL (gloo)" -- env MODE=mismatch TORCH_DISTRIBUTED_DEBUG=DETAIL $PY -m torch.distributed.run --standalone --nproc-per-node 2 prog/gloo2.py
 case_ expandable-ipc M3 90 "expandable_segments:True and a CUDA tensor sent to a child over CUDA IPC" -- env NCCL_DEBUG=INFO PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $PY prog/ipc.py
 case_ device-assert U2 60 "an out-of-bounds GPU index, then an NCCL all_reduce on the poisoned context" -- env NCCL_DEBUG=INFO $PY prog/assert.py
 case_ fork-after-init O4 60 "CUDA used in a child forked after the parent initialised CUDA" -- $PY prog/fork.py
