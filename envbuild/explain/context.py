@@ -93,10 +93,22 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     """What the facts of the log itself say beyond single lines: processes of one run printing different NCCL
     versions run different libnccl copies (C3) — give explain the logs of one run, or this misleads."""
     versions = _versions(scan, "nccl_version")
+    out: List[Adjustment] = []
     if len(versions) > 1:
-        return [Adjustment("C3", delta=1.5, reason=f"processes print different NCCL versions ({', '.join(versions)})",
-                           origin="log")]
-    return []
+        out.append(Adjustment("C3", delta=1.5, reason=f"processes print different NCCL versions ({', '.join(versions)})",
+                              origin="log"))
+    wheels = _versions(scan, "nccl_wheel_version")
+    ran = [v for v in versions if all(_ver_tuple(v) != _ver_tuple(w) for w in wheels)]
+    if wheels and ran:
+        out.append(Adjustment("C3", delta=3.5, reason=f"the run printed NCCL {', '.join(ran)}; the env's NCCL wheel is "
+                              f"{', '.join(wheels)}: the process loaded another libnccl than the wheel", origin="log"))
+    return out
+
+
+def contradicts_itself(adjustments: List[Adjustment]) -> bool:
+    """Whether the log's own facts disagree (two NCCL versions, a banner that is not the installed wheel): a
+    finding even when no line is an error."""
+    return any(a.origin == "log" for a in adjustments)
 
 
 def _versions(scan: ScanResult, fact: str) -> List[str]:

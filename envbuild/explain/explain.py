@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
-from envbuild.explain import context, rank
+from envbuild.explain import context, node, rank
+from envbuild.explain.calibrate import tied
 from envbuild.explain.reader import Problem, blocks, expand
 from envbuild.explain.scan import Hit, ScanResult, Scanner
 
@@ -26,18 +27,20 @@ class ExplainOptions:
     report: Optional[str] = None
     root: Optional[str] = None
     profile: Optional[str] = None
+    held_out: Optional[str] = None  # a repository whose own signatures are not used (the benchmark's LORO)
 
 
-def new_scanner() -> Scanner:
+def new_scanner(held_out: Optional[str] = None) -> Scanner:
+    """A scanner with every signature, or without those written only from `held_out`'s logs."""
     from envbuild.knowledge.signatures import load_facts, load_signatures
 
-    return Scanner(load_signatures(), load_facts())
+    return Scanner([s for s in load_signatures() if s.credited_on(held_out)], load_facts())
 
 
-def scan_paths(paths: Sequence[str], extra: Sequence[tuple] = ()) -> tuple:
+def scan_paths(paths: Sequence[str], extra: Sequence[tuple] = (), held_out: Optional[str] = None) -> tuple:
     """(ScanResult, problems) for `paths` plus (name, text) pairs in `extra`."""
     sources, problems = expand(paths)
-    scanner = new_scanner()
+    scanner = new_scanner(held_out)
     for src in sources:
         scanner.feed_source(src.name, blocks(src, problems))
     for name, text in extra:
@@ -56,21 +59,37 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         extra.extend(logs)
         if report is None and bundle_report is not None:
             report, origin = bundle_report, "bundle"
-    scan, problems = scan_paths(opts.paths, extra)
+    scan, problems = scan_paths(opts.paths, extra, opts.held_out)
     if scan.bytes == 0 and not extra:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
     adjustments: List[rank.Adjustment] = context.log_adjustments(scan)
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
+    facts = node.from_bundle(opts.root) if opts.root else node.NodeFacts()
+    if report is not None:
+        facts = node.merge(facts, node.from_report(report, "doctor report" if origin == "doctor" else "bundle report.json"))
+    checks, node_adj = node.cross_check(scan, facts)
+    adjustments.extend(node_adj)
     profile_rows = None
     if opts.profile:
         padj, profile_rows = context.profile_adjustments(opts.profile, scan)
         adjustments.extend(padj)
     causes = load_causes()
     ranked = rank.rank(scan, adjustments, {c.id: c.title for c in causes.values()})
-    verdict = rank.verdict(scan, ranked, context.doctor_failed(report))
-    return build(scan, ranked, verdict, problems, profile_rows, report is not None)
+    verdict = rank.verdict(scan, ranked, context.doctor_failed(report) or context.contradicts_itself(adjustments)
+                           or any(a.origin == "node" for a in adjustments))
+    result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
+    result["node_facts"] = facts.to_dict() if facts else None
+    result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
+    return result
+
+
+def named_by_evidence(rc: rank.RankedCause) -> bool:
+    """Whether one piece of evidence names this cause on its own (a signature weighing >= 3.5 for it, or a
+    doctor, node or log finding as strong): without one, many weak hints add up to a score, not to "high"."""
+    return (any(h.signature.supports.get(rc.id, 0.0) >= rank.NAMES_IT for h in rc.signatures)
+            or any(a.delta >= rank.NAMES_IT for a in rc.adjustments))
 
 
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
@@ -136,8 +155,8 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
                      for h in rc.signatures if h.signature.flip]
         entries.append({
-            "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.confidence,
-            "label": rank.label(rc.confidence),
+            "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
+            "label": rank.label(rc.confidence, named_by_evidence(rc)),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],
             "ruled_out_by": rc.ruled_out_by,
@@ -150,6 +169,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
     return {
         "schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "verdict": verdict,
         "top": entries[0]["id"] if entries and verdict == "explained" else None,
+        "tied": tied([(c.id, c.score) for c in ranked]) if verdict == "explained" else [],
         "inputs": {"sources": scan.sources, "lines": scan.lines, "bytes": scan.bytes, "engine": scan.engine,
                    "problems": [p.to_dict() for p in problems], "doctor_report": had_report},
         "facts": _facts(scan),

@@ -3,9 +3,11 @@
 Each signature seen adds its weights to the causes it supports, once per run however often it repeats (a
 line printed by 64 ranks is one piece of evidence); a signature that rules a cause out divides that cause's
 score by four; doctor results and profile comparisons add or divide the same way, each with its reason.
-Confidence is a softmax over the scores with an "unexplained" score of 1.0 beside them, so a lone weak hint
-never reads as certainty. No failure signature at all means nothing is wrong in the log; a failure whose best
-cause scores below 1.5 is reported as unknown — the honest answer when the log does not say.
+A cause's share is a softmax over the scores with an "unexplained" score of 1.0 beside them; its confidence is
+the calibrated probability that it is the right cause (explain/calibrate.py: fitted on the corpus scored
+leave-one-repository-out), and its label says how often answers at that confidence were right. No failure
+signature at all means nothing is wrong in the log; a failure whose best cause scores below 1.5 is reported as
+unknown — the honest answer when the log does not say.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ UNEXPLAINED = 1.0  # the score of "none of these": the softmax's floor
 MIN_CAUSE_SCORE = 1.5  # a best cause below this is not named; the verdict is "unknown"
 RULED_OUT_FACTOR = 0.25
 SHOWN = 6  # causes listed
+NAMES_IT = 3.5  # a weight from which one piece of evidence names its cause ("4-5 names it", docs/explain.md)
 
 
 @dataclass
@@ -40,10 +43,11 @@ class RankedCause:
     id: str
     title: str
     score: float
-    confidence: float
+    share: float  # softmax share beside "unexplained"
     signatures: List[Hit] = field(default_factory=list)  # supporting hits, strongest first
     adjustments: List[Adjustment] = field(default_factory=list)
     ruled_out_by: List[str] = field(default_factory=list)
+    confidence: float = 0.0  # calibrated: the measured chance that this is the cause
 
 
 def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
@@ -69,7 +73,7 @@ def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]
             ruled.setdefault(cid, []).append(h.signature.id)
     adj_by: Dict[str, List[Adjustment]] = {}
     for a in adjustments:
-        if a.delta:
+        if a.delta and a.origin != "node":
             scores[a.cause] = scores.get(a.cause, 0.0) + a.delta
         adj_by.setdefault(a.cause, []).append(a)
     for cid in list(scores):
@@ -77,13 +81,22 @@ def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]
             scores[cid] *= RULED_OUT_FACTOR
         for a in adj_by.get(cid, []):
             scores[cid] *= a.factor
+    # A version the run printed that the node contradicts says the run was not what the node's checks saw, so
+    # the checks' passes do not discount it: added after the factors.
+    for a in adjustments:
+        if a.delta and a.origin == "node":
+            scores[a.cause] = scores.get(a.cause, 0.0) + a.delta
     positive = {c: s for c, s in scores.items() if s > 0}
     z = math.exp(UNEXPLAINED) + sum(math.exp(s) for s in positive.values())
+    from envbuild.explain.calibrate import confidences, load_calibration
+
     out = []
-    for cid, s in sorted(positive.items(), key=lambda kv: (-kv[1], kv[0])):
+    ordered = sorted(positive.items(), key=lambda kv: (-kv[1], kv[0]))
+    calibrated = confidences([s for _, s in ordered], load_calibration())
+    for (cid, s), p in zip(ordered, calibrated):
         sigs = sorted(support.get(cid, []), key=lambda h: -h.signature.supports[cid])
         out.append(RankedCause(cid, titles.get(cid, cid), round(s, 3), round(math.exp(s) / z, 3), sigs,
-                               adj_by.get(cid, []), ruled.get(cid, [])))
+                               adj_by.get(cid, []), ruled.get(cid, []), round(p, 3)))
     return out
 
 
@@ -96,8 +109,13 @@ def verdict(scan: ScanResult, ranked: List[RankedCause], doctor_failed: bool = F
     return "unknown"
 
 
-def label(confidence: float) -> str:
-    return "high" if confidence >= 0.5 else "medium" if confidence >= 0.2 else "low"
+def label(confidence: float, named: bool = True) -> str:
+    """high / medium / low by the precision measured at that confidence (knowledge/calibration.toml); "high"
+    also needs one piece of evidence that names the cause by itself (`named`), else it reads "medium"."""
+    from envbuild.explain.calibrate import load_calibration
+
+    word = load_calibration().label(confidence)
+    return "medium" if word == "high" and not named else word
 
 
 def top(ranked: List[RankedCause], n: Optional[int] = None) -> List[RankedCause]:

@@ -10,6 +10,10 @@ _FACT_LINE = (("nccl_version", "NCCL"), ("nccl_build_cuda", "NCCL built for CUDA
               ("transport", "transports"))
 
 
+_NODE_LINE = (("gpu_model", "GPU"), ("driver_version", "driver"), ("cuda_driver_version", "driver CUDA"),
+              ("torch_version", "torch"), ("torch_nccl", "torch's NCCL"))
+
+
 def _values(result: Dict[str, Any], fid: str) -> List[str]:
     vals = [v["value"] for v in result["facts"].get(fid, [])]
     if fid == "nranks" and vals:
@@ -28,6 +32,16 @@ def render(result: Dict[str, Any]) -> str:
     facts = [f"{label} {', '.join(_values(result, fid))}" for fid, label in _FACT_LINE if _values(result, fid)]
     if facts:
         out.append("facts: " + " · ".join(facts))
+    nf = result.get("node_facts")
+    if nf:
+        shown = [f"{label} {', '.join(v['value'] for v in nf['values'][fid][:2])}" for fid, label in _NODE_LINE
+                 if nf["values"].get(fid)]
+        origins = sorted({v["origin"].split(" (")[0] for vs in nf["values"].values() for v in vs})
+        if shown:
+            out.append(f"node ({'; '.join(origins)}): " + " · ".join(shown))
+    for c in result.get("cross_checks") or []:
+        if c["verdict"] == "differs":
+            out.append(f"cross-check: {c['says']}")
     for p in inp["problems"]:
         out.append(f"note: {p['source']}: {p['message']}")
     verdict = result["verdict"]
@@ -41,12 +55,15 @@ def render(result: Dict[str, Any]) -> str:
             out.append(f"  {f['signature']}: {loc['text'][:160]}  ({_where(loc)})")
     else:
         top = result["causes"][0]
-        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['confidence']:.0%}, {top['label']})")
+        why = " — no single line names it" if top["label"] == "medium" and top["probability"] >= 0.9 else ""
+        out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
+        if result.get("tied"):
+            out.append(f"  the evidence fits {', '.join(result['tied'])} equally: tell them apart with the steps below")
     if result["causes"]:
         out.append("")
         out.append("causes, ranked:")
     for i, c in enumerate(result["causes"], 1):
-        out.append(f"{i:>2}. {c['id']:<4} {c['confidence']:>4.0%}  {c['title']}")
+        out.append(f"{i:>2}. {c['id']:<4} {c['probability']:>4.0%}  {c['title']}")
         for e in c["evidence"][:4]:
             loc = e["locations"][0] if e["locations"] else None
             times = f" ×{e['count']}" if e["count"] > 1 else ""

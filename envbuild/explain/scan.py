@@ -119,23 +119,8 @@ class Scanner:
     def __init__(self, signatures: Sequence[Signature], facts: Sequence[Fact]):
         self.signatures = list(signatures)
         self.facts = list(facts)
-        keys = [k for s in self.signatures for k in s.keys] + [k for f in self.facts for k in f.keys] + list(_STRUCT_KEYS)
-        self._prefilter, self.engine, self._whole_lines = _engine_regex(keys)
-        self._key_finder = _engine_regex(keys, whole_lines=False)[0] if self._whole_lines else self._prefilter
-        self._keys = sorted(set(keys), key=len, reverse=True)
-        # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
-        by_key: Dict[str, List[Any]] = {}
-        for entry in [*self.signatures, *self.facts]:
-            for k in entry.keys:
-                by_key.setdefault(k, []).append(entry)
-        self._closure: Dict[bytes, Tuple[Any, ...]] = {}
-        for k in self._keys:
-            seen: Dict[int, Any] = {}
-            for sub, entries in by_key.items():
-                if sub in k:
-                    for e in entries:
-                        seen[id(e)] = e
-            self._closure[k.encode()] = tuple(seen.values())
+        prep = _prepared(self.signatures, self.facts)
+        self._prefilter, self.engine, self._whole_lines, self._key_finder, self._keys, self._closure = prep
         self._cache: Dict[bytes, Any] = {}
         self.hits: Dict[str, Hit] = {}
         self.fact_values: Dict[str, Dict[str, FactValue]] = {}
@@ -148,22 +133,21 @@ class Scanner:
         # Lines of the current source whose next occurrence can only add to counts (see _repeat_block):
         self._inert: Dict[bytes, Tuple[_LineInfo, Process]] = {}
         self._plain: Dict[bytes, None] = {}  # lines known to have no effect (no key, or no pattern matched)
+        self._newlines = 0  # newlines of the current source read so far (_unknown_parts)
+        self._ends_with_newline = True
+        self._part_start = 0  # newlines before the part being scanned line by line
 
     # ------------------------------------------------------------------ input
 
     def feed_source(self, name: str, chunks: Iterable[bytes]) -> None:
         self.sources.append(name)
-        line_no = 1
-        ends_with_newline = True
         match = self._match_fn()
         self._inert.clear()
-        for chunk in chunks:
-            self.bytes += len(chunk)
-            if self._repeat_block(chunk, match):
-                line_no += chunk.count(b"\n")
-                ends_with_newline = chunk.endswith(b"\n")
+        for chunk in self._unknown_parts(chunks, match):
+            if chunk is None:  # a part bulk-counted by _unknown_parts
                 continue
             pos = 0
+            line_no = self._part_start + 1
             counted = 0  # position up to which newlines are counted into line_no
             n = len(chunk)
             view = memoryview(chunk)  # RE2's binding copies a bytes argument on every call, a memoryview it does not
@@ -185,11 +169,41 @@ class Scanner:
                 if hi - lo > MAX_LINE:
                     lo = max(start, ms - MAX_LINE // 2)
                     hi = min(end, lo + MAX_LINE)
-                self._line(chunk[lo:hi], name, line_no)
+                raw = chunk[lo:hi]
+                known = self._inert.get(raw)
+                if known is not None:  # a repeat that can only add counts: no per-line bookkeeping
+                    self._count_inert(known[0], 1)
+                else:
+                    self._line(raw, name, line_no)
                 pos = end + 1
             line_no += chunk.count(b"\n", counted)
-            ends_with_newline = chunk.endswith(b"\n")
-        self.lines += line_no - (1 if ends_with_newline else 0)
+        self.lines += self._newlines + (0 if self._ends_with_newline else 1)
+
+    def _unknown_parts(self, chunks: Iterable[bytes], match: Any) -> Iterable[Optional[bytes]]:
+        """The parts of the input that need the line-by-line pass. A block whose distinct lines are all known is
+        bulk-counted (None); one that is not is cut at newlines into ~256 KiB pieces that try again, so after the
+        first copies of a repeating log the rest of its first block is counted in bulk too. Keeps the source's
+        newline count (self._newlines) as it goes: line numbers in the pass are counted within each part."""
+        self._newlines, self._ends_with_newline = 0, True
+        for chunk in chunks:
+            self.bytes += len(chunk)
+            parts = [chunk] if self._repeat_block(chunk, match) else None
+            if parts is not None:
+                yield from self._counted(chunk)
+                continue
+            for piece in _pieces(chunk):
+                if piece is not chunk and self._repeat_block(piece, match):
+                    yield from self._counted(piece)
+                    continue
+                self._part_start = self._newlines
+                yield piece
+                self._newlines += piece.count(b"\n")
+                self._ends_with_newline = piece.endswith(b"\n")
+
+    def _counted(self, part: bytes) -> Iterable[None]:
+        self._newlines += part.count(b"\n")
+        self._ends_with_newline = part.endswith(b"\n")
+        yield None
 
     def _repeat_block(self, chunk: bytes, match: Any) -> bool:
         """Logs repeat (every rank prints the same lines, a retried step the same traceback). When a block's
@@ -214,17 +228,19 @@ class Scanner:
                 else:
                     return False
         for line in pending:
-            info, proc = inert[line]
-            k = counts[line]
-            for entry, value in info.matches:
-                if isinstance(entry, Fact):
-                    if entry.kind != "phase":
-                        fv = self.fact_values[entry.id].get(value or "")
-                        if fv is not None:
-                            fv.count += k
-                else:
-                    self.hits[entry.id].count += info.times * k
+            self._count_inert(inert[line][0], counts[line])
         return True
+
+    def _count_inert(self, info: "_LineInfo", k: int) -> None:
+        """Add `k` more occurrences of a line known to change nothing but counts."""
+        for entry, value in info.matches:
+            if isinstance(entry, Fact):
+                if entry.kind != "phase":
+                    fv = self.fact_values[entry.id].get(value or "")
+                    if fv is not None:
+                        fv.count += k
+            else:
+                self.hits[entry.id].count += info.times * k
 
     def _is_inert(self, info: _LineInfo, proc: Process) -> bool:
         """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
@@ -296,19 +312,28 @@ class Scanner:
         return info
 
     def _keys_in(self, raw: bytes) -> List[bytes]:
-        """The keys a line holds (non-overlapping, longest first at each place)."""
+        """The keys a line holds, the longest at each place, overlapping ones included: "Error 802" holds the
+        structural key "Error" and the signature key "rror 802", which starts one byte later."""
         regexp = getattr(self._key_finder, "_regexp", None)
+        out, pos, n = [], 0, len(raw)
         if regexp is None or not hasattr(regexp, "Match"):
-            return self._key_finder.findall(raw)
+            search = self._key_finder.search
+            while pos < n:
+                m = search(raw, pos)
+                if m is None:
+                    break
+                out.append(m.group(0))
+                pos = m.start() + 1
+            return out
         import re2  # type: ignore[import-not-found]
 
-        anchor, out, pos, n = re2._Anchor.UNANCHORED, [], 0, len(raw)  # noqa: SLF001 - see _match_fn
+        anchor = re2._Anchor.UNANCHORED  # noqa: SLF001 - see _match_fn
         while pos < n:
             (s, e), = regexp.Match(anchor, raw, pos, n)[:1]
             if s < 0:
                 break
             out.append(raw[s:e])
-            pos = e if e > s else e + 1
+            pos = s + 1
         return out
 
     def _line(self, raw: bytes, source: str, line_no: int) -> None:
@@ -402,6 +427,50 @@ class Scanner:
 
 
 _MISSING = object()
+PIECE = 256 * 1024  # a block is scanned in newline-aligned pieces of about this size
+
+
+def _pieces(chunk: bytes) -> Iterable[bytes]:
+    """A block cut at newlines into ~256 KiB pieces (the block itself when it is small)."""
+    n, pos = len(chunk), 0
+    while n - pos > 2 * PIECE:
+        cut = chunk.find(b"\n", pos + PIECE)
+        if cut < 0 or cut + 1 >= n:
+            break
+        yield chunk[pos:cut + 1]
+        pos = cut + 1
+    yield chunk[pos:] if pos else chunk
+_PREPARED: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
+
+
+def _prepared(signatures: Sequence[Signature], facts: Sequence[Fact]) -> Tuple[Any, ...]:
+    """The pre-filter and the key -> entries closure for one set of entries, built once per set: the benchmark
+    builds a scanner per log (with and without a held-out repository's signatures)."""
+    ident = (tuple(id(s) for s in signatures), tuple(id(f) for f in facts))
+    hit = _PREPARED.get(ident)
+    if hit is not None:
+        return hit
+    keys = [k for s in signatures for k in s.keys] + [k for f in facts for k in f.keys] + list(_STRUCT_KEYS)
+    prefilter, engine, whole_lines = _engine_regex(keys)
+    key_finder = _engine_regex(keys, whole_lines=False)[0] if whole_lines else prefilter
+    ordered = sorted(set(keys), key=len, reverse=True)
+    # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
+    by_key: Dict[str, List[Any]] = {}
+    for entry in [*signatures, *facts]:
+        for k in entry.keys:
+            by_key.setdefault(k, []).append(entry)
+    closure: Dict[bytes, Tuple[Any, ...]] = {}
+    for k in ordered:
+        seen: Dict[int, Any] = {}
+        for sub, entries in by_key.items():
+            if sub in k:
+                for e in entries:
+                    seen[id(e)] = e
+        closure[k.encode()] = tuple(seen.values())
+    if len(_PREPARED) > 256:
+        _PREPARED.clear()
+    _PREPARED[ident] = (prefilter, engine, whole_lines, key_finder, ordered, closure)
+    return _PREPARED[ident]
 
 
 def _strength(sig: Signature) -> float:

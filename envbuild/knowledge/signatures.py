@@ -25,7 +25,8 @@ KINDS = ("failure", "context")  # failure: the log shows something broke; contex
 FACT_KINDS = ("value", "phase")  # phase: the last one seen before a failure is the phase it failed in
 MAX_WEIGHT = 5.0
 _SIG_KEYS = {"id", "pattern", "key", "kind", "means", "supports", "rules_out", "consequence_of", "requires",
-             "source", "example", "flip"}
+             "source", "example", "flip", "written_from"}
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$|^[a-z0-9-]+(\.[a-z0-9-]+)+$")
 _FACT_KEYS = {"id", "pattern", "key", "kind", "source", "example", "expect", "means"}
 
 
@@ -45,6 +46,14 @@ class Signature:
     flip: Optional[str]  # an env var setting to flip and rerun that tells this signature's causes apart
     file: Path
     line: int
+    # Repositories ("owner/name", or a site's host) whose logs the pattern was written from or revised against;
+    # empty: written from documentation or the message's own format. The benchmark does not credit a signature
+    # on a repository's logs when that repository is the only one it was written from (leave-one-repository-out).
+    written_from: Tuple[str, ...] = ()
+
+    def credited_on(self, repository: Optional[str]) -> bool:
+        """Whether this signature would exist had `repository`'s logs been held out."""
+        return repository is None or not self.written_from or set(self.written_from) != {repository}
 
 
 @dataclass(frozen=True)
@@ -118,11 +127,15 @@ def _signature(entry: Dict[str, Any], path: Path, line: int, causes: Dict[str, A
             raise ValueError(f"weight of {cid} must be a number in (0, {MAX_WEIGHT:g}]")
         weights[cid] = float(w)
     lists = {}
-    for name in ("rules_out", "consequence_of", "requires"):
+    for name in ("rules_out", "consequence_of", "requires", "written_from"):
         value = entry.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{name} must be a list of ids")
-        if name != "requires":
+        if name == "written_from":
+            bad = [v for v in value if not _REPO.match(v)]
+            if bad:
+                raise ValueError(f"written_from holds {', '.join(bad)}: each must be owner/name or a site's host name")
+        elif name != "requires":
             bad = [v for v in value if v not in causes]
             if bad:
                 raise ValueError(f"{name} names unknown cause(s) {', '.join(bad)}")
@@ -131,7 +144,7 @@ def _signature(entry: Dict[str, Any], path: Path, line: int, causes: Dict[str, A
         id=entry["id"], pattern=pattern, keys=keys, kind=kind, means=entry["means"], supports=weights,
         rules_out=lists["rules_out"], consequence_of=lists["consequence_of"], requires=lists["requires"],
         source=entry["source"], example=_check_example(pattern, keys, entry["example"]),
-        flip=entry.get("flip"), file=path, line=line,
+        flip=entry.get("flip"), file=path, line=line, written_from=lists["written_from"],
     )
 
 

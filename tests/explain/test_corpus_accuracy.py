@@ -1,16 +1,54 @@
-"""The engine on the corpus of real logs (tests/explain/corpus): the issue-14 goal, top-1 >= 80 %, held as a
-test so a signature edit that breaks other logs fails CI. benchmarks/bench_explain.py prints the detail."""
+"""The engine on the corpus of real logs (tests/explain/corpus), scored as the benchmark's headline does:
+leave-one-repository-out (a signature written only from a repository's logs is not used on that repository's
+logs). Issue 25's goals that hold are held here so a signature edit that breaks other logs fails CI:
+top-1 >= 85 %, expected calibration error <= 0.10, "high" right >= 90 % of the time, every healthy log clean.
+benchmarks/bench_explain.py prints the detail (and the top-3, whose 95 % goal is not met yet)."""
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_explain.py"
 
 
-def test_top1_on_the_corpus_meets_the_goal():
+@pytest.fixture(scope="module")
+def bench():
     spec = importlib.util.spec_from_file_location("bench_explain", BENCH)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    acc = mod.accuracy()
-    assert acc["scored"] >= 40
-    assert acc["top1"] >= 0.80, [r for r in acc["rows"] if not r["top1"]]
-    assert acc["per_class"]["none"]["top1"] == acc["per_class"]["none"]["n"]  # no cause invented for a healthy log
+    return mod
+
+
+@pytest.fixture(scope="module")
+def loro(bench):
+    return bench.accuracy(loro=True)
+
+
+def test_leave_one_repository_out_top1_meets_the_goal(loro):
+    assert loro["scored"] >= 200 and loro["repositories"] >= 100
+    assert loro["top1"] >= 0.85, [r["file"] for r in loro["rows"] if not r["top1"]]
+    assert loro["top3"] >= 0.88  # the goal is 95 %: a floor against regressions until it is met
+
+
+def test_healthy_logs_raise_no_cause(loro):
+    healthy = [r for r in loro["rows"] if r["label"] == "none"]
+    assert len(healthy) >= 10
+    assert all(r["verdict"] == "ok" for r in healthy), [r["file"] for r in healthy if r["verdict"] != "ok"]
+
+
+def test_confidence_is_calibrated_and_high_means_right(bench, loro):
+    cal = bench.calibration(loro["rows"])
+    assert cal["n"] >= 150
+    assert cal["ece"] <= 0.10
+    high = cal["labels"]["high"]
+    assert high["n"] >= 50 and high["precision"] >= 0.90
+
+
+def test_held_out_repository_loses_only_its_own_signatures(bench):
+    """nccl.shm_peer_217 was written only from NVIDIA/nccl threads: holding NVIDIA/nccl out removes it, holding
+    another repository out does not."""
+    log = bench.CORPUS / "nccl-1838.log"
+    kept = bench.predict(log, "pytorch/pytorch")
+    gone = bench.predict(log, "NVIDIA/nccl")
+    assert kept["causes"] and kept["causes"][0]["id"] == "M2"
+    assert "M2" not in [c["id"] for c in gone["causes"]]

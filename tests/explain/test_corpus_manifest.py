@@ -1,8 +1,10 @@
 """The explain corpus is data other tests and the benchmark trust: check that its manifest says what the folder holds.
 
 Every log in tests/explain/corpus/ must be listed in manifest.toml and every listed log must exist; each entry names
-a public thread (a URL), one cause id that envbuild knows (causes.toml, the shared U ids, ``none`` or ``unknown``) and
-who or what established it. These checks run on the data alone, without the explain engine.
+a public thread (a URL) or, for a fault made on purpose, the script in this repository that made it, the
+repository it comes from (the unit the benchmark holds out), one cause id that envbuild knows (causes.toml, the
+shared U ids, ``none`` or ``unknown``) and who or what established it. These checks run on the data alone, without
+the explain engine.
 """
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ CAUSES = REPO / "envbuild" / "knowledge" / "causes.toml"
 # The non-node causes TEAM.md fixes for explain and corpus; causes.toml holds them once explain has added them.
 SHARED_U_IDS = {"U1", "U2", "U3", "U4", "U5"}
 LABELS = {"none", "unknown"}
-REQUIRED = ("file", "source", "project", "cause", "established_by")
+REQUIRED = ("file", "source", "repository", "project", "cause", "established_by")
 OPTIONAL = ("also", "confidence", "notes")
 MAX_BYTES = 200 * 1024
-MIN_LOGS = 40
+MIN_LOGS = 200
+MIN_THREADS = 100
 URL = re.compile(r"^https://[A-Za-z0-9.-]+\.[A-Za-z]{2,}/\S+$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+-\d+(-\d+)?\.log$")
 
@@ -81,9 +84,23 @@ def test_causes_are_known_ids(entries):
             assert extra != entry["cause"], f"{entry['file']}: 'also' repeats the cause"
 
 
-def test_sources_are_urls(entries):
+def test_sources_are_urls_or_scripts_in_this_repository(entries):
     for entry in entries:
-        assert URL.match(entry["source"]), f"{entry['file']}: source is not a URL: {entry['source']!r}"
+        src = entry["source"]
+        assert URL.match(src) or (REPO / src).is_file(), f"{entry['file']}: source is neither a URL nor a file here: {src!r}"
+
+
+def test_repository_is_the_one_the_source_names(entries):
+    """The benchmark holds out one repository at a time: the field must say where the log really comes from."""
+    for entry in entries:
+        src, repo = entry["source"], entry["repository"]
+        m = re.match(r"https://github\.com/([^/]+/[^/]+)/", src)
+        if m:
+            assert repo == m.group(1), f"{entry['file']}: repository {repo!r} but the thread is in {m.group(1)}"
+        elif URL.match(src):
+            assert repo == re.match(r"https://([^/]+)/", src).group(1), entry["file"]
+        else:
+            assert repo.startswith("envbuild/"), f"{entry['file']}: a run of this repository's own is envbuild/<run>"
 
 
 def test_confidence_values(entries):
@@ -102,6 +119,8 @@ def test_logs_are_small_nonempty_text(entries):
 
 def test_corpus_size_and_spread(entries):
     assert len(entries) >= MIN_LOGS, f"only {len(entries)} logs; the corpus needs at least {MIN_LOGS}"
+    threads = {entry["source"] for entry in entries if URL.match(entry["source"])}
+    assert len(threads) >= MIN_THREADS, f"only {len(threads)} public threads; the corpus needs {MIN_THREADS}"
     causes = {entry["cause"] for entry in entries}
     assert "none" in causes, "no negative (a log without a failure)"
     assert "unknown" in causes, "no log whose cause no thread established"

@@ -64,6 +64,7 @@ def test_pattern_that_misses_its_example_is_refused_with_file_and_line(tmp_path)
     ("kind", '"maybe"', "kind"),
     ("pattern", '"(unclosed"', "does not compile"),
     ("colour", '"red"', "unknown field"),
+    ("written_from", '["not a repository"]', "written_from"),
 ])
 def test_bad_fields_are_refused(tmp_path, field, value, words):
     entry = {"id": '"x.y"', "pattern": '"foo"', "key": '"foo"', "means": '"m"', "source": '"s"', "example": '"foo"'}

@@ -1,0 +1,74 @@
+"""Add the logs of a docs/gpu-runs/s6-explain-logs.sh run to the corpus, and keep README.md's counts in step.
+
+    python tests/explain/corpus/add_run.py PATH/TO/s6-explain-logs.tar.gz   # copy the logs, append cases.toml
+    python tests/explain/corpus/add_run.py --recount                        # only regenerate the counts table
+
+A case whose program did not fail as planned keeps the cause the script planned: read the run's summary.txt
+(printed at the end) and edit that entry's `cause` (a run that came out healthy is `none`) before committing.
+Entries already in the manifest are left as they are, so running it twice adds nothing.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CORPUS = Path(__file__).resolve().parent
+CAUSES = CORPUS.parents[2] / "envbuild" / "knowledge" / "causes.toml"
+NAME = re.compile(r"^h200-s6-\d+\.log$")
+
+
+def add(tarball: Path) -> int:
+    manifest = CORPUS / "manifest.toml"
+    listed = {e["file"] for e in tomllib.loads(manifest.read_text(encoding="utf-8"))["log"]}
+    with tarfile.open(tarball) as tar:
+        members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+        if "cases.toml" not in members:
+            raise SystemExit(f"{tarball}: no cases.toml (not an s6-explain-logs tarball)")
+        cases_text = tar.extractfile(members["cases.toml"]).read().decode("utf-8")
+        blocks = [b for b in cases_text.split("\n[[log]]\n") if b.strip()]
+        added = []
+        for block in blocks:
+            entry = tomllib.loads("[[log]]\n" + block.lstrip().removeprefix("[[log]]\n"))["log"][0]
+            name = entry["file"]
+            if name in listed or not NAME.match(name) or name not in members:
+                continue
+            (CORPUS / name).write_bytes(tar.extractfile(members[name]).read())
+            added.append("\n[[log]]\n" + block.lstrip().removeprefix("[[log]]\n").rstrip("\n") + "\n")
+    if added:
+        manifest.write_text(manifest.read_text(encoding="utf-8").rstrip("\n") + "\n" + "".join(added), encoding="utf-8")
+    recount()
+    print(f"added {len(added)} log(s) from {tarball}")
+    return 0
+
+
+def recount() -> None:
+    entries = tomllib.loads((CORPUS / "manifest.toml").read_text(encoding="utf-8"))["log"]
+    titles = {c["id"]: c["title"] for c in tomllib.loads(CAUSES.read_text(encoding="utf-8"))["cause"]}
+    titles.update({"none": "no failure in the log (a negative)", "unknown": "no thread established a cause"})
+    counts = Counter(e["cause"] for e in entries)
+    order = [k for k in titles if counts[k]]
+    table = "| cause | logs | meaning |\n|---|---|---|\n" + "".join(f"| {k} | {counts[k]} | {titles[k]} |\n" for k in order)
+    readme = CORPUS / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    start = text.index("<!-- counts")
+    head_end = text.index("\n", start) + 1
+    text = text[:head_end] + table + text[text.index("<!-- /counts -->"):]
+    text = re.sub(r"## Per-class counts \(\d+ logs\)", f"## Per-class counts ({len(entries)} logs)", text)
+    readme.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--recount"]:
+        recount()
+        sys.exit(0)
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    sys.exit(add(Path(sys.argv[1])))
