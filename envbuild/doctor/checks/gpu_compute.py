@@ -45,7 +45,7 @@ REMEDY = ("look at `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE` for th
 @probe_check("gpu.compute", "gpu", "bf16/fp16 GEMM TFLOP/s and HBM copy GB/s per GPU vs the SKU's peak and vs the "
              "other GPUs (the straggler)", causes=("D3", "D7", "D8"),
              options=(Option("gpu.compute.seconds", "float", None, "measuring time per phase (default 0.5, 3 with "
-                                                                    "--full)"),),
+                                                                    "--full)", low=0, high=3600, low_open=True),),
              probe=ProbeSpec("gpu_compute.py", "the compute probe", deadline_s={"quick": 60, "full": 120},
                              phase_deadlines={"*": 30}, backend="none", hang_causes=("D3", "D1", "D7"),
                              crash_causes=("D3",)))

@@ -1,0 +1,46 @@
+"""The report formats of one node's doctor run, behind the one contract of envbuild/outputs.py (ReportWriter: the
+flag, the check of its path before the run, the write after it). `envbuild doctor` declares its flags from this
+list, checks them all before any work and writes them all after; a new format is one entry here."""
+from __future__ import annotations
+
+from typing import Tuple
+
+from envbuild.outputs import ReportWriter
+from envbuild.report.model import Report
+
+
+def _json(report: Report) -> str:
+    from envbuild.report.json_report import report_to_json
+
+    return report_to_json(report)
+
+
+def _junit(report: Report) -> str:
+    from envbuild.report.junit import junit_text
+
+    return junit_text(report)
+
+
+def _prometheus(report: Report) -> str:
+    from envbuild.report.prometheus import report_to_text
+
+    return report_to_text(report)
+
+
+def _html(report: Report) -> str:
+    from envbuild.report.html import page_of_json
+
+    return page_of_json(_json(report))
+
+
+JSON = ReportWriter("--json", "json_path", "Write the versioned JSON report here (- for stdout).", _json)
+JUNIT = ReportWriter("--junit", "junit_path", "Write a JUnit XML report here (- for stdout).", _junit)
+PROMETHEUS = ReportWriter("--prometheus", "prom_path", "Write a node_exporter textfile here (- for stdout).",
+                          _prometheus)
+HTML = ReportWriter("--html", "html_path", "Write the report as one self-contained HTML page here (- for stdout).",
+                    _html)
+DOCTOR_WRITERS: Tuple[ReportWriter, ...] = (JSON, JUNIT, PROMETHEUS, HTML)
+
+# `envbuild report html -o`: the page itself, already rendered
+PAGE = ReportWriter("--output", "output", "The page to write (e.g. report.html; - for stdout).", lambda page: page,
+                    aliases=("-o",))
