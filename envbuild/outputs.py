@@ -201,13 +201,15 @@ def write_output(path: str, text: Union[str, Iterable[str]], flag: str) -> None:
 @dataclass(frozen=True)
 class ReportWriter:
     """One report format a command can write: the flag that names its path (`dest` is the settings field that holds
-    it), the check of that path before any work (check_output_file) and the write after it (`render` turns what the
-    command produced into text, written by write_output). Commands loop over a list of these."""
+    it), the check of that path before any work (check_output_file) and the write after it (`render(payload,
+    targets)` turns what the command produced into text, written by write_output; `targets` are the run's other
+    paths, so the HTML page can be read back from the JSON file just written). Commands loop over a list of these,
+    in its order."""
 
     flag: str
     dest: str
     help: str
-    render: Callable[[Any], Union[str, Iterable[str]]]
+    render: Callable[[Any, Any], Union[str, Iterable[str]]]
     aliases: Tuple[str, ...] = ()
 
     def named(self, flag: str, dest: str, *aliases: str) -> "ReportWriter":
@@ -217,23 +219,24 @@ class ReportWriter:
     def check(self, path: Optional[str]) -> None:
         check_output_file(path, self.flag)
 
-    def write(self, payload: Any, path: str) -> None:
-        write_output(path, self.render(payload), self.flag)
+    def write(self, payload: Any, path: str, targets: Any = None) -> None:
+        write_output(path, self.render(payload, targets), self.flag)
 
 
-def _target(targets: Any, dest: str) -> Optional[str]:
+def target(targets: Any, dest: str) -> Optional[str]:
+    """The path of `dest` in `targets`: a settings object's attribute or a dict's key."""
     return targets.get(dest) if isinstance(targets, dict) else getattr(targets, dest, None)
 
 
 def check_outputs(writers: Sequence[ReportWriter], targets: Any) -> None:
     """Every writer's pre-run check of its path in `targets` (a settings object or a dict keyed by `dest`)."""
     for writer in writers:
-        writer.check(_target(targets, writer.dest))
+        writer.check(target(targets, writer.dest))
 
 
 def write_outputs(writers: Sequence[ReportWriter], targets: Any, payload: Any) -> None:
     """Write `payload` with every writer whose flag was given."""
     for writer in writers:
-        path = _target(targets, writer.dest)
+        path = target(targets, writer.dest)
         if path:
-            writer.write(payload, path)
+            writer.write(payload, path, targets)

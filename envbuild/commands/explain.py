@@ -11,7 +11,7 @@ from envbuild import cmdoptions
 from envbuild.outputs import ReportWriter
 
 
-def _json_text(result: Dict[str, Any]) -> str:
+def _json_text(result: Dict[str, Any], targets: Any) -> str:
     return json.dumps(result, indent=2) + "\n"
 
 

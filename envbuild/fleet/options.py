@@ -83,6 +83,10 @@ def resolve_fleet(given: Dict[str, Any]) -> FleetSettings:
     if fleet.health_check and fleet.deadline is not None and fleet.deadline > HEALTH_BUDGET_S:
         raise EnvbuildError(f"--deadline {fleet.deadline:g}: must be at most {HEALTH_BUDGET_S:g} seconds with "
                             "--health-check (Slurm kills a HealthCheckProgram after 60 s)")
+    if fleet.slurm:
+        from envbuild.fleet.slurm import require_job
+
+        require_job()
     if fleet.ray:
         from envbuild.fleet.ray_sweep import parse_runtime_env
 
@@ -106,7 +110,12 @@ def check_outputs(opts: Any, fleet: FleetSettings) -> None:
         from envbuild.fleet.slurm import check_json_target
 
         check_json_target(opts.json_path, per_node=fleet.slurm)
-        check_all([w for w in DOCTOR_WRITERS if w.dest != "json_path"], opts)
+        others = [w for w in DOCTOR_WRITERS if w.dest != "json_path"]
+        if fleet.health_check:  # the health check's doctor runs in a child that writes the JSON report only
+            given = [w.flag for w in others if getattr(opts, w.dest, None)]
+            if given:
+                raise EnvbuildError(f"{', '.join(given)}: --health-check writes its report with --json only")
+        check_all(others, opts)
         return
     check_all(DOCTOR_WRITERS, opts)
 

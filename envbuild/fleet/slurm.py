@@ -66,15 +66,21 @@ def check_json_target(json_path: Optional[str], per_node: bool) -> None:
     check_output_file(json_path, "--json")
 
 
+def require_job() -> Dict[str, str]:
+    """The Slurm variables of this step; --slurm outside a job is bad usage (checked with the other settings)."""
+    env = slurm_env()
+    if "SLURM_JOB_ID" not in env:
+        raise EnvbuildError("--slurm: no SLURM_JOB_ID here; run it in a Slurm step "
+                            "(srun --ntasks-per-node=1 envbuild doctor --slurm --json DIR, docs/fleet.md)")
+    return env
+
+
 def run_slurm(opts: Any) -> int:
     """`envbuild doctor --slurm --json DIR`: task 0 of each node runs the doctor, its report named by node."""
     from envbuild.doctor.session import run_doctor
     from envbuild.outputs import write_output
 
-    env = slurm_env()
-    if "SLURM_JOB_ID" not in env:
-        raise EnvbuildError("--slurm: no SLURM_JOB_ID here; run it in a Slurm step "
-                            "(srun --ntasks-per-node=1 envbuild doctor --slurm --json DIR, docs/fleet.md)")
+    env = require_job()
     node = node_name()
     final = report_path(opts.json_path, node)
     if env.get("SLURM_LOCALID", "0") != "0":  # several tasks per node: one doctor per node is enough

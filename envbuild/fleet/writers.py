@@ -6,32 +6,33 @@ from __future__ import annotations
 
 from typing import Any, Tuple
 
-from envbuild.outputs import ReportWriter
+from envbuild.outputs import ReportWriter, target
 from envbuild.report import writers as node_writers
 
 
-def _json(fleet: Any) -> Any:
+def _json(fleet: Any, targets: Any = None) -> Any:
     from envbuild.fleet.merge import fleet_to_json
 
     return fleet_to_json(fleet)
 
 
-def _junit(fleet: Any) -> Any:
+def _junit(fleet: Any, targets: Any = None) -> Any:
     from envbuild.fleet.junit import fleet_to_junit
 
     return fleet_to_junit(fleet)
 
 
-def _prometheus(fleet: Any) -> Any:
+def _prometheus(fleet: Any, targets: Any = None) -> Any:
     from envbuild.fleet.prometheus import fleet_to_text
 
     return fleet_to_text(fleet)
 
 
-def _html(fleet: Any) -> str:
+def _html(fleet: Any, targets: Any) -> str:
+    """Read back from the --json file when there is one (JSON comes first in the list, so it is written)."""
     from envbuild.report.html import page_of_json
 
-    return page_of_json(_json(fleet))
+    return page_of_json(_json(fleet), target(targets, JSON.dest) if targets is not None else None)
 
 
 JSON = ReportWriter(node_writers.JSON.flag, node_writers.JSON.dest, "Write the fleet JSON (envbuild.fleet v1) here.",

@@ -469,12 +469,15 @@ def write_html(text: str, path: str, flag: str = "--output") -> None:
     write_output(path, text, flag)
 
 
-def page_of_json(json_text: "str | Sequence[str]") -> str:
-    """The page of a report given as its JSON text (a doctor's or a fleet's), read back through the same reader
-    `report html` uses, so `doctor --html` and `report html` of one run give the same page."""
+def page_of_json(json_text: "str | Sequence[str]", written: Optional[str] = None) -> str:
+    """The page of a report given as its JSON text (a doctor's or a fleet's), read through the same reader
+    `report html` uses, so `doctor --html` and `report html` of one run give the same page: from `written`, the
+    run's --json file, when it is one (the page then names it as `report html` would), else from a temporary copy."""
     import os
     import tempfile
 
+    if written and os.path.isfile(written):
+        return render_files([written])[0]
     fd, tmp = tempfile.mkstemp(prefix="envbuild-report-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
