@@ -27,7 +27,7 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
     installer = backends.require(backend)
     bundle_obj, mirrors = None, []
     if bundle:
-        from envbuild.pack.bundle import open_bundle
+        from envbuild.install.bundle import open_bundle
 
         bundle_obj = open_bundle(Path(bundle))
         mirrors = list(bundle_obj.channel_dirs)
