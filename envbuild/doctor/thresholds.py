@@ -16,7 +16,7 @@ MIB = 1 << 20
 
 
 # -------------------------------------------------------------------------------------------------------
-# NCCL collectives (nccl.collectives). busbw as nccl-tests defines it (research/validators.md §1.1),
+# NCCL collectives (comm.nccl_collectives). busbw as nccl-tests defines it (research/validators.md §1.1),
 # NVLS off. Anchors on the lent 2 x H200 (18 x 26.562 = 478 GB/s line rate; research/gpu-machine.md):
 # all_reduce busbw 268 GB/s at 64 MiB (0.56), 300 at 256 MiB (0.63), 326-331 at 1 GiB (0.69); all_gather
 # averages 226 GB/s and alltoall 259 GB/s over 16 MiB-1 GiB. On 8-GPU HGX H100 without NVLS NVIDIA quotes
@@ -51,7 +51,7 @@ def collective_band(op: str, size_bytes: int, fabric: str) -> Optional[Band]:
 
 
 # -------------------------------------------------------------------------------------------------------
-# Communicator churn (nccl.churn): growth per destroy/rebuild cycle that counts as a leak. Rebuilding ~20
+# Communicator churn (comm.nccl_churn): growth per destroy/rebuild cycle that counts as a leak. Rebuilding ~20
 # communicators must return to the same footprint; NCCL allocates per communicator (buffers, proxy
 # state; research/error999.md M4), so growth that persists across cycles is a leak. The tolerances
 # absorb the caching allocator's and the CUDA context's one-off growth: we fit the slope after

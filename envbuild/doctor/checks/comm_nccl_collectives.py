@@ -2,7 +2,7 @@
 
 One process per GPU runs checks/comm_nccl_collectives.py under the hang-proof launcher. The judging is kept
 in a plain function (judge_collectives) so a recorded GPU run can be replayed by the tests. The deadlines and
-the phase-deadline option are shared with comm.nccl_churn (envbuild/doctor/checks/comm_nccl_churn.py).
+the phase-deadline option are shared with comm.nccl_churn (envbuild/doctor/checks/_comm_phases.py).
 
 Their `--set` options are declared below (`envbuild doctor --list-options` prints them).
 """
