@@ -41,6 +41,7 @@ def resolve_doctor(*, profile_name: Optional[str], python: Optional[str], prefix
                    quiet: bool) -> DoctorOptions:
     """The run's DoctorOptions, every value checked: bad usage raises EnvbuildError (exit 2) before any work."""
     from envbuild.doctor.registry import select, validate_options
+    from envbuild.doctor.session import resolve_python
 
     if soak is not None and mode == "quick":
         raise EnvbuildError("--soak runs the --full train step; it cannot go with --quick")
@@ -53,6 +54,8 @@ def resolve_doctor(*, profile_name: Optional[str], python: Optional[str], prefix
         return opts
     opts.options = validate_options(given)  # an undeclared key, a malformed or out-of-bounds value
     select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing
+    if python or prefix:
+        resolve_python(python, prefix)  # both given, or one that names no interpreter
     if profile_name:
         from envbuild.profile import load_profile, profile_path
 
