@@ -2,7 +2,7 @@
 the user-mode driver against the kernel module, the torch_memory_saver hook slime would preload.
 
 Why inside the actor: Ray workers inherit the `ray start` shell and the job's runtime_env, not the shell a
-user types `envbuild doctor` in (research/error999.md C1, C2, C4). Two uses:
+user types `envbuild doctor` in (envbuild/knowledge/causes.toml C1, C2, C4). Two uses:
 
 - `envbuild doctor --ray ADDRESS --audit` runs `audit_process()` in a Ray worker on every node and compares
   each with the driver's shell and with the others (`compare()`).
@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence
 PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TMS_", "LD_", "SGLANG_", "RAY_EXPERIMENTAL_NOSET_", "NVTE_", "TORCH_NCCL_")
 LIBS = {"libcuda": "libcuda.so", "libnccl": "libnccl.so", "libcudart": "libcudart.so", "libnvidia-ml": "libnvidia-ml.so",
         "torch_memory_saver": "torch_memory_saver"}
-# What every member of one communicator must agree on (research/error999.md C4, M1, N1): NCCL's defaults differ
+# What every member of one communicator must agree on (envbuild/knowledge/causes.toml C4, M1, N1): NCCL's defaults differ
 # from slime's and sglang's, and a mismatch shows up as a hang or a Cuda failure mid-collective.
 AGREE = ("NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO")
 

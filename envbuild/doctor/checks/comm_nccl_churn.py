@@ -1,5 +1,5 @@
 """comm.nccl_churn: slime's per-step communicator rebuild (~20 subgroups built, used and destroyed K times) under
-NCCL, watching GPU memory and file descriptors for leaks (research/error999.md M4).
+NCCL, watching GPU memory and file descriptors for leaks (envbuild/knowledge/causes.toml M4).
 
 One process per GPU runs checks/comm_nccl_churn.py; judge_churn is a plain function so the gloo tests and
 recorded runs replay it.
@@ -30,7 +30,7 @@ CHURN_PROBE = ProbeSpec("comm_nccl_churn.py", "communicator churn", deadline_s=D
                              low=1, high=10000),
                       PHASE_DEADLINE))
 def nccl_churn(ctx, run) -> Result:
-    """slime's ReloadableProcessGroup pattern (research/error999.md M4) under NCCL_CUMEM_ENABLE=0 (slime's
+    """slime's ReloadableProcessGroup pattern (envbuild/knowledge/causes.toml M4) under NCCL_CUMEM_ENABLE=0 (slime's
     default)."""
     cfg = CHURN[run.mode]
     cycles = run.option("comm.churn_cycles")

@@ -29,11 +29,11 @@ SIZES = {
 }
 BUDGET_MS = {"quick": 40.0, "full": 80.0}
 
-# First NCCL WARN's source file -> causes (research/error999.md §4, "Extract ... the first NCCL WARN
+# First NCCL WARN's source file -> causes (the NCCL source file that prints the first WARN
 # file.cc:LINE": alloc.h -> M1, nvls.cc -> N1, shm.cc -> M2/O1, p2p.cc -> M3/N3, enqueue.cc -> M5/D3).
 WARN_FILE_CAUSES = {"alloc.h": ["M1"], "nvls.cc": ["N1"], "shm.cc": ["M2", "O1"], "p2p.cc": ["M3", "N3"],
                     "enqueue.cc": ["M5", "D3"]}
-# NCCL variables that, set by the environment, steer NCCL away from NVLink P2P (research/error999.md C4).
+# NCCL variables that, set by the environment, steer NCCL away from NVLink P2P (envbuild/knowledge/causes.toml C4).
 P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_ALGO",
                      "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY")
 
