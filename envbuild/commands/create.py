@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import click
 
-from envbuild import cmdoptions
 from envbuild.install import backends
 
 
 @click.command("create")
-@cmdoptions.profile("Profile to build (default: the only one).")
+@click.option("--profile", "-p", "profile_name", default=None, help="Profile to build (default: the only one).")
 @click.option("--prefix", "prefix", default=None, metavar="DIR", help="Target prefix.")
 @click.option("--name", "-n", "env_name", default=None,
               help="Env name: a prefix under $ENVBUILD_ENVS_DIR or ~/.envbuild/envs (default: the profile name).")
@@ -24,8 +23,10 @@ from envbuild.install import backends
 @click.option("--python", "python", default=None, metavar="PATH",
               help="--backend venv: the interpreter (of the profile's Python version) the env is built on.")
 @click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
-@cmdoptions.lockfiles
-@cmdoptions.quiet("No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
+@click.option("--lockfiles", default=None, metavar="DIR",
+              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
 def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, force, lockfiles, quiet) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
     from envbuild.install import pipeline

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import click
 
-from envbuild import cmdoptions
-
 
 @click.command("lock")
-@cmdoptions.profile("Profile name (repeatable; default: all profiles).", multiple=True)
+@click.option("--profile", "-p", "profiles", multiple=True, help="Profile name (repeatable; default: all profiles).")
 @click.option("--check", is_flag=True, help="Do not write: exit 1 with a diff when a lock is stale against its profile.")
-@cmdoptions.lockfiles
+@click.option("--lockfiles", "lockfiles", default=None, metavar="DIR",
+              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
 @click.option("--only", "only", type=click.Choice(["conda", "pip"]), default=None,
               help="Lock one layer (e.g. the pip layer where no conda channel is reachable).")
-@cmdoptions.quiet("No phase lines on stderr; only the results on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No phase lines on stderr; only the results on stdout.")
 def lock(profiles, check, lockfiles, only, quiet) -> int:
     """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them."""
     from rich.console import Console
