@@ -1,6 +1,8 @@
 """The repository stands on its own (issue 23): no tracked file cites a document outside it — the team's notes
-(research/*.md, DESIGN.md) are not shipped, so a user or a new maintainer could not open them. A fact names its
-public source (a URL, an issue, a release note) or a document inside the repository instead."""
+(its research folder and its design notes) are not shipped, so a user or a new maintainer could not open them. A
+fact names its public source (a URL, an issue, a release note) or a document inside the repository instead.
+
+The patterns are spelt in pieces so that this file does not cite what it looks for."""
 from __future__ import annotations
 
 import re
@@ -9,8 +11,9 @@ from pathlib import Path
 from typing import List
 
 REPO = Path(__file__).resolve().parent.parent
-OUTSIDE = re.compile(r"(?<![\w-])research/|\bDESIGN\.md\b|(?<![\w/.-])(?:validators|error999|gpu-machine|envbuilders|"
-                     r"landscape-2026-12|round3-anchors)\.md\b|(?<![\w-])research (?:§|[CMNDOU]\d)")
+NOTES = "research"
+OUTSIDE = re.compile(r"(?<![\w-])" + NOTES + r"/|\bDESIGN" r"\.md\b|(?<![\w/.-])(?:validators|error999|gpu-machine|"
+                     r"envbuilders|landscape-2026-12|round3-anchors)" r"\.md\b|(?<![\w-])" + NOTES + r" (?:§|[CMNDOU]\d)")
 
 
 def citations(root: Path, files: List[str]) -> List[str]:
@@ -27,14 +30,14 @@ def citations(root: Path, files: List[str]) -> List[str]:
 
 
 def test_no_tracked_file_cites_a_document_outside_the_repository():
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     assert len(files) > 100
     assert citations(REPO, files) == []
 
 
 def test_the_measure_can_fail(tmp_path):
-    (tmp_path / "a.py").write_text("# see research/error999.md M4\nx = 1  # DESIGN.md says so\n"
-                                   "# the research ranks: research C3; validators.md §1.2\n")
+    (tmp_path / "a.py").write_text(f"# see {NOTES}/error999" ".md M4\nx = 1  # DESIGN" ".md says so\n"
+                                   f"# the {NOTES} ranks: {NOTES} C3; validators" ".md §1.2\n")
     (tmp_path / "b.md").write_text("a log of ms-deepresearch/.venv and https://github.com/aurekaresearch/x is fine\n")
     assert [c.split(":")[:2] for c in citations(tmp_path, ["a.py", "b.md"])] == [["a.py", "1"], ["a.py", "2"],
                                                                                ["a.py", "3"]]
