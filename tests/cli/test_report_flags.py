@@ -184,3 +184,15 @@ def test_report_html_with_an_empty_output_is_usage_not_a_traceback(cli, inputs):
 def test_health_check_takes_no_report_it_cannot_write(cli, tmp_path):
     assert_clean_error(cli(["doctor", "--health-check", "--junit", str(tmp_path / "r.xml")]),
                        "--junit", "--health-check writes its report with --json only")
+
+
+@pytest.mark.parametrize("launcher", ["--slurm", "--health-check"])
+def test_a_per_node_json_folder_that_does_not_exist_is_refused_not_made(cli, tmp_path, monkeypatch, launcher):
+    """`--json DIR/` with a missing DIR used to be created (--slurm) or written as a file named DIR
+    (--health-check)."""
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURMD_NODENAME", "n7")
+    missing = tmp_path / "reports"
+    res = cli(["doctor", launcher, "--check", "node.ulimits", "--json", f"{missing}/"])
+    assert_clean_error(res, "--json", str(missing), "does not exist")
+    assert not missing.exists()
