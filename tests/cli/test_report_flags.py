@@ -161,14 +161,27 @@ def _subprocess(argv: List[str], stdout) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.fixture
+def dev_stdout_kept():
+    """/dev/stdout must still be the link to /proc/self/fd/1 after a run: a writer that renamed over it (as root)
+    replaced the shared machine's /dev/stdout with a regular file. Put it back, then fail."""
+    yield
+    if os.path.islink("/dev/stdout") or stat.S_ISCHR(os.stat("/dev/stdout").st_mode):
+        return
+    if os.geteuid() == 0:
+        os.unlink("/dev/stdout")
+        os.symlink("/proc/self/fd/1", "/dev/stdout")
+    pytest.fail("a report writer replaced /dev/stdout with a regular file (restored)")
+
+
 @pytest.mark.parametrize("f", FLAGS, ids=[f.id for f in FLAGS])
-def test_dev_stdout_is_standard_output_and_dev_full_one_line(inputs, tmp_path, f):
+def test_dev_stdout_is_standard_output_and_dev_full_one_line(inputs, tmp_path, dev_stdout_kept, f):
     out = tmp_path / "captured.txt"
     with open(out, "w") as fh:
         proc = _subprocess([*_argv(f, inputs, missing=False), f.flag, "/dev/stdout"], fh)
     assert proc.returncode in (0, 1), proc.stderr
     assert out.read_text().lstrip().startswith(f.kind)
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert os.path.islink("/dev/stdout") or stat.S_ISCHR(os.stat("/dev/stdout").st_mode)
     proc = _subprocess([*_argv(f, inputs, missing=False), f.flag, "/dev/full"], subprocess.DEVNULL)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     named = "--output" if f.flag == "-o" else f.flag  # messages name the long form of a flag
