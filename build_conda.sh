@@ -127,7 +127,7 @@ dargs=(doctor)
 if [ -n "$bundle" ]; then
   profile="$("$venv/bin/python" -c 'import sys
 from pathlib import Path
-from envbuild.pack.bundle import default_workdir, open_bundle
+from envbuild.install.bundle import default_workdir, open_bundle
 toml = default_workdir(Path(sys.argv[1]).absolute()) / "locks" / sys.argv[2] / "profile.toml"
 if not toml.is_file():
     b = open_bundle(sys.argv[1])

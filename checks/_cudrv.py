@@ -6,7 +6,7 @@ calls are few and have fixed C signatures. cuda-python's version is still record
 payloads when it is importable.
 
 Only allocation, mapping, sharing and copies live here. Multicast objects (cuMulticast*) are
-deliberately absent: creating them on a shared NVSwitch machine can take its GPUs down (DESIGN.md).
+deliberately absent: creating them on a shared NVSwitch machine can take its GPUs down.
 Stdlib only; the library is opened on first use, so importing this module never needs a GPU.
 """
 from __future__ import annotations

@@ -52,7 +52,7 @@ import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 # ---------------------------------------------------------------------------------------------------
-# nccl-tests' bandwidth definitions (research/validators.md §1.1, from nccl-tests doc/PERFORMANCE.md):
+# nccl-tests' bandwidth definitions (nccl-tests doc/PERFORMANCE.md, from nccl-tests doc/PERFORMANCE.md):
 # algbw = S / t, with S the bytes of the operation; for all_gather, reduce_scatter and all_to_all S is the
 # total array (count * typesize * nranks), for all_reduce and broadcast the per-rank buffer. busbw = algbw
 # x factor(n).

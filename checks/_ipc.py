@@ -2,7 +2,7 @@
 
 Why SCM_RIGHTS: a cuMem POSIX-FD handle is a file descriptor, and the one way to hand an fd to an
 unrelated process that needs no ptrace rights is to pass it over an AF_UNIX socket (the way NCCL's
-cuMem mode and flashinfer do it; research/error999.md M3/O3). PyTorch's expandable-segment IPC instead
+cuMem mode and flashinfer do it; envbuild/knowledge/causes.toml M3/O3). PyTorch's expandable-segment IPC instead
 pulls the fd with pidfd_getfd(2), which yama ptrace_scope, missing CAP_SYS_PTRACE or a seccomp profile
 refuse; block_pidfd_getfd() reproduces that refusal inside one process so the probe can be shown to
 catch it.

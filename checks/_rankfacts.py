@@ -3,7 +3,7 @@
 Why in the payload: which libnccl a process runs is only knowable from inside that process
 (/proc/self/maps). The envbuild side compares the ranks; it also reads NCCL's own log (which transport
 NCCL picked), from the NCCL_DEBUG_FILE it gave each rank, with envbuild/doctor/nccl_log.py.
-Research: error999.md C3 (two libnccl copies, ranks on different NCCL builds), C5 (NCCL_CUMEM_ENABLE
+Causes (envbuild/knowledge/causes.toml, with their sources): C3 (two libnccl copies, ranks on different NCCL builds), C5 (NCCL_CUMEM_ENABLE
 differing inside one communicator: "via P2P/CUMEM" on one side, "P2P/IPC" on the other), M3/O3
 (ptrace_scope, seccomp, CapEff gate pidfd_getfd).
 
@@ -25,7 +25,7 @@ _LIB_PATTERNS = {
     "libcudart": re.compile(r"^libcudart\.so(\.\d+)*$"),
 }
 
-# Variables that must agree across every process of one communicator (research/error999.md C4/C5).
+# Variables that must agree across every process of one communicator (envbuild/knowledge/causes.toml C4/C5).
 COMM_ENV = ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
             "NCCL_CUMEM_HOST_ENABLE", "NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO")
 

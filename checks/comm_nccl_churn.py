@@ -2,7 +2,7 @@
 
 Every training step slime destroys its ~20 NCCL communicators (TP, DP, PP, EP, CP and their
 combinations) and builds them again ("Reloading 20 process groups"); failures then show up steps
-later as `Cuda failure 999`, `Failed to CUDA calloc` or hangs (research/error999.md M4). Per cycle:
+later as `Cuda failure 999`, `Failed to CUDA calloc` or hangs (envbuild/knowledge/causes.toml M4). Per cycle:
   build   --groups subgroups, a mix of world-wide groups (DP/EP-like: every rank) and per-rank
           groups (TP-like with TP=1 on a small node) or halves when the world allows;
   use     one exact all_reduce on each group (the first collective creates the communicator);

@@ -3,7 +3,7 @@
 What slime does every step with --offload: torch_memory_saver (TMS) unmaps the weights' physical memory
 (pause), the rollout engine uses the GPU, then TMS maps fresh memory at the same addresses and restores
 the bytes (resume); the NCCL communicators created before must still work after. slime #1305 died with
-999 right after wake_up (research/error999.md §0.5, M3, M5, C9).
+999 right after wake_up (THUDM/slime #1305; causes M3, M5, C9 of envbuild/knowledge/causes.toml).
 
 Backends: "tms" (torch_memory_saver, preload hook: the payload re-executes itself with LD_PRELOAD set to
 the hook for torch's CUDA major, the way TMS's own configure_subprocess() does for children) or "cumem"
@@ -13,7 +13,7 @@ pinned host backup) when TMS is absent or --backend cumem is asked.
 Every cycle: free memory before/after pause (mem_get_info) vs the region size, data compared bit-exact
 after resume, an all_reduce on the world group and on a subgroup created before the first pause, compared
 exactly. Exit: os._exit after the result is written, because TMS's torch hook mode exits 1 in interpreter
-teardown (research/gpu-machine.md); the default process group is destroyed first.
+teardown (measured on the lent 2xH200, 2026-11-29); the default process group is destroyed first.
 
 Args: --mode quick|full  --backend auto|tms|cumem  --hook preload|torch; `--print-start-env ARGS` prints, as JSON, the
 variables a rank of ARGS starts with (re-exec'd with), without importing torch.

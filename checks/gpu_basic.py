@@ -2,7 +2,7 @@
 
 One rank per GPU. Steps, each its own phase so a hang names it:
   cuinit   cuInit(0) and cuDriverGetVersion through ctypes on the libcuda the process loads (a 999 here
-           is research/error999.md D1/D4/D5 territory, before torch is involved);
+           is envbuild/knowledge/causes.toml D1/D4/D5 territory, before torch is involved);
   context  torch creates the primary context on the device;
   kernel   a tiny elementwise kernel whose result is checked exactly;
   memory   allocate --mem-mib, write a pattern, read it back, free, and see the memory come back;
@@ -22,7 +22,7 @@ CUDA_ERROR_NAMES = {0: "CUDA_SUCCESS", 3: "CUDA_ERROR_NOT_INITIALIZED", 34: "CUD
                     35: "CUDA_ERROR_INSUFFICIENT_DRIVER", 100: "CUDA_ERROR_NO_DEVICE",
                     101: "CUDA_ERROR_INVALID_DEVICE", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
                     804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
-# cuInit's answer -> research/error999.md causes
+# cuInit's answer -> causes of envbuild/knowledge/causes.toml
 CUINIT_CAUSES = {34: ["C7"], 35: ["C6", "D9"], 803: ["C8", "D2"], 804: ["C8"], 999: ["D1", "D4", "D5", "D2"],
                  100: ["D5"], 3: ["D1", "D5"]}
 

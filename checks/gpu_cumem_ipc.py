@@ -3,7 +3,7 @@
 Sub-tests (each one verdict in the result's evidence["subtests"]):
 - vmm.churn          cuMemCreate/AddressReserve/Map/SetAccess/Unmap/Release at GB sizes, K cycles, data
                      checked every cycle, free memory compared before and after (torch_memory_saver and
-                     NCCL's cuMem mode live on exactly these calls; research/error999.md M1).
+                     NCCL's cuMem mode live on exactly these calls; envbuild/knowledge/causes.toml M1).
 - posix_fd.same_gpu  a cuMem POSIX-FD handle passed to a second process over SCM_RIGHTS, imported,
 - posix_fd.peer_gpu  mapped (on the same GPU / with access from a peer GPU), read back, written, and the
                      write seen by the owner.

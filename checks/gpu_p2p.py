@@ -5,8 +5,8 @@ measures; envbuild/doctor/checks/gpu_p2p.py holds the numbers against the NVML t
 because the NVML snapshot lives on the envbuild side (and in bundles).
 
 Why copies are checked bit-exact: ACS/IOMMU misconfiguration can make P2P writes land corrupted without
-any error (research/error999.md N3). Why torch's copy_: it is the copy-engine path (cudaMemcpyAsync over
-UVA) that NCCL's P2P transport and slime's weight moves ride on; gpu-machine.md's anchor (394.5 GB/s per
+any error (envbuild/knowledge/causes.toml N3). Why torch's copy_: it is the copy-engine path (cudaMemcpyAsync over
+UVA) that NCCL's P2P transport and slime's weight moves ride on; measured on the lent 2xH200, 2026-11-29's anchor (394.5 GB/s per
 direction on the lent H200 pair) was measured the same way.
 
 Args: --mode quick|full.

@@ -766,7 +766,7 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
     # Destroy our groups (as every cycle did) and leave without destroying WORLD and without
     # interpreter teardown: on the lent machine destroy_process_group() of WORLD once sat for a minute
     # after a passing one-GPU run, and torch_memory_saver's hooks and NCCL's atexit handlers at exit
-    # are not what this check tests (research/gpu-machine.md: TMS in torch hook mode exits 1 there).
+    # are not what this check tests (measured on the lent 2xH200, 2026-11-29: TMS in torch hook mode exits 1 there).
     with p.phase("teardown"):
         reloader.destroy_all()
         reloader.uninstall()

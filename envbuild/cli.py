@@ -1,17 +1,18 @@
 """The `envbuild` command line: a Click group that loads each command's module only when it runs.
 
-`envbuild --help` must stay fast on a login node, so this file imports nothing but click; each command
-lives in envbuild/commands/<name>.py and is imported on first use.
+`envbuild --help` must stay fast on a login node, so this file imports nothing but click (and the shared option
+pieces, envbuild/cmdoptions.py, which import only click); each command lives in envbuild/commands/<name>.py and is
+imported on first use.
 """
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Dict, List, Optional, Tuple
 
 import click
 
 from envbuild import __version__
+from envbuild.cmdoptions import LazyGroup
 
 # name -> (module, attribute, one-line help shown by `envbuild --help` without importing the module)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -26,33 +27,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported when invoked, not when the group is built."""
-
-    def list_commands(self, ctx: click.Context) -> List[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
-        if name not in COMMANDS:
-            return None
-        module_name, attr, _ = COMMANDS[name]
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # the command is declared but not built yet
-                return None
-            raise
-        from envbuild.cliargs import guard
-
-        return guard(getattr(module, attr))
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="envbuild")
 def cli() -> None:
     """Rebuild an RL framework's Docker image as a pinned conda env, then prove it and the node sound.

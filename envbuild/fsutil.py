@@ -40,7 +40,10 @@ def _write_in_place(path: Path, text: Union[str, Iterable[str]]) -> bool:
         mode = os.stat(path).st_mode
     except OSError:
         return False
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+    # /dev/stdout redirected to a file is a link to /proc/self/fd/1 whose target is a regular file: renaming over
+    # it would replace the node's /dev/stdout with that file, for every process (it happened on a shared machine)
+    under_dev = str(Path(path).absolute()).startswith(("/dev/", "/proc/"))
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or (under_dev and stat.S_ISREG(mode)):
         with open(path, "w", encoding="utf-8") as fh:
             _write(fh, text)
         return True

@@ -1,9 +1,11 @@
 """The import graph of envbuild: back-edges between layers and cycles between modules (issue 10's layering).
 
 Every `import envbuild...` / `from envbuild... import` in a module counts, at the top or inside a function
-(a lazy import is still a dependency). A back-edge is an import from a package into one of a higher layer
-(LAYERS; the data flow of DESIGN.md, low to high); a cycle is a strongly connected set of modules.
-Run as `python tests/importgraph.py [ROOT]` to print the numbers; tests/test_import_graph.py holds them at 0.
+(a lazy import is still a dependency). Every top-level part of envbuild (a package such as doctor/, or a module
+such as outputs.py) is a layer of its own, in the order of LAYERS, low to high; a back-edge is an import from a
+part into a higher one. Why one layer per part: two packages that shared a layer could import each other and no
+back-edge would show it (knowledge <-> report hid that way). A cycle is a strongly connected set of modules.
+Run as `python tests/importgraph.py [ROOT]` to print the numbers; tests/test_import_graph.py holds them.
 """
 from __future__ import annotations
 
@@ -12,22 +14,20 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
-# Layer of each top-level part of envbuild; an import may only go to the same package or a lower layer.
-# Inputs as data (the profile, the causes, the train arithmetic) sit under the facts read against them; the
-# result model and its renderers under the doctor that fills them.
-LAYERS = {
-    "errors": 0, "fsutil": 0, "paths": 0, "hashing": 0, "tomlcompat": 0, "__init__": 0,
-    # stdlib-only helpers every layer may call: output paths, CLI argument checks, redaction, child processes,
-    # temporaries left by killed runs, shared-cache locks, downloads, the live progress of long commands
-    "outputs": 0, "cliargs": 0, "redact": 0, "children": 0, "leftovers": 0, "cachelock": 0, "downloads": 0,
-    "progress": 0,
-    "profile": 1, "train": 1,
-    "facts": 2, "report": 2, "knowledge": 2,
-    "lock": 3, "doctor": 3,
-    "install": 4, "pack": 4, "explain": 4, "fleet": 4,
-    "commands": 5,
-    "cli": 6, "__main__": 6,
-}
+# Low to high: an import may only go to the same part or one listed before it.
+ORDER = [
+    # stdlib-only helpers: errors, hashing, paths, atomic files, redaction, the live progress of long commands, child
+    # processes, temporaries left by killed runs, shared-cache locks, downloads, output paths, CLI usage rules,
+    # "did you mean", the shared option pieces
+    "__init__", "tomlcompat", "errors", "hashing", "paths", "fsutil", "redact", "progress", "children", "leftovers",
+    "cachelock", "downloads", "outputs", "cliargs", "suggest", "cmdoptions",
+    # inputs as data (the train arithmetic, the profile, the causes) under the facts read against them; the result
+    # model and its renderers under the doctor that fills them
+    "train", "profile", "knowledge", "facts", "report", "lock", "doctor",
+    "explain", "fleet", "install", "pack",
+    "commands", "cli", "__main__",
+]
+LAYERS = {name: rank for rank, name in enumerate(ORDER)}
 
 
 def module_name(root: Path, path: Path) -> str:

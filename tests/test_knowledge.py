@@ -1,4 +1,4 @@
-"""The knowledge of causes: one entry per root cause of research/error999.md, complete, and every cause id
+"""The knowledge of causes: one entry per root cause, complete, and every cause id
 that any registered check can report exists in it (checks added later are covered by iterating the
 registry and their source)."""
 import re

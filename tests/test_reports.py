@@ -24,7 +24,7 @@ def sample_report(strict=False):
         Result("node.uvm_hmm", "node", Status.WARN, 'HMM on: "open" module\nkernel 6.18', causes=["D1"],
                remediation="options nvidia_uvm uvm_disable_hmm=1", duration_s=0.02),
         Result("gpu.basic", "gpu", Status.FAIL, "gpu1 slow", subject="gpu1", causes=["D3"],
-               metrics=[Metric("d2d_busbw", 123.5, "GB/s", ">= 335", "research/validators.md §5")], duration_s=1.5),
+               metrics=[Metric("d2d_busbw", 123.5, "GB/s", ">= 335", "azurehpc-health-checks nd96isr_h100_v5.conf")], duration_s=1.5),
         Result("gpu.basic", "gpu", Status.PASS, "gpu0 ok", subject="gpu0",
                metrics=[Metric("d2d_busbw", 390.0, "GB/s")], duration_s=1.5),
         Result("comm.churn", "comm", Status.SKIP, "needs at least 2 GPUs; 1 selected"),

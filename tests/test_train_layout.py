@@ -59,7 +59,7 @@ def test_vocab_padding_as_megatron():
 
 
 def test_params_per_rank_match_the_smoke_run_by_hand():
-    # research/gpu-machine.md: 2 layers, EP 2 on two GPUs -> 1.27 B parameters per rank. By hand:
+    # measured on the lent 2xH200, 2026-11-29: 2 layers, EP 2 on two GPUs -> 1.27 B parameters per rank. By hand:
     embed = 151936 * 2048                       # 311,164,928 (and the same again for the untied output layer)
     attn = 2048 * (4096 + 2 * 512) + 4096 * 2048  # 18,874,368
     norms = 2 * 2048 + 2 * 128                  # input/pre-MLP RMSNorm + q/k layernorm

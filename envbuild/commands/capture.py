@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import click
 
+from envbuild import cmdoptions
+
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.facts.source import RecordingSource
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @click.option("--env", "env_out", metavar="OUT.toml", help="Write the env's stack facts as a profile manifest.")
 @click.option("--python", "python", metavar="PATH", help="Python of the environment to capture (default: this one).")
 @click.option("--prefix", metavar="DIR", help="Environment prefix to capture (uses DIR/bin/python).")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the bundle line.")
+@cmdoptions.quiet("Print only the bundle line.")
 def capture(node_dir: Optional[str], env_out: Optional[str], python: Optional[str], prefix: Optional[str],
             quiet: bool) -> int:
     """Save this node's facts as a bundle (--node DIR) or this env's stack as a profile manifest (--env OUT)."""

@@ -3,17 +3,28 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import click
+
+from envbuild import cmdoptions
+from envbuild.outputs import ReportWriter
+
+
+def _json_text(result: Dict[str, Any], targets: Any) -> str:
+    return json.dumps(result, indent=2) + "\n"
+
+
+JSON = ReportWriter("--json", "json_out", "Write the result as JSON (schema envbuild.explain v1) here; - for stdout.",
+                    _json_text)
 
 
 @click.command("explain")
 @click.argument("paths", nargs=-1, metavar="PATH...|-")
-@click.option("--json", "json_out", metavar="PATH", help="Write the result as JSON (schema envbuild.explain v1) here; - for stdout.")
+@cmdoptions.report_outputs([JSON])
 @click.option("--report", metavar="PATH", help="A doctor JSON report of the node: failed checks raise their causes, passed ones lower them.")
 @click.option("--root", metavar="DIR", help="A capture bundle (envbuild capture --node DIR): its report and kernel log count too.")
-@click.option("--profile", "profile_name", metavar="NAME", help="Compare the versions in the log with this image profile's.")
+@cmdoptions.profile("Compare the versions in the log with this image profile's.")
 def explain(paths: Tuple[str, ...], json_out: Optional[str], report: Optional[str], root: Optional[str],
             profile_name: Optional[str]) -> int:
     """Read failed-run logs (files, .gz, directories such as a Ray session's logs, or - for stdin) and rank
@@ -23,14 +34,12 @@ def explain(paths: Tuple[str, ...], json_out: Optional[str], report: Optional[st
     """
     from envbuild.explain.explain import ExplainOptions, exit_code, run
     from envbuild.explain.render import render
+    from envbuild.outputs import check_outputs, stdout_claimed, write_outputs
 
+    targets = {"json_out": json_out}
+    check_outputs([JSON], targets)
     result = run(ExplainOptions(paths=paths, report=report, root=root, profile=profile_name))
-    if json_out == "-":
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        if json_out:
-            from envbuild.fsutil import atomic_write_text
-
-            atomic_write_text(json_out, json.dumps(result, indent=2) + "\n")
+    write_outputs([JSON], targets, result)
+    if not stdout_claimed():
         sys.stdout.write(render(result))
     return exit_code(result)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import click
 
+from envbuild import cmdoptions
+
 
 @click.command("pack")
-@click.option("--profile", "-p", "profile_name", default=None, help="Profile to pack (default: the only one).")
+@cmdoptions.profile("Profile to pack (default: the only one).")
 @click.option("--output", "-o", "output", required=True, metavar="FILE", help="The bundle to write (a .tar).")
-@click.option("--lockfiles", default=None, metavar="DIR",
-              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
+@cmdoptions.lockfiles
 @click.option("--wheel-cache", "wheel_cache", default=None, metavar="DIR",
               help="Source-build wheel cache to take prebuilt wheels from (default: $ENVBUILD_WHEEL_CACHE, "
                    "else the envbuild cache's source-wheels/).")
@@ -21,7 +22,7 @@ import click
                    "Python), so build_conda.sh bootstraps envbuild with no PyPI.")
 @click.option("--tool-index", "tool_index", default=None, metavar="URL",
               help="Simple index for --tool-python's wheels (default: PyPI).")
-@click.option("-q", "--quiet", is_flag=True, help="No phase lines on stderr; print only the summary line.")
+@cmdoptions.quiet("No phase lines on stderr; print only the summary line.")
 def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, quiet) -> int:
     """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks."""
     from pathlib import Path

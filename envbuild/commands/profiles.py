@@ -10,11 +10,11 @@ import sys
 
 import click
 
-_LOCKFILES_HELP = "Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/)."
+from envbuild import cmdoptions
 
 
 @click.group("profiles", invoke_without_command=True)
-@click.option("--lockfiles", default=None, metavar="DIR", help=_LOCKFILES_HELP)
+@cmdoptions.lockfiles
 @click.pass_context
 def profiles(ctx: click.Context, lockfiles) -> int:
     """List the reference-image profiles (<lockfiles>/<name>/profile.toml)."""
@@ -49,7 +49,7 @@ def profiles(ctx: click.Context, lockfiles) -> int:
 @profiles.command("show")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
-@click.option("--lockfiles", default=None, metavar="DIR", help=_LOCKFILES_HELP)
+@cmdoptions.lockfiles
 @click.pass_context
 def show(ctx: click.Context, name: str, as_json: bool, lockfiles) -> int:
     """Print one profile: every component with its source and whether it was read from the image."""

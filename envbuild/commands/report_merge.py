@@ -1,7 +1,8 @@
 """`envbuild report merge FILE|DIR...`: one fleet report from many node reports.
 
 Exit code: 0 no node failed, 1 a node (or a fleet-wide result) failed or gave no usable report, 2 bad usage
-(a path that does not exist, a directory with no reports).
+(a path that does not exist, a directory with no reports, an output path that cannot be written: checked before
+any report is read).
 """
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from typing import Optional, Tuple
 
 import click
 
+from envbuild import cmdoptions
+from envbuild.fleet.writers import MERGE_WRITERS
+
 
 @click.command("merge")
 @click.argument("paths", nargs=-1, required=True, metavar="FILE|DIR...")
-@click.option("-o", "--output", "json_path", metavar="PATH", help="Write the fleet JSON (envbuild.fleet v1) here.")
-@click.option("--junit", "junit_path", metavar="PATH", help="Write JUnit XML, one testcase per node x check.")
-@click.option("--prometheus", "prom_path", metavar="PATH", help="Write a node_exporter textfile with a node label.")
+@cmdoptions.report_outputs(MERGE_WRITERS)
 @click.option("--strict", is_flag=True, help="Treat warnings as failures.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@cmdoptions.quiet("Print only the verdict line.")
 def merge(paths: Tuple[str, ...], json_path: Optional[str], junit_path: Optional[str], prom_path: Optional[str],
           strict: bool, quiet: bool) -> int:
     """Join node reports (`envbuild doctor --json` files, or directories of them) into one fleet report.
@@ -26,11 +28,11 @@ def merge(paths: Tuple[str, ...], json_path: Optional[str], junit_path: Optional
     """
     from envbuild.fleet import table
     from envbuild.fleet.merge import merge_files
-    from envbuild.fleet.write import write_outputs
+    from envbuild.outputs import check_outputs, stdout_claimed, write_outputs
 
+    targets = {"json_path": json_path, "junit_path": junit_path, "prom_path": prom_path}
+    check_outputs(MERGE_WRITERS, targets)
     fleet = merge_files(paths, exclude=(json_path or "", junit_path or "", prom_path or ""), strict=strict)
-    write_outputs(fleet, json_path, junit_path, prom_path)
-    click.echo(table.render(fleet, quiet=quiet), nl=False)
+    write_outputs(MERGE_WRITERS, targets, fleet)
+    click.echo(table.render(fleet, quiet=quiet), nl=False, err=stdout_claimed())
     return fleet.exit_code()
-
-

@@ -18,7 +18,7 @@ class DoctorContext:
     gpus: Optional[List[int]] = None  # --gpus; None = every GPU NVML reports
     python: Optional[str] = None  # python of the environment under test
     require_gpu: bool = False
-    options: Dict[str, Any] = field(default_factory=dict)  # the user's --set KEY=VALUE, as given
+    options: Dict[str, Any] = field(default_factory=dict)  # the user's --set values, typed (registry.validate_options)
     cache: Dict[str, Any] = field(default_factory=dict)  # facts computed once and shared by checks
 
     def gpu_indices(self) -> List[int]:
@@ -33,12 +33,12 @@ class DoctorContext:
         return [g for g in self.gpus if g in every]
 
     def option(self, key: str) -> Any:
-        """The typed value of a declared `--set` option: the user's value, else the option's default. An
-        undeclared key is a bug in the check (KeyError); a bad value was refused before the run (OptionError)."""
+        """The typed value of a declared `--set` option: the user's value (parsed and bounded once, before the run),
+        else the option's default. An undeclared key is a bug in the check (KeyError)."""
         from envbuild.doctor.registry import declared_options
 
         opt = declared_options()[key][0]
-        return opt.parse(self.options[key]) if key in self.options else opt.default
+        return self.options[key] if key in self.options else opt.default
 
     def nvml_unavailable_reason(self) -> Optional[str]:
         """Why NVML cannot be read here (no driver, a bundle without it), or None: the skip reason of GPU checks."""

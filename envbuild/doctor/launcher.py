@@ -49,7 +49,7 @@ from envbuild.paths import payload_dir
 # way to notice a dead peer quickly, so the survivors would otherwise wait for the whole deadline.
 CRASH_GRACE_S = 3.0
 # Between SIGTERM and SIGKILL. SIGTERM first so NCCL's atexit cleanup can unlink /dev/shm/nccl-*
-# segments (SIGKILL leaves them behind: research/error999.md O1).
+# segments (SIGKILL leaves them behind: envbuild/knowledge/causes.toml O1).
 TERM_GRACE_S = 2.0
 POLL_S = 0.05
 SCAN_S = 0.2  # how often /proc is scanned for the ranks' descendants

@@ -1,20 +1,20 @@
 """Line rates computed from the NVML snapshot (envbuild/facts/nvml.py): of one GPU pair (gpu.p2p) and of a
 set of GPUs (the collectives, comm.nccl_collectives: the slowest pair bounds the set).
 
-Why computed and not a constant: DESIGN.md wants thresholds scaled by the topology NVML reports
+Why computed and not a constant: thresholds must scale with the topology NVML reports
 (active links x per-link rate), so one rule serves an 18-link H200 pair, an H800 with fewer links, an
 NVSwitch board and a PCIe box. A pair joined by no active NVLink falls back to its PCIe link.
 
 Per-link rates are per direction, as `nvidia-smi nvlink -s` prints them:
 - NVLink 4 (H100/H200/H800): 26.5625 GB/s; read on the lent 2xH200 machine as 18 x 26.562 GB/s =
-  478 GB/s per direction (research/gpu-machine.md). NVIDIA's marketing figure is 25 GB/s (450 GB/s per
-  direction; research/validators.md §1.2); the measured signalling rate is used so the fraction is honest.
+  478 GB/s per direction (measured on the lent 2xH200, 2026-11-29). NVIDIA's marketing figure is 25 GB/s (450 GB/s per
+  direction; NVIDIA in NVIDIA/nccl-tests#212, open-mpi/hwloc#574); the measured signalling rate is used so the fraction is honest.
 - NVLink 2.x/3.x (V100, A100): 25 GB/s per link per direction (A100: 12 links = 300 GB/s per direction).
 - NVLink 5 (B200): 50 GB/s per link per direction (18 links = 900 GB/s, "1.8 TB/s" bidirectional).
 - NVLink 1 (P100): 20 GB/s.
 PCIe per lane, per direction, after line encoding: gen1 0.25, gen2 0.5, gen3 0.985, gen4 1.969,
 gen5 3.938, gen6 7.563 GB/s (PCI-SIG raw rates 2.5/5/8/16/32/64 GT/s; 8b/10b up to gen2, 128b/130b
-from gen3). A gen5 x16 link: 63 GB/s (validators.md §1.2 quotes ~63 for Gen5 x16); maximum, not current,
+from gen3). A gen5 x16 link: 63 GB/s (PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b); maximum, not current,
 generation (see _pcie_rate).
 When the text of `nvidia-smi nvlink -s` is given, the per-link rate it prints takes precedence over the
 table (26.562 GB/s on the lent H200s).

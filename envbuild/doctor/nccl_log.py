@@ -1,7 +1,7 @@
 """Reading NCCL_DEBUG=INFO output: version, driver version, the transport of every channel, env overrides.
 
 Why parse logs: NCCL exposes none of this through an API torch reaches, and the log is what a user
-already has from a failed run (research/error999.md §4: "Extract NCCL version, cudaDriverVersion, the
+already has from a failed run (what to extract: "NCCL version, cudaDriverVersion, the
 transport lines (via P2P/CUMEM / P2P/IPC / SHM / NVLS) and the first NCCL WARN file.cc:LINE").
 
 Line shapes handled (NCCL 2.1x-2.28, as printed with NCCL_DEBUG=INFO):

@@ -10,7 +10,7 @@ import signal
 from typing import Callable, Iterator
 
 # Variables that could turn on NVLink multicast (NVLS). On lent machines NVLS must never run
-# (research/gpu-machine.md; DESIGN.md "Rules of the house"), so the launcher always pins them off; only
+# (the lent 2xH200's image sets them so: multicast must not be used on a shared NVSwitch machine), so the launcher always pins them off; only
 # with allow_nvls=True, which only a user-facing flag may set, do values the caller passes replace the pin.
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 

@@ -42,30 +42,48 @@ class OptionError(EnvbuildError):
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 OPTION_TYPES = ("int", "float", "str", "bool", "choice", "ints")
+_NUMERIC = ("int", "float", "ints")
+LISTING = "envbuild doctor --list-options"
 
 
 @dataclass(frozen=True)
 class Option:
-    """One `--set KEY=VALUE` a check takes: its type, its default (None = the check decides, e.g. by mode) and a
-    help line. `envbuild doctor --list-options` prints these; the session rejects anything else before a run."""
+    """One `--set KEY=VALUE` a check takes: its type, its default (None = the check decides, e.g. by mode), a help
+    line and, for a number, its bounds. `envbuild doctor --list-options` prints these; the settings of a doctor
+    run (envbuild/doctor/settings.py) turn the user's strings into these typed values once, before any work.
+
+    Why bounds on every number: a value that parses but cannot be meant (train.steps=0, a 30-digit layer count,
+    gpu.compute.seconds=inf) must exit 2 naming the bound before a run, not become an error row after one.
+    `low` and `high` are inclusive; `low_open` makes `low` itself refused (a time must be more than 0)."""
 
     key: str
     type: str
     default: Any
     help: str
     choices: Tuple[str, ...] = ()
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in OPTION_TYPES:
             raise ValueError(f"option {self.key}: unknown type {self.type!r}")
         if (self.type == "choice") != bool(self.choices):
             raise ValueError(f"option {self.key}: choices go with type 'choice' only")
+        if (self.type in _NUMERIC) != (self.low is not None and self.high is not None):
+            raise ValueError(f"option {self.key}: a number has both bounds (low, high); other types have none")
 
     def type_label(self) -> str:
         return "|".join(self.choices) if self.type == "choice" else ("int,int,..." if self.type == "ints" else self.type)
 
+    def bounds_label(self) -> str:
+        """'1..1024', '>0..3600', or '' for a type without bounds."""
+        if self.low is None or self.high is None:
+            return ""
+        return f"{'>' if self.low_open else ''}{_num(self.low)}..{_num(self.high)}"
+
     def parse(self, raw: Any) -> Any:
-        """The typed value of `raw` (a CLI string), or OptionError naming the key and the expected type."""
+        """The typed, bounded value of `raw` (the CLI's string), or OptionError naming the key and what is expected."""
         text = str(raw).strip()
         bad = OptionError(f"--set {self.key}={text!r}: expected {self.type_label()} ({self.help})")
         if self.type == "str":
@@ -80,12 +98,31 @@ class Option:
             return text.lower() in _TRUE
         try:
             if self.type == "int":
-                return int(text)
+                return self._bounded(int(text), text)
             if self.type == "float":
-                return float(text)
-            return [int(s) for s in text.split(",") if s.strip()]
-        except ValueError:
+                return self._bounded(float(text), text)
+            values = [int(s) for s in text.split(",") if s.strip()]
+        except ValueError:  # also a number longer than Python's 4300-digit string limit
             raise bad from None
+        if not values:
+            raise bad
+        return [self._bounded(v, text) for v in values]
+
+    def _bounded(self, value: Any, text: str) -> Any:
+        assert self.low is not None and self.high is not None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise OptionError(f"--set {self.key}={text}: must be a finite number ({self.help})")
+        shown = text if len(text) <= 24 else text[:20] + "..."
+        if value < self.low or (self.low_open and value == self.low):
+            word = "greater than" if self.low_open else "at least"
+            raise OptionError(f"--set {self.key}={shown}: must be {word} {_num(self.low)} ({self.help})")
+        if value > self.high:
+            raise OptionError(f"--set {self.key}={shown}: must be at most {_num(self.high)} ({self.help})")
+        return value
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
 
 
 @dataclass(frozen=True)
@@ -228,8 +265,10 @@ def select(patterns: Sequence[str] = (), skip: Sequence[str] = (), mode: Optiona
     checks = all_checks()
     for pat in list(patterns) + list(skip):
         if not any(matches(c, (pat,)) for c in checks):
-            known = ", ".join(c.id for c in checks)
-            raise EnvbuildError(f"no check matches {pat!r}; known checks: {known}")
+            from envbuild.suggest import did_you_mean
+
+            names = [c.id for c in checks] + sorted({c.category for c in checks}) + list(RENAMED)
+            raise EnvbuildError(f"no check matches {pat!r}; {did_you_mean(pat, names, 'envbuild doctor --list')}")
 
     chosen = [c for c in checks if (not patterns or matches(c, patterns)) and not matches(c, skip)]
     if not patterns and mode is not None:  # an explicit --check runs a check whatever the mode
@@ -252,16 +291,15 @@ def declared_options() -> Dict[str, Tuple[Option, List[str]]]:
 
 
 def validate_options(raw: Mapping[str, Any]) -> Dict[str, Any]:
-    """The typed values of the user's `--set` options; OptionError for an unknown key or a malformed value, with
-    the list of valid keys, so a typo never runs the default silently."""
+    """The typed, bounded values of the user's `--set` options (parsed here once: checks read them through
+    ctx.option); OptionError for an unknown key (with the closest keys) or a value out of its type or bounds, so a
+    typo never runs the default silently."""
+    from envbuild.suggest import did_you_mean
+
     known = declared_options()
     out: Dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
-            raise OptionError(f"--set {key}: no check takes this option; valid keys: {', '.join(known)} "
-                              f"(see envbuild doctor --list-options)")
-        try:
-            out[key] = known[key][0].parse(value)
-        except OptionError as exc:
-            raise OptionError(f"{exc}; valid keys: {', '.join(known)}") from None
+            raise OptionError(f"--set {key}: no check takes this option; {did_you_mean(key, known, LISTING)}")
+        out[key] = known[key][0].parse(value)
     return out

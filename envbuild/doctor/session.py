@@ -17,11 +17,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.registry import Check
     from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import FactSource
+    from envbuild.profile import Profile
     from envbuild.report.model import Report, Result
 
 
 @dataclass
 class DoctorOptions:
+    """One doctor run's settings, resolved once (envbuild/doctor/settings.py resolve_doctor for the CLI): `options`
+    holds the typed `--set` values, `sets` the same as the user wrote them (recorded in the report)."""
+
     profile: Optional[str] = None
     python: Optional[str] = None
     prefix: Optional[str] = None
@@ -37,8 +41,11 @@ class DoctorOptions:
     json_path: Optional[str] = None
     junit_path: Optional[str] = None
     prom_path: Optional[str] = None
+    html_path: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)
+    sets: Dict[str, str] = field(default_factory=dict)
     quiet: bool = False
+    loaded_profile: Optional["Profile"] = None  # the profile read once by the settings (not shipped to Ray nodes)
 
 
 def resolve_python(python: Optional[str], prefix: Optional[str]) -> str:
@@ -129,10 +136,9 @@ def run_doctor(opts: DoctorOptions) -> int:
     import click
 
     from envbuild.doctor.interrupt import Stopped, stop_on_signals
-    from envbuild.doctor.registry import declared_options, select, validate_options
+    from envbuild.doctor.registry import declared_options, select
     from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import open_source
-    from envbuild.outputs import check_report_paths
     from envbuild.profile import load_profile
     from envbuild.report import terminal
     from envbuild.report.progress import Progress, load_durations, save_durations
@@ -145,11 +151,9 @@ def run_doctor(opts: DoctorOptions) -> int:
     if opts.list_options:
         terminal.print_option_list(declared_options())
         return 0
-    validate_options(opts.options)  # an undeclared key or a malformed value: exit 2 before any work
-    chosen = select(opts.checks, opts.skips, mode=opts.mode)  # a pattern matching nothing: bad usage, before any work
-    check_report_paths(json=opts.json_path, junit=opts.junit_path, prometheus=opts.prom_path)
+    chosen = select(opts.checks, opts.skips, mode=opts.mode)
     _note_renamed(opts.checks + opts.skips)
-    profile = load_profile(opts.profile) if opts.profile else None
+    profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
     python = resolve_python(opts.python, opts.prefix)
     stack_reader = StackPrefetch()
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
@@ -164,7 +168,7 @@ def run_doctor(opts: DoctorOptions) -> int:
                                      before=lambda: start_stack_early(ctx, chosen, stack_reader),
                                      options={"mode": opts.mode, "gpus": opts.gpus, "checks": opts.checks,
                                               "skips": opts.skips, "strict": opts.strict, "python": python,
-                                              "root": opts.root, "set": opts.options})
+                                              "root": opts.root, "set": opts.sets})
             finally:
                 stops.hold()  # the checks are over: a stop signal from here on waits for the report
                 stack_reader.close()
@@ -218,15 +222,7 @@ def _note_renamed(patterns: List[str]) -> None:
 
 
 def _write_reports(report: "Report", opts: DoctorOptions) -> None:
-    if opts.json_path:
-        from envbuild.report.json_report import write_json
+    from envbuild.outputs import write_outputs
+    from envbuild.report.writers import DOCTOR_WRITERS
 
-        write_json(report, opts.json_path)
-    if opts.junit_path:
-        from envbuild.report.junit import write_junit
-
-        write_junit(report, opts.junit_path)
-    if opts.prom_path:
-        from envbuild.report.prometheus import write_prometheus
-
-        write_prometheus(report, opts.prom_path)
+    write_outputs(DOCTOR_WRITERS, opts, report)

@@ -11,7 +11,7 @@ from typing import Any
 from envbuild.report.model import Result, Status
 
 # A hang in a collective or in communicator setup: per-step communicator churn (M4) or a GPU held by a
-# stale process (D7) are the causes research/error999.md §2 names for it.
+# stale process (D7) are the causes envbuild/knowledge/causes.toml names for it.
 DEFAULT_HANG_CAUSES = ("M4", "D7")
 
 

@@ -3,7 +3,7 @@
 Run inside the Docker image (with the image's python); the stack probe reads what that env really has,
 and this writes it as lockfiles/<name>/profile.toml content whose facts all say `verified = true` and
 `source = "captured from <where> on <date> by envbuild capture --env"`. A user can then replace the
-research-derived (verified = false) facts of a profile with what their image holds, or diff the two.
+the written (verified = false) facts of a profile with what their image holds, or diff the two.
 
 The components written are the ones the shipped profiles name (so the manifest lines up with them),
 each only when the env has it.

@@ -125,7 +125,7 @@ def parse_bool_param(text: str) -> Optional[bool]:
 
 
 # Kernel-log events that mean a GPU needs attention. Xid meanings: NVIDIA "Xid Errors" catalog
-# (https://docs.nvidia.com/deploy/xid-errors/), research/error999.md D3.
+# (https://docs.nvidia.com/deploy/xid-errors/), envbuild/knowledge/causes.toml D3.
 XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 _OTHER_EVENTS = [
     ("fallen_off_bus", re.compile(r"fallen off the bus", re.I)),

@@ -2,7 +2,7 @@
 the user-mode driver against the kernel module, the torch_memory_saver hook slime would preload.
 
 Why inside the actor: Ray workers inherit the `ray start` shell and the job's runtime_env, not the shell a
-user types `envbuild doctor` in (research/error999.md C1, C2, C4). Two uses:
+user types `envbuild doctor` in (envbuild/knowledge/causes.toml C1, C2, C4). Two uses:
 
 - `envbuild doctor --ray ADDRESS --audit` runs `audit_process()` in a Ray worker on every node and compares
   each with the driver's shell and with the others (`compare()`).
@@ -14,9 +14,9 @@ user types `envbuild doctor` in (research/error999.md C1, C2, C4). Two uses:
   It writes `<dir>/<host>-<pid>.json`, an envbuild.report v1 whose results are the audit's checks; then
   `envbuild report merge /shared/audit` joins them and checks that every member of a group agrees.
 
-Secrets: only variables under the prefixes below are read at all, and only the names in VALUE_ALLOWLIST keep
-their value; any other matching variable is listed with the value "<redacted>" (NCCL_IB_* may hold hostnames,
-*_TOKEN never gets here).
+Secrets: only variables under the prefixes below are read at all, and their values go through the one
+redaction policy of envbuild/redact.py, the same as a capture bundle's (an allowlist of names whose values are
+kept, scrubbed of credential forms; any other variable is listed with the value "<redacted>").
 """
 from __future__ import annotations
 
@@ -30,30 +30,21 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+# the variables the audit reads (what steers CUDA/NCCL/torch); which values it keeps is redact.py's rule
 PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TMS_", "LD_", "SGLANG_", "RAY_EXPERIMENTAL_NOSET_", "NVTE_", "TORCH_NCCL_")
-VALUE_ALLOWLIST = frozenset({
-    "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL",
-    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS",
-    "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET_GDR_LEVEL", "NCCL_BUFFSIZE", "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_MNNVL_ENABLE", "NCCL_LAUNCH_MODE",
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_HOME", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NVML_BASED_CUDA_CHECK",
-    "TMS_INIT_ENABLE", "TMS_INIT_ENABLE_CPU_BACKUP", "LD_LIBRARY_PATH", "LD_PRELOAD",
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "SGLANG_MEMORY_SAVER_CUDA_GRAPH", "NVTE_FP8_BLOCK_SCALING_FP32_SCALES",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
-})
-REDACTED = "<redacted>"
 LIBS = {"libcuda": "libcuda.so", "libnccl": "libnccl.so", "libcudart": "libcudart.so", "libnvidia-ml": "libnvidia-ml.so",
         "torch_memory_saver": "torch_memory_saver"}
-# What every member of one communicator must agree on (research/error999.md C4, M1, N1): NCCL's defaults differ
+# What every member of one communicator must agree on (envbuild/knowledge/causes.toml C4, M1, N1): NCCL's defaults differ
 # from slime's and sglang's, and a mismatch shows up as a hang or a Cuda failure mid-collective.
 AGREE = ("NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO")
 
 
 def environment(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The variables that steer CUDA/NCCL/torch, values kept only for the allowlist."""
+    """The variables that steer CUDA/NCCL/torch, their values by envbuild.redact's policy."""
+    from envbuild.redact import redact_env_value
+
     env = os.environ if environ is None else environ
-    return {k: (v if k in VALUE_ALLOWLIST else REDACTED) for k, v in sorted(env.items()) if k.startswith(PREFIXES)}
+    return {k: redact_env_value(k, v) for k, v in sorted(env.items()) if k.startswith(PREFIXES)}
 
 
 def mapped_libraries(maps_text: Optional[str] = None) -> Dict[str, List[str]]:

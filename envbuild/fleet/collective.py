@@ -1,5 +1,5 @@
 """The cross-node collectives one Ray rank runs: all-reduce and all-to-all over every rank of the fleet,
-timed, checked for the right answer, turned into nccl-tests' algbw/busbw (research/validators.md §1:
+timed, checked for the right answer, turned into nccl-tests' algbw/busbw (nccl-tests doc/PERFORMANCE.md:
 all-reduce busbw = algbw x 2(n-1)/n, all-to-all busbw = algbw x (n-1)/n).
 
 Runs inside the Ray worker's own process, with the torch of the Ray job's environment (imported here, never

@@ -215,9 +215,3 @@ def _fleet_report(fleet: FleetReport):
 
     return Report(host={"hostname": "fleet"}, gpus=[], results=list(fleet.fleet_results),
                   envbuild_version=fleet.envbuild_version)
-
-
-def write_fleet_junit(fleet: FleetReport, path: str) -> None:
-    from envbuild.fsutil import atomic_write_text
-
-    atomic_write_text(path, fleet_to_junit(fleet))

@@ -396,9 +396,3 @@ def fleet_to_json(fleet: FleetReport) -> List[str]:
             parts.append(text)
     parts.append("\n ]\n}\n")
     return parts
-
-
-def write_fleet_json(fleet: FleetReport, path: str) -> None:
-    from envbuild.fsutil import atomic_write_text
-
-    atomic_write_text(path, fleet_to_json(fleet))

@@ -112,9 +112,3 @@ def fleet_to_text(fleet: FleetReport) -> List[str]:
             parts.append(f"# HELP {name} {HELP[name]}\n# TYPE {name} gauge\n")
             parts.extend(samples)
     return parts
-
-
-def write_fleet_prometheus(fleet: FleetReport, path: str) -> None:
-    from envbuild.fsutil import atomic_write_text
-
-    atomic_write_text(path, fleet_to_text(fleet))

@@ -27,7 +27,7 @@ from envbuild.report.model import Metric, Result, Status
 
 DEADLINES = {"static": 120.0, "quick": 600.0, "full": 1800.0}  # whole sweep, seconds
 SLOW_NODE = 0.8  # a node below 0.8 x the fleet's median busbw is named (a relative rule of envbuild's own:
-# research/validators.md gives absolute floors per link type, which a mixed fleet cannot share)
+# nccl-tests#212 and azurehpc-health-checks give absolute floors per link type, which a mixed fleet cannot share)
 POLL_S = 1.0
 SHIPPED_CHECK = "fleet.envbuild_shipped"
 

@@ -53,15 +53,34 @@ def report_path(json_path: Optional[str], node: str) -> str:
                         "would write the same file")
 
 
-def run_slurm(opts: Any) -> int:
-    """`envbuild doctor --slurm --json DIR`: task 0 of each node runs the doctor, its report named by node."""
-    from envbuild.doctor.session import run_doctor
-    from envbuild.fsutil import atomic_write_text
+def check_json_target(json_path: Optional[str], per_node: bool) -> None:
+    """Before any work: the file this node's report will go to can be written (the rules of envbuild/outputs.py:
+    no folder is created, so `--json DIR/` with a missing DIR is refused, not made). `per_node` (--slurm): the path
+    must name one file per node; --health-check also takes a plain file."""
+    from envbuild.outputs import check_output_file
 
+    if json_path is None and not per_node:
+        return
+    if per_node or (json_path and ("{node}" in json_path or os.path.isdir(json_path) or json_path.endswith("/"))):
+        json_path = report_path(json_path, node_name())  # refuses what cannot name one file per node
+    check_output_file(json_path, "--json")
+
+
+def require_job() -> Dict[str, str]:
+    """The Slurm variables of this step; --slurm outside a job is bad usage (checked with the other settings)."""
     env = slurm_env()
     if "SLURM_JOB_ID" not in env:
         raise EnvbuildError("--slurm: no SLURM_JOB_ID here; run it in a Slurm step "
                             "(srun --ntasks-per-node=1 envbuild doctor --slurm --json DIR, docs/fleet.md)")
+    return env
+
+
+def run_slurm(opts: Any) -> int:
+    """`envbuild doctor --slurm --json DIR`: task 0 of each node runs the doctor, its report named by node."""
+    from envbuild.doctor.session import run_doctor
+    from envbuild.outputs import write_output
+
+    env = require_job()
     node = node_name()
     final = report_path(opts.json_path, node)
     if env.get("SLURM_LOCALID", "0") != "0":  # several tasks per node: one doctor per node is enough
@@ -74,8 +93,7 @@ def run_slurm(opts: Any) -> int:
             data = json.load(f)
     data["node"] = node
     data["slurm"] = env
-    os.makedirs(os.path.dirname(os.path.abspath(final)), exist_ok=True)
-    atomic_write_text(final, json.dumps(data, indent=2, default=str) + "\n")
+    write_output(final, json.dumps(data, indent=2, default=str) + "\n", "--json")
     return code
 
 
@@ -108,6 +126,8 @@ def _doctor_argv(opts: Any, json_path: str) -> List[str]:
         argv += ["--check", c]
     for s in opts.skips:
         argv += ["--skip", s]
+    for key, value in opts.sets.items():  # as the user wrote them: the child resolves its own settings
+        argv += ["--set", f"{key}={value}"]
     return argv + (["--require-gpu"] if opts.require_gpu else [])
 
 
@@ -152,11 +172,11 @@ def health_check(opts: Any, deadline: Optional[float] = None, drain: bool = Fals
 def _verdict(node: str, reasons: List[str], users: List[str], drain: bool, json_path: Optional[str],
              report: Optional[Dict[str, Any]]) -> int:
     if json_path and report is not None:
-        from envbuild.fsutil import atomic_write_text
+        from envbuild.outputs import write_output
 
         report["node"] = node
-        atomic_write_text(report_path(json_path, node) if (os.path.isdir(json_path) or "{node}" in json_path)
-                          else json_path, json.dumps(report, indent=2, default=str) + "\n")
+        write_output(report_path(json_path, node) if (os.path.isdir(json_path) or "{node}" in json_path)
+                     else json_path, json.dumps(report, indent=2, default=str) + "\n", "--json")
     for u in users:
         print(f"envbuild health-check {node}: user-side problem, not draining: {u}")
     if not reasons:

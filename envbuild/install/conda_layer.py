@@ -1,7 +1,7 @@
 """The conda layer of `envbuild create`: fetch every locked archive and verify it before a backend links it.
 
 Why we hash ourselves: py-rattler checks sha256 only for http(s) downloads, not for `file://` channels
-(research/envbuilders.md §2.2, tested) — and bundles and mirrors are exactly file:// channels. So every
+(py-rattler's solve and install) — and bundles and mirrors are exactly file:// channels. So every
 archive is copied or downloaded into envbuild's archive cache, hashed, compared with the lock, and only the
 verified copy is handed to the installer. A mismatch names the file and leaves the target untouched.
 

@@ -1,7 +1,7 @@
 """Check out a recipe's git source at its exact commit and apply its patches, idempotently.
 
 The slime images run sglang and Megatron from git checkouts with slime's `docker/patch/<ver>/*.patch`
-applied (research/envbuilders.md §5), so the environment is only equal to the image when the checkout is
+applied (slime's docker/Dockerfile applies docker/patch/*), so the environment is only equal to the image when the checkout is
 at that commit AND every patch applied cleanly, in order.
 
 How the patches are checked: all of them are first applied, in order, to a scratch index built from the

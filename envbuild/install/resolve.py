@@ -30,7 +30,7 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
         raise EnvbuildError("give --prefix or --name, not both")
     bundle_obj, mirrors = None, []
     if bundle:
-        from envbuild.pack.bundle import open_bundle
+        from envbuild.install.bundle import open_bundle
 
         bundle_obj = open_bundle(Path(bundle))
         mirrors = list(bundle_obj.channel_dirs)

@@ -3,7 +3,7 @@
 Compiling the CUDA extensions of the slime stack takes tens of minutes per node; the result depends only on
 the source (commit and applied patches), the Python, torch and CUDA versions, the GPU architectures and the
 build's own flags. So a build is done once into a wheelhouse cache keyed by exactly those, and every other
-node with the same key installs the wheel in seconds (research/envbuilders.md §0.4c, §6.3).
+node with the same key installs the wheel in seconds.
 
 A cache entry is a folder `<cache>/<name>/<commit12>-<key16>/` holding the wheel and `entry.json` (the key,
 the wheel's sha256, the build time). A reuse re-hashes the wheel: a truncated or altered wheel is rebuilt,

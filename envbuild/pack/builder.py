@@ -166,7 +166,7 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
     """
     from envbuild.install.source_builds import wheel_cache_dir
-    from envbuild.pack.bundle import write_manifest, write_tar
+    from envbuild.install.bundle import write_manifest, write_tar
     from envbuild.profile import load_profile, lockfiles_base, select_profile
 
     base = lockfiles_base(lockfiles)

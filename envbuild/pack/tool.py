@@ -35,7 +35,7 @@ def stage_tool(stage: Path, repo: Path, python_version: str, glibc: str, index_u
     from envbuild.install.pip_layer import fetch_locked_wheel
     from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
     from envbuild.lock.pip_lockfile import parse_pip_lock
-    from envbuild.lock.recipe import PipIndex
+    from envbuild.profile.recipe import PipIndex
 
     tool = stage / "tool"
     tool.mkdir(parents=True, exist_ok=True)

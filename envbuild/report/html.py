@@ -463,32 +463,25 @@ def _details(n: NodeReport, with_evidence: bool) -> Dict[str, Any]:
             "hidden_pass": sum(1 for r in results if r.status is Status.PASS) if not with_evidence else 0}
 
 
-def write_html(text: str, path: str) -> None:
-    from envbuild.fsutil import atomic_write_text
+def write_html(text: str, path: str, flag: str = "--output") -> None:
+    from envbuild.outputs import write_output
 
-    atomic_write_text(path, text)
+    write_output(path, text, flag)
 
 
-def doctor_with_html(html_path: Optional[str], opts: Any, run: Any) -> int:
-    """`envbuild doctor --html FILE`: run the doctor (`run(opts)`, its exit code returned) and write the page of
-    the report it wrote. The page is read back from the JSON report, the same reader `report html` uses, so the
-    two pages of one run are the same page; without --json the JSON goes to a temporary file."""
+def page_of_json(json_text: "str | Sequence[str]", written: Optional[str] = None) -> str:
+    """The page of a report given as its JSON text (a doctor's or a fleet's), read through the same reader
+    `report html` uses, so `doctor --html` and `report html` of one run give the same page: from `written`, the
+    run's --json file, when it is one (the page then names it as `report html` would), else from a temporary copy."""
     import os
     import tempfile
 
-    if not html_path or getattr(opts, "list_only", False):
-        return run(opts)
-    tmp = None
-    if not opts.json_path:
-        fd, tmp = tempfile.mkstemp(prefix="envbuild-doctor-", suffix=".json")
-        os.close(fd)
-        opts.json_path = tmp
+    if written and os.path.isfile(written):
+        return render_files([written])[0]
+    fd, tmp = tempfile.mkstemp(prefix="envbuild-report-", suffix=".json")
     try:
-        code = run(opts)
-        page, _ = render_files([opts.json_path])
-        write_html(page, html_path)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.writelines([json_text] if isinstance(json_text, str) else json_text)
+        return render_files([tmp])[0]
     finally:
-        if tmp:
-            opts.json_path = None
-            os.unlink(tmp)
-    return code
+        os.unlink(tmp)

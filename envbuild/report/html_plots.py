@@ -74,7 +74,7 @@ def _size_ticks(ax, sizes: Sequence[int]) -> None:
 @_styled
 def p2p_heatmap(m: P2PMatrix):
     """src x dst one-way copy bandwidth, coloured by the fraction of the pair's line rate (red below 0.74, the
-    pass line in research/validators.md §1.2; green from 0.83, what nvbandwidth reaches)."""
+    pass line in Azure/azurehpc-health-checks; green from 0.83, what nvbandwidth reaches)."""
     from matplotlib.colors import LinearSegmentedColormap, Normalize
     from matplotlib.patches import Rectangle
 

@@ -42,5 +42,9 @@ def report_from_dict(data: Dict[str, Any]) -> Report:
     )
 
 
+def report_to_json(report: Report) -> str:
+    return json.dumps(report_to_dict(report), indent=2, sort_keys=False, default=str) + "\n"
+
+
 def write_json(report: Report, path: Union[str, Path], flag: str = "--json") -> None:
-    write_output(str(path), json.dumps(report_to_dict(report), indent=2, sort_keys=False, default=str) + "\n", flag)
+    write_output(str(path), report_to_json(report), flag)

@@ -92,10 +92,14 @@ def report_to_junit(report: Report) -> ET.Element:
     return root
 
 
-def write_junit(report: Report, path: Union[str, Path]) -> None:
-    """Write the JUnit XML atomically (a CI collector never reads half a file)."""
+def junit_text(report: Report) -> str:
+    """The JUnit XML document of the report."""
     root = report_to_junit(report)
     if hasattr(ET, "indent"):  # python >= 3.9
         ET.indent(root)
-    text = ET.tostring(root, encoding="unicode")
-    write_output(str(path), '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n", "--junit")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(report: Report, path: Union[str, Path]) -> None:
+    """Write the JUnit XML atomically (a CI collector never reads half a file)."""
+    write_output(str(path), junit_text(report), "--junit")

@@ -40,7 +40,7 @@ class Metric:
     value: float
     unit: str
     expect: Optional[str] = None  # e.g. ">= 0.80 x 478 GB/s line rate"
-    source: Optional[str] = None  # where the threshold comes from (research/validators.md §1.2, ...)
+    source: Optional[str] = None  # where the threshold comes from (a public source: an issue, a datasheet, ...)
 
 
 @dataclass

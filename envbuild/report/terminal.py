@@ -48,14 +48,16 @@ def print_check_list(checks) -> None:
 
 
 def print_option_list(options) -> None:
-    """One line per `--set` key (key first, never wrapped): its type, default, the checks that take it, help."""
+    """One line per `--set` key (key first, never wrapped): its type (with a number's bounds), default, the checks
+    that take it, help."""
     import click
 
     width = max([len(k) for k in options] + [3])
     click.echo(f"{'key':<{width}}  {'type':<22}  {'default':<14}  {'checks':<22}  what it sets")
     for key, (opt, ids) in options.items():
         default = "(derived)" if opt.default is None else repr(opt.default) if opt.default == "" else str(opt.default)
-        click.echo(f"{key:<{width}}  {opt.type_label():<22}  {default:<14}  {','.join(ids):<22}  {opt.help}")
+        kind = f"{opt.type_label()} {opt.bounds_label()}".strip()
+        click.echo(f"{key:<{width}}  {kind:<22}  {default:<14}  {','.join(ids):<22}  {opt.help}")
 
 
 def verdict_line(report: Report, strict: bool = False) -> str:

@@ -1,7 +1,8 @@
-"""`--set train.*` options of the train-step check: parsing, defaults and their errors.
+"""`--set train.*` options of the train-step check: what each one is (help, kind, bounds) and their defaults.
 
-Options arrive as strings from the CLI (`--set train.layers=4`). Every malformed or unknown key is
-an OptionError naming the key, so a typo never silently runs the default.
+The doctor declares these as registry Options (envbuild/doctor/checks/train_moe_step.py) and its settings parse
+the user's strings once, refusing an unknown key or a value out of its type or bounds with exit 2 before any
+work; `train_options` only gathers the typed values into TrainOptions.
 """
 from __future__ import annotations
 
@@ -28,15 +29,16 @@ HELP = {
     "spec": "auto (Transformer Engine when installed) | local | te",
     "lr": "Adam learning rate (default 3e-4)", "deadline": "seconds the whole run may take (default: by steps)", "preset": f"model shape ({', '.join(sorted(PRESETS))})",
 }
-# the kind of every option but sp (0/1) and lr (a positive number); the doctor declares them from these
+# The kind of every option but sp (0/1) and lr (a positive number), and the bounds of the numbers (inclusive):
+# a value outside them cannot be meant (the preset model has 48 layers; no soak runs a week), so it
+# is refused before a run rather than laid out, allocated or waited for.
 INTS = {"layers", "steps", "plain_steps", "tp", "ep", "pp", "cp", "seq", "mbs", "deadline"}
+BOUNDS = {"layers": (1, 1024), "steps": (1, 100_000), "plain_steps": (0, 100_000), "tp": (1, 1024),
+          "ep": (1, 1024), "pp": (1, 1024), "cp": (1, 1024), "seq": (1, 1 << 20), "mbs": (1, 4096),
+          "deadline": (1, 7 * 86400), "lr": (0.0, 1.0)}
+LOW_OPEN = {"lr"}  # a learning rate of 0 trains nothing
 CHOICES = {"offload": ("auto", "tms", "move", "none"), "spec": ("auto", "local", "te"),
             "preset": tuple(sorted(PRESETS))}
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-
-
-class OptionError(ValueError):
-    """A `--set train.*` value that cannot be used; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -58,42 +60,10 @@ class TrainOptions:
     deadline: Optional[int] = None
 
 
-def known_keys() -> str:
-    """Every option with its prefix, for the error that names an unknown key."""
-    return ", ".join(PREFIX + k for k in HELP)
-
-
-def parse_options(options: Mapping[str, Any], mode: str = "static") -> TrainOptions:
-    """TrainOptions from the `train.*` entries of ctx.options (other keys belong to other checks)."""
+def train_options(options: Mapping[str, Any], mode: str = "static") -> TrainOptions:
+    """TrainOptions from the typed `train.*` values of the run's settings (other keys belong to other checks)."""
     values: Dict[str, Any] = {"steps": STEPS_BY_MODE.get(mode, 3)}
-    for key, raw in options.items():
-        if not key.startswith(PREFIX):
-            continue
-        name = key[len(PREFIX):]
-        text = str(raw).strip()
-        if name not in HELP:
-            raise OptionError(f"unknown option {key}; known: {known_keys()}")
-        if name in INTS:
-            try:
-                value: Any = int(text)
-            except ValueError:
-                raise OptionError(f"{key}={text!r}: expected a whole number ({HELP[name]})") from None
-            if value < (0 if name == "plain_steps" else 1):
-                raise OptionError(f"{key}={value}: must be at least {0 if name == 'plain_steps' else 1}")
-        elif name == "sp":
-            if text.lower() not in _TRUE | _FALSE:
-                raise OptionError(f"{key}={text!r}: expected 0 or 1")
-            value = text.lower() in _TRUE
-        elif name == "lr":
-            try:
-                value = float(text)
-            except ValueError:
-                raise OptionError(f"{key}={text!r}: expected a number such as 3e-4") from None
-            if not value > 0:
-                raise OptionError(f"{key}={text}: must be positive")
-        else:
-            if text not in CHOICES[name]:
-                raise OptionError(f"{key}={text!r}: expected one of {', '.join(CHOICES[name])}")
-            value = text
-        values[name] = value
+    for key, value in options.items():
+        if key.startswith(PREFIX) and key[len(PREFIX):] in HELP:
+            values[key[len(PREFIX):]] = value
     return TrainOptions(**values)

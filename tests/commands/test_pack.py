@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.errors import InputFileError
-from envbuild.pack.bundle import MANIFEST, open_bundle
+from envbuild.install.bundle import MANIFEST, open_bundle
 from fixturegen.conda_channel import FIXTURE_PROFILE
 from fixturegen.e2e import make_world
 from fixturegen.wheels import serve
@@ -116,7 +116,7 @@ def _stage_bundle(tmp_path, member: str = "pypi/a.whl", data: bytes = b"wheel by
     (root / "locks" / "p" / "profile.toml").write_text("schema = 1\n")
     (root / Path(member)).parent.mkdir(parents=True, exist_ok=True)
     (root / member).write_bytes(data)
-    from envbuild.pack.bundle import write_manifest, write_tar
+    from envbuild.install.bundle import write_manifest, write_tar
 
     write_manifest(root, "p")
     write_tar(root, tmp_path / "b.tar")

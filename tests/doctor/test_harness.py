@@ -35,7 +35,7 @@ def test_harness_imports_without_torch(harness):
     ("all_to_all", 2, 0.5), ("broadcast", 8, 1.0),
 ])
 def test_busbw_factors_are_nccl_tests(harness, op, n, factor):
-    # research/validators.md §1.1: all_reduce 2(n-1)/n; reduce_scatter, all_gather, alltoall (n-1)/n; bcast 1
+    # nccl-tests doc/PERFORMANCE.md: all_reduce 2(n-1)/n; reduce_scatter, all_gather, alltoall (n-1)/n; bcast 1
     algbw, busbw = harness.algbw_busbw(op, 10**9, 1.0, n)
     assert algbw == pytest.approx(1.0) and busbw == pytest.approx(factor)
 

@@ -26,7 +26,7 @@ def h200():
 def test_h200_pair_line_rate_from_nvml_links(h200):
     lr = line_rate(h200, [0, 1])
     # 18 active links each (NVML version enum 6 = NVLink 4.0, 26.5625 GB/s per direction as measured on
-    # the lent H200s: 478 GB/s, research/gpu-machine.md)
+    # the lent H200s: 478 GB/s, measured on the lent 2xH200, 2026-11-29)
     assert (lr.link, lr.links, lr.per_link_gbps, lr.gbps) == ("nvlink", 18, 26.5625, 478.125)
     assert "18 links" in lr.describe() and "478 GB/s" in lr.describe()
 

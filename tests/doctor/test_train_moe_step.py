@@ -72,13 +72,14 @@ def _run_in_this_python(monkeypatch, world=2, **env):
     from envbuild.doctor.checks.train_moe_step import run_payload
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
-    from envbuild.train.options import parse_options
+    from envbuild.doctor.registry import validate_options
+    from envbuild.train.options import train_options
     from envbuild.train.presets import get_preset
 
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
-    opts = parse_options({"train.layers": "2", "train.deadline": "60"}, "full")
+    opts = train_options(validate_options({"train.layers": "2", "train.deadline": "60"}), "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(world, shape, opts.layers, opts.seq, tp=1)
     return run_payload(_probe(ctx), opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
@@ -110,7 +111,8 @@ def test_replayed_hang_after_leaking_cycles_names_rebuild_and_m4(monkeypatch):
     from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
-    from envbuild.train.options import parse_options
+    from envbuild.doctor.registry import validate_options
+    from envbuild.train.options import train_options
     from envbuild.train.presets import get_preset
 
     rec = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
@@ -123,7 +125,7 @@ def test_replayed_hang_after_leaking_cycles_names_rebuild_and_m4(monkeypatch):
                             reason="run deadline of 70 s passed")
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
     ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
-    opts = parse_options({"train.layers": "2", "train.tp": "2", "train.sp": "1", "train.ep": "2"}, "full")
+    opts = train_options(validate_options({"train.layers": "2", "train.tp": "2", "train.sp": "1", "train.ep": "2"}), "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(2, shape, 2, 4096, tp=2, sp=True, ep=2)
     res = run_payload(_probe(ctx), opts, shape, layout, {}, estimate_bytes(shape, layout, 2, 4096, 1))
@@ -143,7 +145,8 @@ def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monk
     from envbuild.doctor.launcher import LaunchOutcome, RankOutcome
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
-    from envbuild.train.options import parse_options
+    from envbuild.doctor.registry import validate_options
+    from envbuild.train.options import train_options
     from envbuild.train.presets import get_preset
 
     verdict = {"status": "error", "phase": "build", "exception": "AssertionError",
@@ -154,7 +157,7 @@ def test_a_rank_that_raised_is_attributed_to_its_verdict_phase_not_teardown(monk
                             reason="rank 0 exited with code 1")
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
     ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
-    opts = parse_options({"train.tp": "2"}, "full")
+    opts = train_options(validate_options({"train.tp": "2"}), "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(2, shape, 4, 4096, tp=2)
     res = run_payload(_probe(ctx), opts, shape, layout, {}, estimate_bytes(shape, layout, 4, 4096, 1))
@@ -172,7 +175,8 @@ def _replay(monkeypatch, ranks, world=2, options=None, gpu=None, **outcome_kw):
     from envbuild.doctor.launcher import LaunchOutcome
     from envbuild.train.layout import derive_layout
     from envbuild.train.memory import estimate_bytes
-    from envbuild.train.options import parse_options
+    from envbuild.doctor.registry import validate_options
+    from envbuild.train.options import train_options
     from envbuild.train.presets import get_preset
 
     kw = dict(timed_out=False, hung_ranks=[], crashed_ranks=[], wall_s=60.0)
@@ -180,7 +184,7 @@ def _replay(monkeypatch, ranks, world=2, options=None, gpu=None, **outcome_kw):
     outcome = LaunchOutcome(ranks=ranks, **kw)
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: outcome)
     ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable)
-    opts = parse_options(options or {"train.layers": "2", "train.tp": "1", "train.ep": "2"}, "full")
+    opts = train_options(validate_options(options or {"train.layers": "2", "train.tp": "1", "train.ep": "2"}), "full")
     shape = get_preset(opts.preset)
     layout = derive_layout(world, shape, opts.layers, opts.seq, tp=opts.tp, ep=opts.ep)
     return run_payload(_probe(ctx), opts, shape, layout, gpu or {"name": "NVIDIA H200"},

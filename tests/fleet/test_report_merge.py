@@ -51,6 +51,7 @@ def fleet_dir(tmp_path, node_report):
 
 def test_merge_table_json_junit_prometheus(fleet_dir, tmp_path, node_report):
     out = tmp_path / "out"
+    out.mkdir()  # envbuild never creates a report's folder
     proc = envbuild("report", "merge", fleet_dir, "-o", out / "fleet.json", "--junit", out / "fleet.xml",
                     "--prometheus", out / "fleet.prom")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -101,6 +102,7 @@ def test_same_inputs_same_bytes(fleet_dir, tmp_path):
     outs = []
     for run in ("a", "b"):
         o = tmp_path / run
+        o.mkdir()
         proc = envbuild("report", "merge", fleet_dir, "-o", o / "f.json", "--junit", o / "f.xml",
                         "--prometheus", o / "f.prom")
         outs.append((proc.stdout, proc.returncode) + tuple((o / f).read_bytes() for f in ("f.json", "f.xml", "f.prom")))
@@ -175,6 +177,7 @@ def test_odd_characters_survive_every_format(tmp_path, node_report):
     write_node(d, "odd<&>", bad)
     write_node(d, "plain", node_report)
     out = tmp_path / "out"
+    out.mkdir()
     proc = envbuild("report", "merge", d, "--strict", "-o", out / "f.json", "--junit", out / "f.xml",
                     "--prometheus", out / "f.prom")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr

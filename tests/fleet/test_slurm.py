@@ -143,7 +143,7 @@ def slurm(tmp_path_factory):
 @pytest.mark.slow
 def test_srun_recipe_writes_one_report_per_node_and_drains(slurm, tmp_path, ecc_bundle):
     out = tmp_path / "reports"
-    # docs/fleet.md, "Slurm": the recipe, word for word but the env's path
+    out.mkdir()  # docs/fleet.md, "Slurm": the recipe, word for word but the env's path
     proc = run(["srun", "-N2", "--ntasks-per-node=1", sys.executable, "-m", "envbuild", "doctor", "--slurm",
                 "--json", f"{out}/", "-q"], slurm, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr

@@ -80,7 +80,7 @@ def test_missing_wheel_offline_names_the_requirement(locked, tmp_path):
 def test_fetch_locked_wheel_verifies_the_download(tmp_path):
     wheel = make_wheel(tmp_path / "w", "gamma", "3.0")
     write_simple_index(tmp_path / "idx", [wheel])
-    from envbuild.lock.recipe import PipIndex
+    from envbuild.profile.recipe import PipIndex
 
     with serve(tmp_path / "idx") as base:
         lock = resolve_pip_lock(["gamma"], [PipIndex("pypi", base)], PYVER, platform_tags_for("linux-64"))
@@ -95,7 +95,7 @@ def test_fetch_locked_wheel_verifies_the_download(tmp_path):
 
 def test_direct_url_wheel_is_fetched_for_an_online_install(tmp_path):
     """`name @ URL` requirements (e.g. a release-page wheel) lock to their URL and install with the indexes."""
-    from envbuild.lock.recipe import PipIndex
+    from envbuild.profile.recipe import PipIndex
 
     files = tmp_path / "site" / "files"
     direct = make_wheel(files, "delta", "1.0", requires=["beta"])
@@ -118,7 +118,7 @@ def test_a_version_with_several_accepted_wheels_installs_the_chosen_one(tmp_path
     from envbuild.lock.pip_lock import resolve_pip_entries
     from envbuild.lock.pip_lockfile import render_pip_lock
     from envbuild.lock.pylock import render_pylock
-    from envbuild.lock.recipe import PipIndex
+    from envbuild.profile.recipe import PipIndex
 
     tag = "cp%d%d-cp%d%d" % (sys.version_info[:2] * 2)
     wheels = [make_wheel(tmp_path / "w", "multi", "1.0", tag=f"{tag}-manylinux_2_{m}_x86_64") for m in (17, 28)]

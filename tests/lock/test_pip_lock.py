@@ -13,7 +13,7 @@ import pytest
 from envbuild.errors import EnvbuildError, InputFileError
 from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
 from envbuild.lock.pip_lockfile import find_entry, parse_pip_lock
-from envbuild.lock.recipe import PipIndex
+from envbuild.profile.recipe import PipIndex
 from fixturegen.wheels import make_wheel, serve, write_simple_index
 
 TAGS = platform_tags_for("linux-64", "2.28")

@@ -15,7 +15,7 @@ from envbuild.install.pip_layer import install_locked
 from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_lock
 from envbuild.lock.pip_lockfile import find_entry, parse_pip_lock
 from envbuild.lock.pylock import parse_pylock
-from envbuild.lock.recipe import PipIndex
+from envbuild.profile.recipe import PipIndex
 from fixturegen.e2e import make_world
 from fixturegen.wheels import make_wheel, serve, write_simple_index
 

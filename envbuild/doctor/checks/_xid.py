@@ -1,3 +1,3 @@
 """The source node.kernel_log and node.ecc both cite for their thresholds: NVIDIA's Xid catalog."""
 
-XID_DOC = "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors); research/error999.md D3"
+XID_DOC = "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors); cause D3 of envbuild/knowledge/causes.toml"

@@ -1,5 +1,5 @@
 """comm.nccl_churn: slime's per-step communicator rebuild (~20 subgroups built, used and destroyed K times) under
-NCCL, watching GPU memory and file descriptors for leaks (research/error999.md M4).
+NCCL, watching GPU memory and file descriptors for leaks (envbuild/knowledge/causes.toml M4).
 
 One process per GPU runs checks/comm_nccl_churn.py; judge_churn is a plain function so the gloo tests and
 recorded runs replay it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from envbuild.doctor.checks.comm_nccl_collectives import DEADLINE_S, PHASE_DEADLINE, phase_deadlines
+from envbuild.doctor.checks._comm_phases import DEADLINE_S, PHASE_DEADLINE, phase_deadlines
 from envbuild.doctor.registry import Option, ProbeSpec, probe_check
 from envbuild.report.model import Result, Status
 
@@ -26,10 +26,11 @@ CHURN_PROBE = ProbeSpec("comm_nccl_churn.py", "communicator churn", deadline_s=D
 @probe_check("comm.nccl_churn", "comm",
              "NCCL communicator churn: K cycles of ~20 subgroups built, used and destroyed; memory and FD leaks",
              needs=("gpu", "multi_gpu"), causes=("M4",), probe=CHURN_PROBE,
-             options=(Option("comm.churn_cycles", "int", None, "destroy/rebuild cycles (default: 4, 12 with --full)"),
+             options=(Option("comm.churn_cycles", "int", None, "destroy/rebuild cycles (default: 4, 12 with --full)",
+                             low=1, high=10000),
                       PHASE_DEADLINE))
 def nccl_churn(ctx, run) -> Result:
-    """slime's ReloadableProcessGroup pattern (research/error999.md M4) under NCCL_CUMEM_ENABLE=0 (slime's
+    """slime's ReloadableProcessGroup pattern (envbuild/knowledge/causes.toml M4) under NCCL_CUMEM_ENABLE=0 (slime's
     default)."""
     cfg = CHURN[run.mode]
     cycles = run.option("comm.churn_cycles")

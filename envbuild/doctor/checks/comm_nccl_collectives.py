@@ -2,7 +2,7 @@
 
 One process per GPU runs checks/comm_nccl_collectives.py under the hang-proof launcher. The judging is kept
 in a plain function (judge_collectives) so a recorded GPU run can be replayed by the tests. The deadlines and
-the phase-deadline option are shared with comm.nccl_churn (envbuild/doctor/checks/comm_nccl_churn.py).
+the phase-deadline option are shared with comm.nccl_churn (envbuild/doctor/checks/_comm_phases.py).
 
 Their `--set` options are declared below (`envbuild doctor --list-options` prints them).
 """
@@ -12,6 +12,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild.data.checks._common import size_label
+from envbuild.doctor.checks._comm_phases import DEADLINE_S, PHASE_DEADLINE, phase_deadlines
 from envbuild.doctor.registry import Option, ProbeSpec, probe_check
 from envbuild.report.model import Result, Status
 
@@ -27,22 +28,14 @@ SIZES = {
     "full": [1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB],
 }
 BUDGET_MS = {"quick": 40.0, "full": 80.0}
-DEADLINE_S = {"quick": 120.0, "full": 300.0}
-PHASE_DEADLINE = Option("comm.phase_deadline_s", "int", 60,
-                        "the longest a rank may stay in one phase before it counts as hung (init: at least 90)")
 
-# First NCCL WARN's source file -> causes (research/error999.md §4, "Extract ... the first NCCL WARN
+# First NCCL WARN's source file -> causes (the NCCL source file that prints the first WARN
 # file.cc:LINE": alloc.h -> M1, nvls.cc -> N1, shm.cc -> M2/O1, p2p.cc -> M3/N3, enqueue.cc -> M5/D3).
 WARN_FILE_CAUSES = {"alloc.h": ["M1"], "nvls.cc": ["N1"], "shm.cc": ["M2", "O1"], "p2p.cc": ["M3", "N3"],
                     "enqueue.cc": ["M5", "D3"]}
-# NCCL variables that, set by the environment, steer NCCL away from NVLink P2P (research/error999.md C4).
+# NCCL variables that, set by the environment, steer NCCL away from NVLink P2P (envbuild/knowledge/causes.toml C4).
 P2P_STEERING_VARS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_ALGO",
                      "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY")
-
-
-def phase_deadlines(seconds: int) -> Dict[str, float]:
-    """NCCL init may take long on a cold node; any other phase is one collective or one rebuild."""
-    return {"init": max(90.0, float(seconds)), "*": float(seconds)}
 
 
 def _smi_nvlink(ctx) -> Optional[str]:
@@ -71,7 +64,8 @@ COLLECTIVES = ProbeSpec("comm_nccl_collectives.py", "NCCL collectives", deadline
 @probe_check("comm.nccl_collectives", "comm",
              "NCCL all_reduce/all_gather/reduce_scatter/all_to_all/broadcast: exact, busbw vs line rate, transports",
              needs=("gpu", "multi_gpu"), causes=("C4", "N3", "M1"), probe=COLLECTIVES,
-             options=(Option("comm.sizes", "ints", None, "collective sizes in bytes (default: by mode)"),
+             options=(Option("comm.sizes", "ints", None, "collective sizes in bytes (default: by mode)",
+                             low=1, high=1 << 36),
                       Option("comm.cumem", "choice", "both", "which NCCL_CUMEM_ENABLE settings to run",
                              choices=("0", "1", "both")),
                       PHASE_DEADLINE))

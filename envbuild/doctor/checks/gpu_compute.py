@@ -1,7 +1,7 @@
 """gpu.compute: bf16/fp16 GEMM TFLOP/s and HBM copy GB/s of every GPU, against its SKU's datasheet peak and
 against the other GPUs, so a throttled or sick GPU (the straggler that stalls every collective) is named.
 
-The anchor is DCGM's diagnostics (research/validators.md §1.2, §2.1): `targeted_stress` (a sustained GEMM) and
+The anchor is DCGM's diagnostics (NVIDIA/DCGM nvvs/diag-skus.yaml.in): `targeted_stress` (a sustained GEMM) and
 `memory_bandwidth`, whose per-SKU pass targets are 75 % of what a healthy GPU of that SKU measures. Here the
 expectation is a fraction of the datasheet peak (envbuild/train/peaks.py, each row with its datasheet), so a SKU
 needs one table row, not a measured target. One process per GPU, all at once (checks/gpu_compute.py): the
@@ -21,12 +21,12 @@ SECONDS = {"quick": 0.5, "full": 3.0}  # measuring time per phase; full runs lon
 
 # Fractions of the dense datasheet peak. Healthy cuBLAS on a large square bf16 GEMM reaches about 0.6-0.8 of it
 # on Hopper/Ampere, device-to-device copies 0.8-0.9 of HBM bandwidth; DCGM fails a GPU under 75 % of a healthy
-# one's measurement (research/validators.md §1.2: H100 memory_bandwidth target 1,905 GB/s = 0.57 of 3.35 TB/s).
+# one's measurement (DCGM diag-skus.yaml.in: H100 memory_bandwidth target 1,905 GB/s = 0.57 of 3.35 TB/s).
 # Warn where DCGM would fail, fail where no healthy GPU lands (a clock-capped, power-braked or degraded GPU).
 GEMM_BAND = Band(warn_below=0.45, fail_below=0.25)
 COPY_BAND = Band(warn_below=0.55, fail_below=0.35)
 PEAK_SOURCE = ("fraction of the datasheet peak (envbuild/train/peaks.py); bands from DCGM diag's 75 %-of-healthy "
-               "targets, research/validators.md §1.2")
+               "targets (NVIDIA/DCGM nvvs/diag-skus.yaml.in)")
 # GPUs of one node and SKU run within a few percent of each other; one 10 % slower than the median sets the pace
 # of every synchronous step (the straggler), 25 % slower is a sick GPU.
 PEER_BAND = Band(warn_below=0.90, fail_below=0.75)
@@ -45,7 +45,7 @@ REMEDY = ("look at `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE` for th
 @probe_check("gpu.compute", "gpu", "bf16/fp16 GEMM TFLOP/s and HBM copy GB/s per GPU vs the SKU's peak and vs the "
              "other GPUs (the straggler)", causes=("D3", "D7", "D8"),
              options=(Option("gpu.compute.seconds", "float", None, "measuring time per phase (default 0.5, 3 with "
-                                                                    "--full)"),),
+                                                                    "--full)", low=0, high=3600, low_open=True),),
              probe=ProbeSpec("gpu_compute.py", "the compute probe", deadline_s={"quick": 60, "full": 120},
                              phase_deadlines={"*": 30}, backend="none", hang_causes=("D3", "D1", "D7"),
                              crash_causes=("D3",)))

@@ -9,9 +9,9 @@ from envbuild.report.model import Result, Status
 _REMEDY = {
     "torch_mp.expandable_on": "expandable-segment IPC needs pidfd_getfd: set kernel.yama.ptrace_scope=0 or grant "
                               "CAP_SYS_PTRACE (docker --cap-add SYS_PTRACE / an unconfined seccomp profile), or "
-                              "keep expandable_segments off in processes that share CUDA tensors (research M3/O3)",
+                              "keep expandable_segments off in processes that share CUDA tensors (cause M3/O3)",
     "vmm.churn": "cuMem does not work here (WSL, vGPU or a GPU-sharing layer?): NCCL_CUMEM_ENABLE=0 and no "
-                 "torch_memory_saver offload until the driver/platform is fixed (research M1/D8)",
+                 "torch_memory_saver offload until the driver/platform is fixed (cause M1/D8)",
 }
 
 

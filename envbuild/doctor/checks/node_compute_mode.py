@@ -1,7 +1,7 @@
 """node.compute_mode: MIG off and compute mode Default. Colocated RL (slime) runs the trainer and the rollout engine
 on the same GPU, so a GPU in EXCLUSIVE_PROCESS or PROHIBITED mode cannot host it.
 
-Research: error999.md §2 D8 (sharing / partitioning layers).
+Causes (envbuild/knowledge/causes.toml, with their sources): D8 (sharing / partitioning layers).
 """
 from __future__ import annotations
 

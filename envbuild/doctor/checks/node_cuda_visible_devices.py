@@ -1,6 +1,6 @@
 """node.cuda_visible_devices: CUDA_VISIBLE_DEVICES names GPUs that exist, once each.
 
-Research: error999.md §2 C4 (the shell's CUDA_VISIBLE_DEVICES leaking into Ray workers).
+Causes (envbuild/knowledge/causes.toml, with their sources): C4 (the shell's CUDA_VISIBLE_DEVICES leaking into Ray workers).
 """
 from __future__ import annotations
 

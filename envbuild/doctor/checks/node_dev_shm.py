@@ -1,7 +1,7 @@
 """node.dev_shm: /dev/shm large enough, not full, and no stale nccl-* segments (what `docker run --shm-size` gives a
 container and a bare-metal node may not have).
 
-Research: error999.md §2 E O1 (/dev/shm).
+Causes (envbuild/knowledge/causes.toml, with their sources): O1 (/dev/shm).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from envbuild.report.model import Metric, Result, Status
 CAT = "node"
 GIB = 1024 ** 3
 SHM_FLOOR = 1 * GIB
-SHM_SRC = "Docker's 64 MiB default /dev/shm is what fails NCCL (research O1); slime runs with --shm-size 16g"
+SHM_SRC = "Docker's 64 MiB default /dev/shm is what fails NCCL (cause O1); slime runs with --shm-size 16g"
 SHM_FULL = 0.90
 
 
@@ -59,10 +59,10 @@ def dev_shm(ctx) -> Result:
     ev = {"mount": shm[-1], "size_bytes": size, "df": usage, "nccl_files": len(nccl), "nccl_examples": nccl[:5],
           "gpu_compute_processes": gpu_procs}
     metrics = [Metric("dev_shm_size", size or 0, "bytes", f">= {floor}", src),
-               Metric("dev_shm_nccl_files", len(nccl), "files", "0 when no job runs", "research/error999.md O1")]
+               Metric("dev_shm_nccl_files", len(nccl), "files", "0 when no job runs", "envbuild/knowledge/causes.toml O1")]
     if used_frac is not None:
         metrics.append(Metric("dev_shm_used", round(used_frac, 4), "fraction", f"< {SHM_FULL}",
-                              "NCCL 'posix_fallocate failed: No space left on device' (research O1)"))
+                              "NCCL 'posix_fallocate failed: No space left on device' (cause O1)"))
     stale = bool(nccl) and gpu_procs == 0
     problems, warns = [], []
     if used_frac is not None and used_frac >= SHM_FULL:

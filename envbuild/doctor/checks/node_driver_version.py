@@ -1,7 +1,7 @@
 """node.driver_version: one NVIDIA driver version everywhere: kernel module = NVML = libnvidia-ml = the libcuda a
 process maps.
 
-Research: ../shared/research/error999.md §2 D2 (module/userspace mismatch), C1 (the libcuda a process maps).
+Causes (envbuild/knowledge/causes.toml, with their sources): D2 (module/userspace mismatch), C1 (the libcuda a process maps).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """node.ecc: no uncorrectable ECC errors, no pending or failed row remaps or page retirements (NVML).
 
-Research: error999.md §2 D3 (ECC, remap), §4 "Hardware errors".
+Causes (envbuild/knowledge/causes.toml, with their sources): D3 (ECC, remap).
 """
 from __future__ import annotations
 

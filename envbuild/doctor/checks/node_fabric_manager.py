@@ -1,6 +1,6 @@
 """Fabric manager on NVSwitch systems: running, at the driver's exact version, and the GPUs registered.
 
-Research: error999.md §2 N2 (FM missing or at another version: error 802 'system not yet initialized'),
+Causes (envbuild/knowledge/causes.toml, with their sources): N2 (FM missing or at another version: error 802 'system not yet initialized'),
 N1 (NVLS needs a healthy fabric). NVIDIA Fabric Manager user guide: FM's version must equal the driver's.
 """
 from __future__ import annotations

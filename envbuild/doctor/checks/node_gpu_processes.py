@@ -1,6 +1,6 @@
 """node.gpu_processes: no compute processes already hold the GPUs.
 
-Research: error999.md §2 D7 (stale processes from a crashed run).
+Causes (envbuild/knowledge/causes.toml, with their sources): D7 (stale processes from a crashed run).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def gpu_processes(ctx) -> Result:
             held[f"gpu{d['index']}"] = procs
             total_mib += sum(p.get("used_memory_mib") or 0 for p in procs)
     metrics = [Metric("gpu_compute_processes", sum(len(v) for v in held.values()), "processes", "0 before a job",
-                      "research/error999.md D7")]
+                      "envbuild/knowledge/causes.toml D7")]
     if not held:
         return verdict(Status.PASS, f"no compute process on {len(devs)} GPU(s)", metrics=metrics)
     pids = sorted({p["pid"] for v in held.values() for p in v})

@@ -1,6 +1,6 @@
 """IOMMU and PCIe ACS on the path between GPUs that talk over PCIe.
 
-Research: error999.md §2 N3. NCCL's troubleshooting guide (ACS section): with ACS source validation on a
+Causes (envbuild/knowledge/causes.toml, with their sources): N3. NCCL's troubleshooting guide (ACS section): with ACS source validation on a
 PCIe switch, P2P writes are redirected to the root complex, which hangs or corrupts transfers; with the
 IOMMU translating (not `iommu=pt`), P2P between devices can fail the same way. NVLink P2P does not cross
 PCIe, so GPUs whose every pair talks over NVLink are not affected.

@@ -1,6 +1,6 @@
 """node.kernel_log: no Xid, fallen-off-the-bus, GSP or reset-required lines in the kernel log.
 
-Research: error999.md §2 D3 (Xid: 999 is the classic symptom, a reset is needed), §4 "Hardware errors". Xid meanings:
+Causes (envbuild/knowledge/causes.toml, with their sources): D3 (Xid: 999 is the classic symptom, a reset is needed). Xid meanings:
 NVIDIA's Xid catalog, https://docs.nvidia.com/deploy/xid-errors/.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """node.ld_preload: /etc/ld.so.preload injects nothing into CUDA processes.
 
-Research: error999.md D8 (interposers in /etc/ld.so.preload).
+Causes (envbuild/knowledge/causes.toml, with their sources): D8 (interposers in /etc/ld.so.preload).
 """
 from __future__ import annotations
 
@@ -23,4 +23,4 @@ def ld_preload(ctx) -> Result:
     return verdict(Status.WARN, f"/etc/ld.so.preload loads {', '.join(entries)} into every process",
                   evidence={"entries": entries}, causes=["D8"],
                   remediation="remove GPU interposers from /etc/ld.so.preload on training nodes "
-                              "(HAMi: CUDA_DISABLE_CONTROL=true); see research D8")
+                              "(HAMi: CUDA_DISABLE_CONTROL=true); see cause D8")

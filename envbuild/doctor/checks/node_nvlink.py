@@ -1,6 +1,6 @@
 """node.nvlink: NVLink links up, no replays or recoveries (NVML).
 
-Research: error999.md §2 D3, N1, §4 "Hardware errors".
+Causes (envbuild/knowledge/causes.toml, with their sources): D3, N1.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """node.p2p: NVML reports P2P read/write between every GPU pair.
 
-Research: error999.md §2 N3 (P2P broken), §4 "P2P".
+Causes (envbuild/knowledge/causes.toml, with their sources): N3 (P2P broken).
 """
 from __future__ import annotations
 

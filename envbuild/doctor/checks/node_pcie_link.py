@@ -1,6 +1,6 @@
 """node.pcie_link: every GPU's PCIe link at its maximum width (NVML).
 
-Research: error999.md §2 D3, N3, §4 "Hardware errors".
+Causes (envbuild/knowledge/causes.toml, with their sources): D3, N3.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """node.persistence_mode: persistence mode on for every GPU.
 
-Research: ../shared/research/error999.md §2 D6 (persistence).
+Causes (envbuild/knowledge/causes.toml, with their sources): D6 (persistence).
 """
 from __future__ import annotations
 

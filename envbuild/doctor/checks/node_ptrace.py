@@ -1,6 +1,6 @@
 """node.ptrace: ptrace_scope, seccomp and CAP_SYS_PTRACE must let CUDA IPC of VMM memory import file descriptors.
 
-Research: error999.md §2 E O3 (ptrace/seccomp), B M3 (pidfd_getfd for expandable-segment IPC needs ptrace rights).
+Causes (envbuild/knowledge/causes.toml, with their sources): O3 (ptrace/seccomp), B M3 (pidfd_getfd for expandable-segment IPC needs ptrace rights).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """node.remove_ipc: systemd-logind's RemoveIPC must not delete a user's shared memory at logout.
 
-Research: error999.md §2 E O1 (/dev/shm and RemoveIPC).
+Causes (envbuild/knowledge/causes.toml, with their sources): O1 (/dev/shm and RemoveIPC).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """node.ulimits: memlock, stack and nofile limits as the image's `docker run` sets them (a bare-metal shell does
 not get them).
 
-Research: error999.md §2 E O2 (ulimits).
+Causes (envbuild/knowledge/causes.toml, with their sources): O2 (ulimits).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ MIB = 1024 ** 2
 MEMLOCK_FLOOR = 8 * MIB
 MEMLOCK_SRC = "Linux 5.16 default MLOCK_LIMIT 8 MiB; NCCL docs: memlock unlimited (--ulimit memlock=-1)"
 STACK_FLOOR = 8 * MIB
-STACK_SRC = "glibc/Linux default 8 MiB (ulimit -s 8192); research O2: unlimited makes glibc give threads 2 MiB"
+STACK_SRC = "glibc/Linux default 8 MiB (ulimit -s 8192); cause O2: unlimited makes glibc give threads 2 MiB"
 NOFILE_FLOOR = 65536
 NOFILE_SRC = ("Ray's cluster launcher starts `ulimit -n 65536; ray start`; NCCL raises the soft nofile to the hard "
               "one (NCCL docs runtime_and_mpi_issues.rst)")

@@ -1,6 +1,6 @@
 """node.uvm_hmm: nvidia_uvm loaded, and HMM off on the open kernel modules.
 
-Research: ../shared/research/error999.md §2 D1 (HMM on open modules), D4 (nvidia_uvm).
+Causes (envbuild/knowledge/causes.toml, with their sources): D1 (HMM on open modules), D4 (nvidia_uvm).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """node.wsl: not WSL, where NCCL's cuMem path is not functional.
 
-Research: ../shared/research/error999.md §2 M1/D8 (WSL).
+Causes (envbuild/knowledge/causes.toml, with their sources): M1/D8 (WSL).
 """
 from __future__ import annotations
 

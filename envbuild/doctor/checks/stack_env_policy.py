@@ -1,7 +1,7 @@
 """The environment-variable policy of the env's launch shell, against the image's launch environment.
 
 Ray workers inherit the shell that ran `ray start`; a container starts clean. So the variables here are
-what slime's actors will see unless slime overrides them (research/error999.md C4, C5, M3)."""
+what slime's actors will see unless slime overrides them (envbuild/knowledge/causes.toml C4, C5, M3)."""
 from __future__ import annotations
 
 import re

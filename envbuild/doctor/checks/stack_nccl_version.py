@@ -7,7 +7,7 @@ from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
 # Why the NCCL release matters under slime, with the fixes that sit between common releases
-# (research/error999.md §2 C2, from the NCCL release notes).
+# (envbuild/knowledge/causes.toml C2, from the NCCL release notes).
 NCCL_WHY = ("slime destroys and re-creates every NCCL communicator at each offload/onload step "
             "(ReloadableProcessGroup), so init/teardown bugs differ by release: 2.27.6 fixed the current device "
             "changing across ncclCommDestroy/Abort, 2.27.7 fp8 symmetric-kernel init on pre-Blackwell GPUs, 2.28.7 "

@@ -8,7 +8,7 @@ from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
-# Which cause a mismatch of a component points to (research/error999.md §2); others default to C9.
+# Which cause a mismatch of a component points to (envbuild/knowledge/causes.toml); others default to C9.
 _CAUSE = {"nccl": "C2", "cuda": "C6", "torch": "C10", "cuda_python": "C6", "sglang_kernel": "C6", "sgl_deep_gemm": "C6",
           "sglang": "M4", "megatron": "M4", "cudnn": "C9"}
 _GENERIC_WHY = {"fail": "the image's code paths were built and tested against this pin",
@@ -95,7 +95,7 @@ def profile_match(ctx) -> Result:
     differs = [r for r in rows if r["verdict"] == "differs"]
     missing = [r for r in rows if r["verdict"] in ("missing", "unknown commit") and r["severity"] != "info"]
     evidence = {"profile": prof.name, "image": prof.image, "rows": rows,
-                "note": "image facts with verified=false come from research, not from the image itself"}
+                "note": "image facts with verified=false come from the image's public build files, not from the image itself"}
     bad_fail = [r for r in differs if r["severity"] == "fail"]
     bad_warn = [r for r in differs if r["severity"] == "warn"]
     status = Status.FAIL if bad_fail else (Status.WARN if bad_warn or missing else Status.PASS)

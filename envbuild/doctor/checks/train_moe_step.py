@@ -47,8 +47,10 @@ def _declared_options() -> Tuple[Option, ...]:
         kind = ("int" if name in train_options.INTS else "choice" if name in train_options.CHOICES
                 else "bool" if name == "sp" else "float")
         default = None if name == "steps" else getattr(defaults, name)  # steps: by mode (train.options.STEPS_BY_MODE), or --soak N
+        low, high = train_options.BOUNDS.get(name, (None, None))
         out.append(Option(train_options.PREFIX + name, kind, default, help_text,
-                          choices=tuple(train_options.CHOICES.get(name, ()))))
+                          choices=tuple(train_options.CHOICES.get(name, ())), low=low, high=high,
+                          low_open=name in train_options.LOW_OPEN))
     return tuple(out)
 
 
@@ -156,13 +158,10 @@ def train_moe_step(ctx, run) -> List[Result]:
     from envbuild.doctor.runner import unmet_need
     from envbuild.train.layout import LayoutError, derive_layout
     from envbuild.train.memory import GIB, depth_that_fits, estimate_bytes
-    from envbuild.train.options import OptionError, parse_options
+    from envbuild.train.options import train_options
     from envbuild.train.presets import get_preset
 
-    try:
-        opts = parse_options(ctx.options, ctx.mode)
-    except OptionError as exc:
-        return [_options_error(str(exc))]
+    opts = train_options(ctx.options, ctx.mode)
     shape = get_preset(opts.preset)
     world = _declared_world(ctx)
     try:
