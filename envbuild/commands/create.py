@@ -2,17 +2,18 @@
 
 Exit codes: 0 created (or already up to date); 1 the staged env failed the doctor's stack checks; 2 bad
 input (unknown profile, stale or malformed lock, tampered archive, missing backend); 130 interrupted
-(the previous env is intact; rerun to resume).
+(the previous env is intact; rerun to resume); 143 SIGTERM, 129 SIGHUP, likewise.
 """
 from __future__ import annotations
 
 import click
 
+from envbuild import cmdoptions
 from envbuild.install import backends
 
 
 @click.command("create")
-@click.option("--profile", "-p", "profile_name", default=None, help="Profile to build (default: the only one).")
+@cmdoptions.profile("Profile to build (default: the only one).")
 @click.option("--prefix", "prefix", default=None, metavar="DIR", help="Target prefix.")
 @click.option("--name", "-n", "env_name", default=None,
               help="Env name: a prefix under $ENVBUILD_ENVS_DIR or ~/.envbuild/envs (default: the profile name).")
@@ -31,10 +32,8 @@ from envbuild.install import backends
               help="Leave out this git source and the builds from it (repeatable); the manifest and the doctor "
                    "show it missing.")
 @click.option("--force", is_flag=True, help="Rebuild even if the target was built from the same locks.")
-@click.option("--lockfiles", default=None, metavar="DIR",
-              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
-@click.option("-q", "--quiet", is_flag=True,
-              help="No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
+@cmdoptions.lockfiles
+@cmdoptions.quiet("No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
 def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, git_mirror, without, force, lockfiles,
            quiet) -> int:
     """Build the profile's pinned environment, atomically (resumable after any interruption)."""
@@ -64,12 +63,15 @@ def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, git
     from envbuild.install import create_cleanup
 
     create_cleanup.sweep_for_create()  # what a killed create left: scratch folders, half cache entries
+    from envbuild.doctor.interrupt import Stopped, stop_on_signals
+
     children.start_watchdog()  # pip/git/compilers never outlive this create, even a SIGKILLed one
     try:
-        pipeline.run(job, ui)
-    except KeyboardInterrupt:
+        with stop_on_signals():  # SIGTERM (scancel, timeout) and SIGHUP stop as cleanly as Ctrl-C
+            pipeline.run(job, ui)
+    except (KeyboardInterrupt, Stopped) as exc:
         ui.note(create_cleanup.interrupted_message(job))
-        return 130
+        return exc.exit_code if isinstance(exc, Stopped) else 130
     finally:
         children.stop_watchdog()
     ui.done(job)

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import click
 
+from envbuild import cmdoptions
+
 
 @click.command("lock")
-@click.option("--profile", "-p", "profiles", multiple=True, help="Profile name (repeatable; default: all profiles).")
+@cmdoptions.profile("Profile name (repeatable; default: all profiles).", multiple=True)
 @click.option("--check", is_flag=True,
               help="Do not write: re-resolve and exit 1 with a diff when the lock on disk differs by a byte.")
 @click.option("--inputs-only", is_flag=True,
               help="With --check: compare the locks' recorded inputs with the profile only (fast, offline; it "
                    "cannot see a release that a re-resolve would pick).")
-@click.option("--lockfiles", "lockfiles", default=None, metavar="DIR",
-              help="Folder of profiles (default: $ENVBUILD_LOCKFILES, else the repository's lockfiles/).")
+@cmdoptions.lockfiles
 @click.option("--only", "only", type=click.Choice(["conda", "pip"]), default=None,
               help="Lock one layer (e.g. the pip layer where no conda channel is reachable).")
-@click.option("-q", "--quiet", is_flag=True, help="No phase lines on stderr; only the results on stdout.")
+@cmdoptions.quiet("No phase lines on stderr; only the results on stdout.")
 def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
     """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them."""
     from rich.console import Console

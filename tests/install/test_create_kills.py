@@ -13,6 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from fixturegen.e2e import make_world
 from fixturegen.wheels import serve
 
@@ -97,9 +99,11 @@ def test_random_sigkills_leave_no_child_and_no_temporary(tmp_path):
     assert probe.stdout.strip() == "ok", probe.stderr
 
 
-def test_ctrl_c_during_a_compile_stops_the_compiler_and_keeps_the_previous_env(tmp_path):
-    """Ctrl-C (SIGINT to the terminal's process group) while gcc compiles a source build: create exits 130
-    saying how to resume, no compiler outlives it, and the env already at the target is untouched."""
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_during_a_compile_stops_the_compiler_and_keeps_the_previous_env(tmp_path, sig, code):
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM (scancel, timeout) while gcc compiles a source
+    build: create exits 128+signal saying how to resume, no compiler outlives it, no lock file is left beside
+    the target, and the env already at the target is untouched."""
     world = make_world(tmp_path, c_functions=400)
     env = dict(os.environ, ENVBUILD_LOCKFILES=str(world.lockfiles), ENVBUILD_CACHE_DIR=str(tmp_path / "cache"),
                ENVBUILD_WHEEL_CACHE=str(tmp_path / "wheels"))
@@ -120,10 +124,14 @@ def test_ctrl_c_during_a_compile_stops_the_compiler_and_keeps_the_previous_env(t
         while not _children(mark, proc.pid, b"cc1") and time.monotonic() - start < 300:
             time.sleep(0.05)
         assert _children(mark, proc.pid, b"cc1"), "the compiler never started"
-        os.killpg(proc.pid, signal.SIGINT)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # a terminal signals the whole foreground group
+        else:
+            proc.send_signal(sig)  # scancel/timeout signal create alone
         _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-800:]
-    assert "Traceback" not in err
+    assert proc.returncode == code, err[-800:]
+    assert "Traceback" not in err and "rerun the same command to resume" in err
+    assert not (target.parent / ".fx.envbuild-lock").exists()
     deadline = time.monotonic() + 5
     while _marked(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
