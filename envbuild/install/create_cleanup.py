@@ -19,10 +19,7 @@ def sweep_for_create() -> List[Path]:
 
 def interrupted_message(job) -> str:
     """What create says on Ctrl-C: the old env is intact, or (after the swap) the new env is already in place."""
-    from envbuild.install import manifest
-
-    current = manifest.read(job.target) or {}
-    if job.key and current.get("lock_key") == job.key:
+    if job.swapped:
         return (f"interrupted after the new env was put in place: {job.target} is complete; the previous env's "
                 f"leftovers are removed by the next run")
     return f"interrupted: {job.target} is as it was; rerun the same command to resume"

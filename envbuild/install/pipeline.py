@@ -59,6 +59,7 @@ class CreateJob:
     without: List[str] = field(default_factory=list)  # git sources left out (--without), with their builds
     problems: List[str] = field(default_factory=list)  # why this job cannot run (the plan shows them)
     backend_note: str = ""  # why this backend, when --backend was not given
+    swapped: bool = False  # this run put its env at the target (an interruption after that keeps it)
     key: str = ""
     timings: Dict[str, float] = field(default_factory=dict)
 
@@ -189,8 +190,13 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
         phase("manifest", "manifest: hash the installed files", write_manifest)
 
         t0 = time.monotonic()
+        def swapped() -> None:  # the new env is at the target from here on, whatever stops us next
+            job.swapped = True
+            kill_point("swap")
+
         with ui.phase(f"swap into {job.target}"):
-            staging.swap(kill_hook=lambda: kill_point("swap"))
+            staging.swap(kill_hook=swapped)
+            job.swapped = True
         job.timings["swap"] = time.monotonic() - t0
         return manifest.read(job.target) or {}
     finally:
