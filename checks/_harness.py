@@ -127,6 +127,7 @@ class Probe:
         self.metrics: List[Dict[str, Any]] = []
         self.evidence: Dict[str, Any] = {}
         self._phases: List[str] = []
+        self._entered = False  # a phase was entered (the test hooks tell "before the first" from "between")
         self._error_phase: Optional[str] = None
         self._finished = False
         self._stacks_fh = None
@@ -169,24 +170,27 @@ class Probe:
             return
         import threading
 
-        def stop() -> None:
-            log = os.environ.get("ENVBUILD_TEST_SIGSTOP_LOG")
-            where = self._phases[-1] if self._phases else None
-            if log:
-                with open(log, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"t": time.time(), "phase": where, "rank": self.rank, "pid": os.getpid()})
-                             + "\n")
-            os.kill(os.getpid(), signal.SIGSTOP)
-
-        timer = threading.Timer(max(0.0, after), stop)
+        timer = threading.Timer(max(0.0, after), self._stop_self, args=("timer",))
         timer.daemon = True
         timer.start()
+
+    def _stop_self(self, how: str) -> None:
+        """SIGSTOP this rank, first noting when and where in ENVBUILD_TEST_SIGSTOP_LOG (JSON lines) when set."""
+        log = os.environ.get("ENVBUILD_TEST_SIGSTOP_LOG")
+        if log:
+            where = self._phases[-1] if self._phases else ("outside any phase, after one" if self._entered
+                                                           else "before its first phase")
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"t": time.time(), "where": where, "how": how, "rank": self.rank,
+                                     "pid": os.getpid()}) + "\n")
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     # --- phases --------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Record that this rank is in `name` (nested phases restore the outer one on exit)."""
         self._phases.append(name)
+        self._entered = True
         self._write_phase(name)
         self._test_hooks(name)
         try:
@@ -213,7 +217,7 @@ class Probe:
         if os.environ.get("ENVBUILD_TEST_SIGSTOP_AT") == name:
             sys.stderr.write(f"[envbuild test hook] rank {self.rank} stops itself (SIGSTOP) in phase {name!r}\n")
             sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGSTOP)
+            self._stop_self(f"at {name}")
         if os.environ.get("ENVBUILD_TEST_CRASH_AT") == name:
             sys.stderr.write(f"[envbuild test hook] rank {self.rank} crashes in phase {name!r}\n")
             sys.stderr.flush()
