@@ -105,7 +105,15 @@ FAULTS = {
     "ecc_uncorrectable": (gpu0(lambda d: set_path(d, "ecc_uncorrected.volatile", 3)), "node.ecc", "gpu0", {"fail"}, "D3"),
     "stale_nccl_shm_nearly_full": (stale_shm_nearly_full, "node.dev_shm", "", {"fail"}, "O1"),
     "ptrace_scope_3": (lambda b: b.write("/proc/sys/kernel/yama/ptrace_scope", "3\n"), "node.ptrace", "", {"fail"}, "O3"),
-    "memlock_64k": (limits_line("Max locked memory", "65536", "65536"), "node.ulimits", "", {"fail"}, "O2"),
+    "memlock_64k_rdma_node": (lambda b: (limits_line("Max locked memory", "65536", "65536")(b),
+                                         b.listdir("/sys/class/infiniband", ["mlx5_0"])),
+                              "node.ulimits", "", {"fail"}, "O2"),
+    # single-node NCCL registers nothing with an RDMA device: without one the low limit is a warning (issue 26)
+    "memlock_64k_no_rdma": (lambda b: (limits_line("Max locked memory", "65536", "65536")(b),
+                                       b.listdir("/sys/class/infiniband", [])),
+                            "node.ulimits", "", {"warn"}, "O2"),
+    "memlock_64k_not_captured": (limits_line("Max locked memory", "65536", "65536"), "node.ulimits", "", {"fail"},
+                                 "O2"),
     # more faults the node checks name
     "libnvidia_ml_other_version": (lambda b: b.write("/proc/self/maps", b.read("/proc/self/maps").replace(
         "libnvidia-ml.so.580.159.04", "libnvidia-ml.so.580.126.09")), "node.driver_version", "", {"fail"}, "D2"),
@@ -240,3 +248,13 @@ def test_empty_cuda_visible_devices_fails_on_a_gpu_node_only(tmp_path):
     cpu = derive_bundle(gpu, tmp_path / "cvd_nodriver", lambda b: b.nvml_unavailable("no NVIDIA driver: test"))
     _, results, _ = doctor(cpu, tmp_path)
     assert results[("node.cuda_visible_devices", "")]["status"] == "warn"
+
+
+def test_low_memlock_without_rdma_fails_when_the_profiles_image_sets_memlock(tmp_path):
+    """The image's docker run sets memlock (slime: unlimited): below the floor is a failure even without RDMA."""
+    edit = lambda b: (limits_line("Max locked memory", "65536", "65536")(b), b.listdir("/sys/class/infiniband", []))
+    root = derive_bundle(H200X2, tmp_path / "memlock", edit)
+    _, results, _ = doctor(root, tmp_path, "--profile", "slime-v0.3.1-cu129")
+    ul = results[("node.ulimits", "")]
+    assert ul["status"] == "fail" and "the image runs with memlock unlimited" in ul["summary"], ul["summary"]
+    assert ul["evidence"]["explains"]  # what RDMA registration failures of the run fold under
