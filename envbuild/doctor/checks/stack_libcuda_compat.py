@@ -11,6 +11,11 @@ from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
+# What CUDA reports in this env's processes when the compat libcuda does not work here (knowledge/fold.py folds
+# those failures, stack.torch's included, under this check): CUDA runtime API enum cudaError 803 and 804.
+EXPLAINS = [r"cudaErrorSystemDriverMismatch", r"cudaErrorCompatNotSupportedOnDevice", r"Error 80[34]\b",
+            r"forward compatibility was attempted", r"unsupported display driver"]
+
 
 def _kernel_driver(ctx) -> Optional[str]:
     """The kernel module's driver version (NVML, else /proc/driver/nvidia/version)."""
@@ -54,7 +59,7 @@ def libcuda_compat(ctx) -> Result:
     kernel = _kernel_driver(ctx)
     names = sv.gpu_names(ctx.facts)
     ev.update({"compat_libcuda": lib.get("path"), "compat_version": compat_ver, "kernel_driver": kernel,
-               "gpus": names})
+               "gpus": names, "explains": EXPLAINS})  # read by the fold only when this check fails
     fix = ("remove cuda-compat from the library path (conda remove cuda-compat; drop /usr/local/cuda/compat from "
            "LD_LIBRARY_PATH) and use the host driver's libcuda, or upgrade the host driver")
     api_err = lib.get("api_error") or ""

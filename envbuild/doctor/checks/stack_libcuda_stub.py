@@ -6,6 +6,10 @@ from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
+# What every CUDA call of this env then reports (knowledge/fold.py folds those failures, stack.torch's included,
+# under this check): CUDA_ERROR_STUB_LIBRARY / cudaErrorStubLibrary, 34.
+EXPLAINS = [r"[Ss]tub library", r"STUB_LIBRARY", r"cudaErrorStubLibrary", r"Error 34\b"]
+
 
 @check("stack.libcuda_stub", "stack", "no stub libcuda is loaded or first on the library path", causes=("C7",))
 def libcuda_stub(ctx) -> Result:
@@ -15,6 +19,7 @@ def libcuda_stub(ctx) -> Result:
     ev = libcuda_rows(stack)
     fix = ("remove the stubs directory from LD_LIBRARY_PATH and /etc/ld.so.conf.d (then `ldconfig`); link against "
            "stubs only at build time")
+    ev["explains"] = EXPLAINS  # read by the fold only when this check fails
     for m in sv.mapped(stack, "libcuda"):
         if m.get("stub") or "returned 34" in (m.get("api_error") or ""):
             return verdict(Status.FAIL,
