@@ -104,6 +104,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--cap", type=float, default=None, help="CPU only: the start and phase cap (default: quick's)")
     ap.add_argument("--ranks", type=int, default=2, help="CPU only: ranks of the payload")
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--parallel", type=int, default=1, help="doctor mode: stops run this many at a time (each a "
+                    "whole doctor of its own; on one GPU 4-5 fit: a stopped probe holds little)")
     ap.add_argument("--json", default=None)
     ap.add_argument("doctor_args", nargs=argparse.REMAINDER, help="after --: the doctor's arguments")
     args = ap.parse_args(argv)
@@ -122,11 +124,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         anchor_s = time.monotonic() - t0
         print(f"anchor (no stop): {anchor_s:.1f} s, {anchor['status']}"
               + (f": {anchor['summary']}" if anchor["summary"] else ""), flush=True)
-        for k in range(args.stops):
-            log = Path(workdir) / f"stops{k}.jsonl"
-            moment = rng.uniform(0.0, max(0.5, anchor_s * 0.9))
-            out = one(k, _hook_env(k, moment, log))
-            logged = _stops_logged(log)
+        moments = [rng.uniform(0.0, max(0.5, anchor_s * 0.9)) for _ in range(args.stops)]
+        logs = [Path(workdir) / f"stops{k}.jsonl" for k in range(args.stops)]
+        if args.cpu or args.parallel <= 1:
+            outs = [one(k, _hook_env(k, moments[k], logs[k])) for k in range(args.stops)]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+                outs = list(pool.map(lambda k: one(k, _hook_env(k, moments[k], logs[k])), range(args.stops)))
+        for k, out in enumerate(outs):
+            moment = moments[k]
+            logged = _stops_logged(logs[k])
             row: Dict[str, object] = {"stop": k, "asked_s": None if k == 0 else round(moment, 2), **out}
             if logged:
                 first = min(logged, key=lambda e: float(e["t"]))
