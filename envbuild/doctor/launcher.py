@@ -412,8 +412,8 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     """Run `payload` as `nranks` processes under `python` and return what each rank did.
 
     deadline_s bounds the whole run; phase_deadlines maps a phase name (or "*" for any phase) to the
-    most seconds a rank may spend in it, and START to the most seconds from a rank's start to its first phase. The run directory (a fresh temp dir unless given) keeps the
-    per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
+    most seconds a rank may spend in it, and START to the most seconds from a rank's start to its first
+    phase. The run directory (a fresh temp dir unless given) keeps the per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
     stack probe's prefetch thread: envbuild/doctor/stack_reader.py). Raises FileNotFoundError for a missing
     payload or python.
     """

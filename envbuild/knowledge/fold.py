@@ -11,7 +11,8 @@ which they would blame on M1/D8, C9/M5 and C5/C3. Two ways tie a failure to its 
 - a root's own evidence names what it explains (`evidence["explains"]`: regular expressions): a check that
   found, say, NCCL_SOCKET_IFNAME naming no interface knows that every NCCL init error of the run follows from
   it (envbuild/doctor/checks/node_net_interfaces.py). This way a static check's failure folds too (stack.torch
-  under node.net_interfaces); the signature way folds only the probes, as before.
+  under node.net_interfaces), and a probe's own finding can be a root (comm.weight_sync [nccl_env], whose
+  transfer fails because of what it found); the signature way folds only the probes, as before.
 
 A folded result's causes become the root's and its summary says "consequence of ...". The verdict then names one
 root cause and shows the rest as consequences. Statuses and the exit code are unchanged: a consequence still
@@ -81,7 +82,10 @@ def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Si
     evidence['consequences'] lists them."""
     from envbuild.report.model import Status
 
-    roots = [r for r in results if r.status == Status.FAIL and r.causes and r.category in ROOT_CATEGORIES]
+    # a probe's own finding that names what it explains is a root too (comm.weight_sync [nccl_env] under which its
+    # transfer's NCCL error folds)
+    roots = [r for r in results if r.status == Status.FAIL and r.causes
+             and (r.category in ROOT_CATEGORIES or _explains(r))]
     if not roots:  # a healthy node: no signature file is read (their TOML and 100 regexes were 0.1 s of a static run)
         return results
     # Roots that name what they explain go first: a static check they explain is no root of its own.
