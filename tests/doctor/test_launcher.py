@@ -205,3 +205,18 @@ def test_a_wait_between_two_phases_counts_against_the_any_phase_deadline():
     out = run("slow_start_payload.py", nranks=1, args=["gap"], deadline_s=120, phase_deadlines={"*": 2.0})
     assert out.timed_out and out.wall_s < 12 and "in phase 'first'" in out.reason
     assert_nothing_left(out)
+
+
+def test_the_timed_stop_hook_stops_a_rank_mid_phase_and_logs_where(monkeypatch, tmp_path):
+    """benchmarks/stop_rank.py's hook: the rank stops itself N s after its start and notes the moment and phase."""
+    import json
+
+    log = tmp_path / "stops.jsonl"
+    monkeypatch.setenv("ENVBUILD_TEST_SIGSTOP_AFTER_S", "0.7")
+    monkeypatch.setenv("ENVBUILD_TEST_SIGSTOP_LOG", str(log))
+    out = run("phases_payload.py", nranks=2, deadline_s=120, phase_deadlines={launcher.START: 2.0, "*": 2.0})
+    [entry] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["rank"] == 1 and entry["where"] in ("init", "work 0") and entry["how"] == "timer"
+    assert out.hung_ranks == [1] and out.ranks[1].state == "T" and out.wall_s < 12
+    assert out.ranks[0].result["status"] == "pass"  # the other rank finished its phases
+    assert_nothing_left(out)
