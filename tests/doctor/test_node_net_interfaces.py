@@ -20,6 +20,7 @@ from envbuild.facts.source import LiveSource
 from envbuild.knowledge.fold import fold_consequences, root_causes
 from envbuild.report.model import Result, Status
 from fakenode import H200X2, derive_bundle, write_tree
+from torch_env import torch_env  # noqa: F401
 
 UP, DOWN = ("up", "0x1003"), ("down", "0x1002")
 LO = ("unknown", "0x9")  # what the loopback really reports: operstate unknown, IFF_UP set
@@ -180,3 +181,50 @@ def test_probe_failures_fold_under_the_bad_interface_and_nothing_folds_without_i
     alone = [_probe_failure("comm.offload_cycle", "comm", ["C9", "M5"], "init"),
              Result("stack.torch", "stack", Status.FAIL, STACK_INIT_ERROR, causes=["C1", "D9"])]
     assert [r.causes for r in fold_consequences(alone)] == [["C9", "M5"], ["C1", "D9"]]
+
+
+GLOO_DRIVER = '''
+import sys
+from envbuild.doctor.probes import failure_result
+from envbuild.doctor.registry import check, verdict
+from envbuild.report.model import Result, Status
+
+@check("comm.churn_cpu", "comm", "two real gloo ranks of the churn payload", modes=("static", "quick"))
+def churn_cpu(ctx):
+    from envbuild.doctor.launcher import launch
+    out = launch("comm_nccl_churn.py", 2, python=sys.executable, gpus=None, backend="gloo", deadline_s=120,
+                 args=["--cycles", "2", "--groups", "2", "--numel", "64"])
+    return failure_result(out, what="the churn probe", crash_causes=["M4"]) or verdict(Status.PASS, "churned")
+
+from envbuild.cli import main
+main(["doctor", "--check", "node.net_interfaces", "--check", "comm.churn_cpu", "-q", "--json", sys.argv[1]])
+'''
+
+
+@pytest.mark.slow
+def test_a_real_gloo_group_under_a_bad_gloo_interface_folds_under_the_check(tmp_path, torch_env):
+    """Real torch, two real gloo ranks (the CI machine has no GPU, and Gloo follows the same kind of variable):
+    GLOO_SOCKET_IFNAME naming no interface breaks the group's creation, and that failure, in torch's own words,
+    is reported as a consequence of node.net_interfaces. Without the variable the same ranks pass."""
+    import os
+
+    python, env = torch_env
+    driver = tmp_path / "driver.py"
+    driver.write_text(GLOO_DRIVER)
+
+    def doctor(extra):
+        out = tmp_path / f"r{len(extra)}.json"
+        paths = [p for p in (os.environ.get("PYTHONPATH"), env.get("PYTHONPATH")) if p]
+        run_env = {**os.environ, **env, **extra, **({"PYTHONPATH": os.pathsep.join(paths)} if paths else {})}
+        proc = subprocess.run([python, str(driver), str(out)], env=run_env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+        return {r["check_id"]: r for r in json.loads(out.read_text())["results"]}
+
+    bad = doctor({"GLOO_SOCKET_IFNAME": "nonexistent0"})
+    root, probe = bad["node.net_interfaces"], bad["comm.churn_cpu"]
+    assert root["status"] == "fail" and root["evidence"]["consequences"] == ["comm.churn_cpu"]
+    assert probe["status"] == "fail" and probe["summary"].startswith("consequence of node.net_interfaces (U4, C4)")
+    assert probe["evidence"]["consequence_of"]["blamed_before"] == ["M4"]
+    good = doctor({})
+    assert good["node.net_interfaces"]["status"] == "pass" and good["comm.churn_cpu"]["status"] == "pass"
