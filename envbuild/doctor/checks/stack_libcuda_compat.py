@@ -59,7 +59,7 @@ def libcuda_compat(ctx) -> Result:
     kernel = _kernel_driver(ctx)
     names = sv.gpu_names(ctx.facts)
     ev.update({"compat_libcuda": lib.get("path"), "compat_version": compat_ver, "kernel_driver": kernel,
-               "gpus": names, "explains": EXPLAINS})  # read by the fold only when this check fails
+               "gpus": names})
     fix = ("remove cuda-compat from the library path (conda remove cuda-compat; drop /usr/local/cuda/compat from "
            "LD_LIBRARY_PATH) and use the host driver's libcuda, or upgrade the host driver")
     api_err = lib.get("api_error") or ""
@@ -67,16 +67,17 @@ def libcuda_compat(ctx) -> Result:
     if unsupported:
         return verdict(Status.FAIL,
                       f"the forward-compat libcuda {lib['path']} is {how}, but {unsupported[0]} does not support "
-                      "forward compatibility (CUDA error 804)", evidence=ev, causes=["C8"], remediation=fix)
+                      "forward compatibility (CUDA error 804)", evidence={**ev, "explains": EXPLAINS}, causes=["C8"],
+                      remediation=fix)
     if "803" in api_err or "804" in api_err:
         return verdict(Status.FAIL,
                       f"the forward-compat libcuda {lib['path']} is {how} and fails: {api_err}",
-                      evidence=ev, causes=["C8"], remediation=fix)
+                      evidence={**ev, "explains": EXPLAINS}, causes=["C8"], remediation=fix)
     if kernel and compat_ver and _num(compat_ver)[:1] <= _num(kernel)[:1]:
         return verdict(Status.FAIL,
                       f"the forward-compat libcuda {compat_ver} ({lib['path']}) is {how} but is not newer than the "
                       f"kernel driver {kernel}: an unsupported driver combination (CUDA error 803)",
-                      evidence=ev, causes=["C8"], remediation=fix)
+                      evidence={**ev, "explains": EXPLAINS}, causes=["C8"], remediation=fix)
     if not kernel or not compat_ver:
         return verdict(Status.WARN,
                       f"the forward-compat libcuda {lib['path']} is {how}; the kernel driver "

@@ -19,18 +19,17 @@ def libcuda_stub(ctx) -> Result:
     ev = libcuda_rows(stack)
     fix = ("remove the stubs directory from LD_LIBRARY_PATH and /etc/ld.so.conf.d (then `ldconfig`); link against "
            "stubs only at build time")
-    ev["explains"] = EXPLAINS  # read by the fold only when this check fails
     for m in sv.mapped(stack, "libcuda"):
         if m.get("stub") or "returned 34" in (m.get("api_error") or ""):
             return verdict(Status.FAIL,
                           f"the stub libcuda {m['path']} is loaded: every driver call returns CUDA_ERROR_STUB_LIBRARY",
-                          evidence=ev, causes=["C7"], remediation=fix)
+                          evidence={**ev, "explains": EXPLAINS}, causes=["C7"], remediation=fix)
     order = ev["search_order_libcuda.so.1"]
     if order and order[0].get("stub"):
         return verdict(Status.FAIL,
                       f"the stub {order[0]['path']} is first in the loader's search for libcuda.so.1 (via "
                       f"{order[0]['origin']}): a process that loads the driver by name gets the stub",
-                      evidence=ev, causes=["C7"], remediation=fix)
+                      evidence={**ev, "explains": EXPLAINS}, causes=["C7"], remediation=fix)
     where = ev["mapped"][0]["path"] if ev["mapped"] else (order[0]["path"] if order else None)
     return verdict(Status.PASS,
                   f"libcuda is the driver's ({where})" if where else "no libcuda loaded or on the search path; no stubs",
