@@ -45,3 +45,22 @@ def test_without_the_variable_stack_torchs_no_device_stands_as_its_own_root(tmp_
     assert results["node.cuda_visible_devices"]["status"] == "pass"
     torch = results["stack.torch"]
     assert torch["status"] == "fail" and "consequence" not in torch["summary"] and torch["causes"] == ["C4", "D5"]
+
+
+def test_a_stub_libcuda_first_takes_stack_torchs_stub_error_under_it(tmp_path):
+    """The stub fault of tests/doctor/test_stack_faults.py, with what torch's CUDA then says (34): stack.torch is
+    a consequence of stack.libcuda_stub, not a second root."""
+    def stub_first(data):  # as tests/doctor/test_stack_faults.py's _stub: the loader's first libcuda is the stub
+        stub = "/usr/local/cuda/lib64/stubs/libcuda.so"
+        lib = next(m for m in data["mapped"] if m["family"] == "libcuda")
+        lib.update(path=stub, realpath=stub, stub=True, api_error="cuDriverGetVersion returned 34 "
+                   "(CUDA_ERROR_STUB_LIBRARY: a stub libcuda)", api_version=None, api_version_code=None)
+
+    def edit(b):
+        b.stack(stub_first)
+        b.stack(cuda_refuses(STUB))
+
+    results = doctor(derive_bundle(H200X2, tmp_path / "b", edit), tmp_path, "stack.libcuda_stub", "stack.torch")
+    root, torch = results["stack.libcuda_stub"], results["stack.torch"]
+    assert root["status"] == "fail" and root["evidence"]["consequences"] == ["stack.torch"]
+    assert torch["summary"].startswith("consequence of stack.libcuda_stub (C7)") and torch["causes"] == ["C7"]
