@@ -6,7 +6,7 @@
 #   repo root, $OUT set, carry .whl (what s4-gpu.sh carried: torch_memory_saver, py-spy, envbuild's pure-python
 #   deps the machine lacks); one call, timeout 480:
 #     LIMIT=450 bash docs/gpu-runs/s6-faults.sh
-#   (STOPS=0 skips the benchmark; STOPS=20 PARALLEL=4 are the defaults.)
+#   (STOPS=0 skips the benchmark; STOPS=20 PARALLEL=5 are the defaults: 4 rounds of 5 stops, ~40 s each)
 #
 # Each run: name, the fault, the command; its report JSON, log and exit code. Comes back as three files:
 #   $OUT/s6-summary.txt        one block per run: exit, wall, counts, the root(s) (fails not folded) and each
@@ -18,7 +18,7 @@ set -u
 OUT=${OUT:?set OUT}
 LIMIT=${LIMIT:-450}
 STOPS=${STOPS:-20}
-PARALLEL=${PARALLEL:-4}
+PARALLEL=${PARALLEL:-5}
 start=$SECONDS
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
