@@ -15,7 +15,7 @@
 #   $OUT/s6-faults.tar.gz      every JSON, log and the stop_rank output
 # NVLink multicast stays off in every run (NCCL_NVLS_ENABLE=0, and the launcher pins it off for every rank).
 set -u
-OUT=${OUT:?set OUT}
+export OUT=${OUT:?set OUT}
 LIMIT=${LIMIT:-450}
 STOPS=${STOPS:-20}
 PARALLEL=${PARALLEL:-5}
