@@ -31,8 +31,10 @@ How to write a probe
    envbuild/doctor/launcher.py with the spec's ranks and deadlines and turns a hang or crash into the check's
    fail; the check only judges what the ranks emitted (docs/adding-a-check.md).
 4. Test hooks (used only by tests and the fault-injection runs): ENVBUILD_TEST_SIGSTOP_AT=<phase>
-   makes rank ENVBUILD_TEST_SIGSTOP_RANK (default: the last rank) SIGSTOP itself on entering that phase;
-   ENVBUILD_TEST_CRASH_AT=<phase> makes it exit with code 3 there.
+   makes rank ENVBUILD_TEST_SIGSTOP_RANK (default: the last rank) SIGSTOP itself on entering that phase
+   (`<start>`: before its first phase, as the probe starts); ENVBUILD_TEST_SIGSTOP_AFTER_S=<s> makes it SIGSTOP
+   itself <s> seconds after it started, wherever it is then (benchmarks/stop_rank.py), appending the moment and
+   phase to ENVBUILD_TEST_SIGSTOP_LOG when set; ENVBUILD_TEST_CRASH_AT=<phase> makes it exit with code 3 there.
 
 Files written in ENVBUILD_RUN_DIR: rank<k>.phase (current phase, flushed at every change), rank<k>.json
 (the result, atomically), rank<k>.stacks (faulthandler output on SIGUSR1).
@@ -109,6 +111,9 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+START_HOOK = "<start>"  # ENVBUILD_TEST_SIGSTOP_AT value for "before the first phase" (launcher.START's twin)
+
+
 class Probe:
     """One rank of a probe: its identity, its phase file, its result."""
 
@@ -122,6 +127,7 @@ class Probe:
         self.metrics: List[Dict[str, Any]] = []
         self.evidence: Dict[str, Any] = {}
         self._phases: List[str] = []
+        self._entered = False  # a phase was entered (the test hooks tell "before the first" from "between")
         self._error_phase: Optional[str] = None
         self._finished = False
         self._stacks_fh = None
@@ -148,12 +154,43 @@ class Probe:
         self._stacks_fh = open(self.path(".stacks"), "a", encoding="utf-8")
         faulthandler.register(signal.SIGUSR1, file=self._stacks_fh, all_threads=True, chain=False)
         faulthandler.enable(file=sys.stderr, all_threads=True)
+        self._timed_stop_hook()
+        self._test_hooks(START_HOOK)
+
+    def _is_hook_rank(self) -> bool:
+        return self.rank == _env_int("ENVBUILD_TEST_SIGSTOP_RANK", self.world_size - 1)
+
+    def _timed_stop_hook(self) -> None:
+        """ENVBUILD_TEST_SIGSTOP_AFTER_S: a timer thread stops this rank wherever it is then."""
+        try:
+            after = float(os.environ.get("ENVBUILD_TEST_SIGSTOP_AFTER_S", ""))
+        except ValueError:
+            return
+        if not self._is_hook_rank():
+            return
+        import threading
+
+        timer = threading.Timer(max(0.0, after), self._stop_self, args=("timer",))
+        timer.daemon = True
+        timer.start()
+
+    def _stop_self(self, how: str) -> None:
+        """SIGSTOP this rank, first noting when and where in ENVBUILD_TEST_SIGSTOP_LOG (JSON lines) when set."""
+        log = os.environ.get("ENVBUILD_TEST_SIGSTOP_LOG")
+        if log:
+            where = self._phases[-1] if self._phases else ("outside any phase, after one" if self._entered
+                                                           else "before its first phase")
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"t": time.time(), "where": where, "how": how, "rank": self.rank,
+                                     "pid": os.getpid()}) + "\n")
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     # --- phases --------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Record that this rank is in `name` (nested phases restore the outer one on exit)."""
         self._phases.append(name)
+        self._entered = True
         self._write_phase(name)
         self._test_hooks(name)
         try:
@@ -175,13 +212,12 @@ class Probe:
         self._write_atomic(".phase", {"phase": name, "t": time.time(), "pid": os.getpid()}, durable=False)
 
     def _test_hooks(self, name: str) -> None:
-        target_rank = _env_int("ENVBUILD_TEST_SIGSTOP_RANK", self.world_size - 1)
-        if self.rank != target_rank:
+        if not self._is_hook_rank():
             return
         if os.environ.get("ENVBUILD_TEST_SIGSTOP_AT") == name:
             sys.stderr.write(f"[envbuild test hook] rank {self.rank} stops itself (SIGSTOP) in phase {name!r}\n")
             sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGSTOP)
+            self._stop_self(f"at {name}")
         if os.environ.get("ENVBUILD_TEST_CRASH_AT") == name:
             sys.stderr.write(f"[envbuild test hook] rank {self.rank} crashes in phase {name!r}\n")
             sys.stderr.flush()

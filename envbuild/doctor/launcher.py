@@ -55,6 +55,11 @@ POLL_S = 0.05
 SCAN_S = 0.2  # how often /proc is scanned for the ranks' descendants
 TAIL_CHARS = 4000
 RUN_DEADLINE = "run deadline"  # how LaunchOutcome.reason starts when the whole-run deadline stopped the run
+# The phase_deadlines key for the time from a rank's start (the launch handing it its job, warm or cold) to its
+# first phase: a rank stuck before it (an import, a wedged cuInit) has no phase to be late in, so without this
+# only the whole-run deadline ended it (a weight-sync rank stopped there ran 117 s of a quick run, issue 26).
+START = "<start>"
+STUCK_STARTING = "stuck starting"  # how LaunchOutcome.reason names a rank that overran START
 
 
 
@@ -235,6 +240,7 @@ class _Rank:
         self.killed = False
         self.stack_dump = ""
         self.state: Optional[str] = None
+        self.started = time.time()  # wall clock, as the phase files' "t"
 
     def path(self, suffix: str) -> Path:
         return self.run_dir / f"rank{self.rank}{suffix}"
@@ -264,14 +270,20 @@ def _dump_stacks(ranks: List[_Rank]) -> None:
         if fh_text.strip():
             parts.append("--- faulthandler ---\n" + fh_text)
         if pyspy:
-            try:
-                # A stopped process cannot be suspended again (py-spy's default); it is already still,
-                # so read it without suspending.
-                argv = [pyspy, "dump", "--pid", str(r.proc.pid)] + (["--nonblocking"] if state == "T" else [])
-                out = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
-                parts.append("--- py-spy dump ---\n" + (out.stdout or "") + (out.stderr or ""))
-            except (subprocess.TimeoutExpired, OSError) as exc:
-                parts.append(f"--- py-spy dump failed: {exc} ---")
+            # A stopped process cannot be suspended again (py-spy's default); it is already still, so read it
+            # without suspending. A rank stuck before its first phase is often inside a C call (cuInit, a
+            # library's constructor): its native frames say which, so they are read too (py-spy cannot read
+            # native frames without suspending, hence not for a stopped rank).
+            views = [("", [] if state != "T" else ["--nonblocking"])]
+            if state != "T" and not (r.phase() or {}).get("phase"):
+                views.append((" --native", ["--native"]))
+            for label, flags in views:
+                try:
+                    argv = [pyspy, "dump", "--pid", str(r.proc.pid)] + flags
+                    out = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+                    parts.append(f"--- py-spy dump{label} ---\n" + (out.stdout or "") + (out.stderr or ""))
+                except (subprocess.TimeoutExpired, OSError) as exc:
+                    parts.append(f"--- py-spy dump{label} failed: {exc} ---")
         else:
             parts.append("[py-spy is not on PATH: no native/py-spy stack]")
         r.stack_dump = "\n".join(parts)
@@ -400,8 +412,8 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     """Run `payload` as `nranks` processes under `python` and return what each rank did.
 
     deadline_s bounds the whole run; phase_deadlines maps a phase name (or "*" for any phase) to the
-    most seconds a rank may spend in it. The run directory (a fresh temp dir unless given) keeps the
-    per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
+    most seconds a rank may spend in it, and START to the most seconds from a rank's start to its first
+    phase. The run directory (a fresh temp dir unless given) keeps the per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
     stack probe's prefetch thread: envbuild/doctor/stack_reader.py). Raises FileNotFoundError for a missing
     payload or python.
     """
@@ -535,6 +547,8 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
         elapsed = None
         if ph and ph.get("t") is not None and r.killed:
             elapsed = round(time.time() - float(ph["t"]), 2)
+        elif r.killed and not (ph or {}).get("phase"):  # stuck starting: the time since its start
+            elapsed = round(time.time() - r.started, 2)
         outcomes.append(RankOutcome(
             rank=r.rank, returncode=r.proc.returncode, result=_read_json(r.path(".json")),
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
@@ -548,7 +562,8 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
 
 
 def _phase_overrun(ranks: List[_Rank], deadlines: Dict[str, float]) -> str:
-    """A message when a live rank has been in a phase longer than its deadline, else ""."""
+    """A message when a live rank has been in a phase longer than its deadline, or has written no phase START
+    seconds after it started, else ""."""
     if not deadlines:
         return ""
     now = time.time()
@@ -557,6 +572,9 @@ def _phase_overrun(ranks: List[_Rank], deadlines: Dict[str, float]) -> str:
             continue
         ph = r.phase()
         if not ph or not ph.get("phase"):
+            limit = deadlines.get(START)
+            if limit is not None and now - r.started > limit:
+                return f"rank {r.rank} {STUCK_STARTING}: no phase within {limit:.0f} s of its start"
             continue
         name = ph["phase"]
         limit = deadlines.get(name, deadlines.get("*"))

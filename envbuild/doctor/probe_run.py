@@ -57,10 +57,20 @@ class ProbeRun:
         return float(self.spec.deadline_s[self.mode])
 
     def phase_deadlines(self) -> Dict[str, float]:
-        """The spec's phase deadlines, each capped at QUICK_PHASE_CAP_S in a quick run."""
+        """The spec's phase deadlines, each capped at QUICK_PHASE_CAP_S in a quick run, where also every other
+        phase ("*") and the time from a rank's start to its first phase (launcher.START) get the cap: no wait of a
+        quick run is bounded by the whole-run deadline alone. A full run keeps the declared ones and bounds the
+        start like any phase ("*") when the spec declares that."""
+        from envbuild.doctor.launcher import START
+
         declared = {k: float(v) for k, v in self.spec.phase_deadlines.items()}
         if self.mode == "quick":
-            return {k: min(v, QUICK_PHASE_CAP_S) for k, v in declared.items()}
+            capped = {k: min(v, QUICK_PHASE_CAP_S) for k, v in declared.items()}
+            capped.setdefault("*", QUICK_PHASE_CAP_S)
+            capped.setdefault(START, QUICK_PHASE_CAP_S)
+            return capped
+        if "*" in declared:
+            declared.setdefault(START, declared["*"])
         return declared
 
     def start_env(self) -> Dict[str, str]:
@@ -102,12 +112,20 @@ class ProbeRun:
 
         if nranks is None:
             nranks = self.nranks
+        deadlines = self.phase_deadlines()
+        if phase_deadlines is not None:  # a check's own (a user's --set): the start stays bounded all the same
+            from envbuild.doctor.launcher import START
+
+            own = dict(phase_deadlines)
+            if START in deadlines and START not in own:
+                own[START] = deadlines[START]
+            deadlines = own
         start = self.start_env()
         return launch(self.spec.payload, nranks, python=self.ctx.python or sys.executable, gpus=self.gpus,
                       args=list(args), deadline_s=self.deadline_s if deadline_s is None else deadline_s,
                       backend=self.spec.backend, env={**start, **(env or {})} if start else env,
                       per_rank_env=per_rank_env,
-                      phase_deadlines=self.phase_deadlines() if phase_deadlines is None else dict(phase_deadlines),
+                      phase_deadlines=deadlines,
                       run_dir=run_dir)
 
     def launch(self, args: Sequence[str] = (), **kw: Any) -> "LaunchOutcome":

@@ -26,12 +26,32 @@ def phases_by_rank(outcome: LaunchOutcome) -> Dict[str, Optional[str]]:
     return {f"rank{r.rank}": r.phase for r in outcome.ranks}
 
 
+# Native frames that say what a rank stuck before its first phase waits on (py-spy --native, faulthandler), most
+# specific first: the CUDA driver's initialisation, a context, NCCL's first communicator, the dynamic loader.
+STUCK_START_FRAMES = (("cuInit", "CUDA's cuInit"), ("cuDevicePrimaryCtxRetain", "creating a CUDA context"),
+                      ("cudaGetDeviceCount", "cudaGetDeviceCount (CUDA initialisation)"),
+                      ("ncclCommInitRank", "ncclCommInitRank"), ("_dl_map_object", "the dynamic loader"),
+                      ("_find_and_load", "a Python import"))
+
+
+def stuck_start_where(stack_dump: str) -> str:
+    """What the stacks of a rank stuck before its first phase show it in ("" when they name nothing known)."""
+    for frame, label in STUCK_START_FRAMES:
+        if frame in stack_dump:
+            return label
+    return ""
+
+
 def _rank_line(r: RankOutcome, outcome: LaunchOutcome) -> str:
     where = f"in phase {r.phase!r}" if r.phase else "before its first phase"
     if r.rank in outcome.hung_ranks:
         held = f" for {r.phase_elapsed_s:.0f} s" if r.phase_elapsed_s is not None else ""
         if r.state == "T":
             return f"rank {r.rank} was stopped (state T, e.g. SIGSTOP) {where}{held}"
+        if not r.phase:
+            inside = stuck_start_where(r.stack_dump)
+            return (f"rank {r.rank} was stuck starting: no phase{held} after its start" +
+                    (f", inside {inside} (see its stack)" if inside else " (see its stack)"))
         return f"rank {r.rank} hung {where}{held}"
     if r.rank in outcome.crashed_ranks:
         return f"rank {r.rank} exited with code {r.returncode} {where}"

@@ -204,4 +204,7 @@ def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequen
     except Stopped as stop:
         stop.partial = list(getattr(stop, "partial", [])) + left_out
         raise
+    if on_result is not None:  # rows of the table too: the live counter reaches the table's row count
+        for r in left_out:
+            on_result(r)
     return results + left_out

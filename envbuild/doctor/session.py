@@ -141,7 +141,8 @@ def run_doctor(opts: DoctorOptions) -> int:
     from envbuild.facts.source import open_source
     from envbuild.profile import load_profile
     from envbuild.report import terminal
-    from envbuild.report.progress import Progress, load_durations, save_durations
+    from envbuild.doctor.progress_rows import RowProgress, left_out_count
+    from envbuild.report.progress import save_durations
 
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
@@ -159,7 +160,8 @@ def run_doctor(opts: DoctorOptions) -> int:
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options))
-    progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
+    progress = RowProgress(opts.mode, [c.id for c in chosen], left_out_count(opts.checks, opts.skips, opts.mode),
+                           quiet=opts.quiet)
     with stop_on_signals() as stops:
         try:
             try:
@@ -179,6 +181,7 @@ def run_doctor(opts: DoctorOptions) -> int:
             return stop.exit_code
         if not report.interrupted:
             save_durations(opts.mode, progress.durations)
+            progress.save()
         _write_reports(report, opts)
         terminal.print_report(report, quiet=opts.quiet, strict=opts.strict)
     late = stops.first if not report.interrupted else None

@@ -50,7 +50,7 @@ def test_the_recorded_run_replays_to_its_verdict_and_the_options_reach_the_paylo
     assert seen["payload"] == "comm_offload_cycle.py" and seen["n"] == 2
     assert seen["args"] == ["--mode", "quick", "--backend", "cumem", "--hook", "preload"]
     # quick mode caps the spec's 90 s phases (probe_run.QUICK_PHASE_CAP_S)
-    assert seen["deadline_s"] == 120 and seen["phase_deadlines"] == {"init": 30.0, "*": 30.0}
+    assert seen["deadline_s"] == 120 and seen["phase_deadlines"] == {"init": 30.0, "*": 30.0, "<start>": 30.0}
     assert res.check_id == "comm.offload_cycle" and res.status is Status(rec["status"]) is Status.PASS
     assert res.summary == rec["summary"] and res.subject == rec["subject"] == "2 GPU(s)"
     assert [(m.name, m.value) for m in res.metrics] == [(m["name"], m["value"]) for m in rec["metrics"]]

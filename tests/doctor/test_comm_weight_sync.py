@@ -119,3 +119,19 @@ def test_replay_of_the_recorded_c3_fault_run():
     assert "Mismatched NCCL version" in json.dumps(crash)
 
 
+
+
+def test_the_recorded_c5_runs_transfer_failure_folds_under_the_finding_that_explains_it():
+    """The recorded 2xH200 C5 run: the nccl_env row (judged again, it now names what it explains) is the root and
+    the transfer's NCCL error ('invalid argument' at init) its consequence (envbuild/knowledge/fold.py)."""
+    from envbuild.knowledge.fold import fold_consequences, root_causes
+    from envbuild.report.json_report import report_from_dict
+
+    data = json.loads((RUNS / "weightsync-fault-c5-cumem-mismatch.json").read_text())
+    recorded = {r.subject: r for r in report_from_dict(data).results if r.check_id == "weight.sync"}
+    root = compare_comm_env(recorded["nccl_env"].evidence["ranks"])
+    root.check_id, root.category = "comm.weight_sync", "comm"
+    transfer = recorded["transfer"]
+    fold_consequences([root, transfer])
+    assert root_causes([root]) == [("comm.weight_sync", ["C5"], ["weight.sync [transfer]"])]
+    assert transfer.summary.startswith("consequence of comm.weight_sync (C5): ") and transfer.causes == ["C5"]

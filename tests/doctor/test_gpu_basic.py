@@ -42,7 +42,7 @@ def test_a_gpu_that_hangs_is_named_and_the_other_keeps_its_verdict(monkeypatch):
     monkeypatch.setattr(launcher, "launch", lambda payload, n, **kw: seen.update(payload=payload, n=n, **kw) or outcome)
     hung, good = run_check(discover()["gpu.basic"], DoctorContext(facts=TwoGpus(), mode="full", python=sys.executable))
     assert seen["payload"] == "gpu_basic.py" and seen["n"] == 2 and seen["args"] == ["--mem-mib", "4096"]
-    assert seen["deadline_s"] == 90 and seen["phase_deadlines"] == {"cuinit": 30, "context": 60, "*": 45}
+    assert seen["deadline_s"] == 90 and seen["phase_deadlines"] == {"cuinit": 30, "context": 60, "*": 45, "<start>": 45}
     assert hung.status is Status.FAIL and "rank 1 hung in phase 'cuinit'" in hung.summary
     assert hung.causes == ["D1", "D4", "D7"]
     assert good.status is Status.PASS and good.subject == "gpu0" and good.check_id == "gpu.basic"

@@ -168,3 +168,55 @@ def test_rendezvous_port_is_free_and_below_the_ephemeral_range():
             assert 20000 <= port < low
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+# --- no wait without a deadline (issue 26): spawn to first phase, and between phases ------------------------------
+
+def test_a_rank_stuck_before_its_first_phase_is_named_within_the_start_deadline():
+    t0 = time.monotonic()
+    out = run("slow_start_payload.py", nranks=2, args=["sleep"], deadline_s=120,
+              phase_deadlines={launcher.START: 2.0, "*": 2.0})
+    assert time.monotonic() - t0 < 12  # not the 120 s run deadline
+    assert out.timed_out and out.hung_ranks == [1] and "rank 1 stuck starting: no phase within 2 s" in out.reason
+    result = failure_result(out, what="the slow-start probe")
+    assert result.status == Status.FAIL
+    assert "rank 1 was stuck starting: no phase for" in result.summary and "after its start" in result.summary
+    assert "slow_start_payload.py" in result.evidence["rank1_stacks"]  # faulthandler's stack of the stuck rank
+    assert_nothing_left(out)
+
+
+def test_a_rank_stopped_before_its_first_phase_is_caught_and_named_stopped():
+    out = run("slow_start_payload.py", nranks=2, args=["stop"], deadline_s=120, phase_deadlines={launcher.START: 2.0})
+    assert out.timed_out and out.wall_s < 12 and out.ranks[1].state == "T"
+    summary = failure_result(out, what="the slow-start probe").summary
+    assert "rank 1 was stopped (state T, e.g. SIGSTOP) before its first phase" in summary
+    assert_nothing_left(out)
+
+
+def test_the_harness_start_hook_stops_a_rank_before_its_first_phase(monkeypatch):
+    monkeypatch.setenv("ENVBUILD_TEST_SIGSTOP_AT", "<start>")
+    out = run("ok_payload.py", nranks=2, deadline_s=120, phase_deadlines={launcher.START: 2.0})
+    assert out.hung_ranks == [1] and out.ranks[1].phase is None and out.ranks[1].state == "T"
+    assert out.wall_s < 12
+    assert_nothing_left(out)
+
+
+def test_a_wait_between_two_phases_counts_against_the_any_phase_deadline():
+    out = run("slow_start_payload.py", nranks=1, args=["gap"], deadline_s=120, phase_deadlines={"*": 2.0})
+    assert out.timed_out and out.wall_s < 12 and "in phase 'first'" in out.reason
+    assert_nothing_left(out)
+
+
+def test_the_timed_stop_hook_stops_a_rank_mid_phase_and_logs_where(monkeypatch, tmp_path):
+    """benchmarks/stop_rank.py's hook: the rank stops itself N s after its start and notes the moment and phase."""
+    import json
+
+    log = tmp_path / "stops.jsonl"
+    monkeypatch.setenv("ENVBUILD_TEST_SIGSTOP_AFTER_S", "0.7")
+    monkeypatch.setenv("ENVBUILD_TEST_SIGSTOP_LOG", str(log))
+    out = run("phases_payload.py", nranks=2, deadline_s=120, phase_deadlines={launcher.START: 2.0, "*": 2.0})
+    [entry] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["rank"] == 1 and entry["where"] in ("init", "work 0") and entry["how"] == "timer"
+    assert out.hung_ranks == [1] and out.ranks[1].state == "T" and out.wall_s < 12
+    assert out.ranks[0].result["status"] == "pass"  # the other rank finished its phases
+    assert_nothing_left(out)

@@ -105,7 +105,15 @@ FAULTS = {
     "ecc_uncorrectable": (gpu0(lambda d: set_path(d, "ecc_uncorrected.volatile", 3)), "node.ecc", "gpu0", {"fail"}, "D3"),
     "stale_nccl_shm_nearly_full": (stale_shm_nearly_full, "node.dev_shm", "", {"fail"}, "O1"),
     "ptrace_scope_3": (lambda b: b.write("/proc/sys/kernel/yama/ptrace_scope", "3\n"), "node.ptrace", "", {"fail"}, "O3"),
-    "memlock_64k": (limits_line("Max locked memory", "65536", "65536"), "node.ulimits", "", {"fail"}, "O2"),
+    "memlock_64k_rdma_node": (lambda b: (limits_line("Max locked memory", "65536", "65536")(b),
+                                         b.listdir("/sys/class/infiniband", ["mlx5_0"])),
+                              "node.ulimits", "", {"fail"}, "O2"),
+    # single-node NCCL registers nothing with an RDMA device: without one the low limit is a warning (issue 26)
+    "memlock_64k_no_rdma": (lambda b: (limits_line("Max locked memory", "65536", "65536")(b),
+                                       b.listdir("/sys/class/infiniband", [])),
+                            "node.ulimits", "", {"warn"}, "O2"),
+    "memlock_64k_not_captured": (limits_line("Max locked memory", "65536", "65536"), "node.ulimits", "", {"fail"},
+                                 "O2"),
     # more faults the node checks name
     "libnvidia_ml_other_version": (lambda b: b.write("/proc/self/maps", b.read("/proc/self/maps").replace(
         "libnvidia-ml.so.580.159.04", "libnvidia-ml.so.580.126.09")), "node.driver_version", "", {"fail"}, "D2"),
@@ -240,3 +248,44 @@ def test_empty_cuda_visible_devices_fails_on_a_gpu_node_only(tmp_path):
     cpu = derive_bundle(gpu, tmp_path / "cvd_nodriver", lambda b: b.nvml_unavailable("no NVIDIA driver: test"))
     _, results, _ = doctor(cpu, tmp_path)
     assert results[("node.cuda_visible_devices", "")]["status"] == "warn"
+
+
+def test_low_memlock_without_rdma_fails_when_the_profiles_image_sets_memlock(tmp_path):
+    """The image's docker run sets memlock (slime: unlimited): below the floor is a failure even without RDMA."""
+    edit = lambda b: (limits_line("Max locked memory", "65536", "65536")(b), b.listdir("/sys/class/infiniband", []))
+    root = derive_bundle(H200X2, tmp_path / "memlock", edit)
+    _, results, _ = doctor(root, tmp_path, "--profile", "slime-v0.3.1-cu129")
+    ul = results[("node.ulimits", "")]
+    assert ul["status"] == "fail" and "the image runs with memlock unlimited" in ul["summary"], ul["summary"]
+    assert ul["evidence"]["explains"]  # what RDMA registration failures of the run fold under
+
+
+# What a GPU probe of the same run reports because of the node fault (NCCL's, CUDA's and NVML's own messages): the
+# fold (envbuild/knowledge/fold.py) must put it under the node check that found the fault.
+CONSEQUENCES = {
+    "stale_nccl_shm_nearly_full": "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+    "exclusive_process": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+    "uvm_not_loaded": "Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+                      "NumCudaDevices() that might have already set an error? Error 999: unknown error",
+    "libnvidia_ml_other_version": "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.",
+    "memlock_64k_rdma_node": "transport/net_ib.cc:1310 NCCL WARN NET/IB : ibv_reg_mr failed: Cannot allocate memory",
+    "cuda_visible_devices_missing_gpu": "torch.AcceleratorError: CUDA error: invalid device ordinal",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSEQUENCES))
+def test_a_probe_failure_the_node_fault_explains_folds_under_it(name, tmp_path):
+    from envbuild.knowledge.fold import fold_consequences
+    from envbuild.report.json_report import report_from_dict
+    from envbuild.report.model import Result, Status
+
+    edit, check_id, subject, _, cause = FAULTS[name]
+    out = tmp_path / "r.json"
+    subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--root", str(derive_bundle(H200X2, tmp_path / name,
+                    edit)), "--check", check_id, "-q", "--json", str(out)], capture_output=True, timeout=120)
+    [root] = [r for r in report_from_dict(json.loads(out.read_text())).results if (r.subject or "") == subject]
+    assert root.status == Status.FAIL and root.evidence.get("explains"), root.summary
+    probe = Result("gpu.basic", "gpu", Status.FAIL, f"the basic GPU probe failed on rank 0: {CONSEQUENCES[name]}",
+                   causes=["D3"])
+    fold_consequences([root, probe])
+    assert probe.evidence["consequence_of"]["check"] == check_id and cause in probe.causes, probe.summary

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from envbuild.doctor.context import DoctorContext
+from envbuild.doctor.launcher import START
 from envbuild.doctor.probe_run import QUICK_PHASE_CAP_S, ProbeRun
 from envbuild.doctor.registry import all_checks
 from envbuild.facts.source import open_source
@@ -18,11 +19,20 @@ def runs(mode):
 
 def test_quick_caps_every_declared_phase_deadline_and_full_keeps_them():
     quick, full = runs("quick"), runs("full")
-    assert quick["comm.offload_cycle"].phase_deadlines() == {"init": QUICK_PHASE_CAP_S, "*": QUICK_PHASE_CAP_S}
-    assert full["comm.offload_cycle"].phase_deadlines() == {"init": 90.0, "*": 90.0}
+    cap = QUICK_PHASE_CAP_S
+    assert quick["comm.offload_cycle"].phase_deadlines() == {"init": cap, "*": cap, START: cap}
+    assert full["comm.offload_cycle"].phase_deadlines() == {"init": 90.0, "*": 90.0, START: 90.0}
     for check_id, run in quick.items():
-        assert all(v <= QUICK_PHASE_CAP_S for v in run.phase_deadlines().values()), check_id
-        assert run.phase_deadlines().keys() == full[check_id].phase_deadlines().keys()
+        assert all(v <= cap for v in run.phase_deadlines().values()), check_id
+        assert set(full[check_id].phase_deadlines()) <= set(run.phase_deadlines()), check_id
+
+
+def test_no_wait_of_a_quick_probe_is_left_to_the_run_deadline():
+    """Every probe of a quick run bounds the start (spawn to first phase) and every phase, declared or not, by
+    the cap: a rank SIGSTOPped before its first phase was held until the 120 s run deadline before (issue 26)."""
+    for check_id, run in runs("quick").items():
+        deadlines = run.phase_deadlines()
+        assert deadlines.get(START) == QUICK_PHASE_CAP_S and deadlines.get("*") <= QUICK_PHASE_CAP_S, check_id
 
 
 def doctor(*args):

@@ -50,3 +50,38 @@ def test_cuda_init_failure_names_the_cause_from_its_message(tmp_path):
     assert r["status"] == "fail" and r["causes"] == ["C7"], r
     assert "during cuda tensor" in r["evidence"]["init_error"]
     assert "CUDA driver is a stub library" in r["summary"]
+
+
+def _native_torch(tmp_path, count_rc: str):
+    """The fake torch of tests/stackfix.py (gcc-built libraries in the wheel's layout, read by the probe's fast path
+    without `import torch`) whose cudaGetDeviceCount returns `count_rc`: what the probe records as cuda_error."""
+    from stackfix import fake_torch, torch_env
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    return torch_env(PYTHONPATH=str(site), FAKE_CUDA_COUNT_RC=count_rc)
+
+
+def test_a_recorded_cuda_error_803_fails_with_its_meaning_and_cause(tmp_path):
+    """CUDA's 803 (cudaErrorSystemDriverMismatch) at cudaGetDeviceCount made torch see no GPU; stack.torch said
+    "no GPU visible" and passed. Now it fails with the CUDA runtime API's meaning and C8 (cuda-compat first)."""
+    proc, results = run_doctor(["--check", "stack.torch"], _native_torch(tmp_path, "803"), tmp_path)
+    r = results["stack.torch"]
+    assert proc.returncode == 1 and r["status"] == "fail", (r, proc.stderr)
+    assert "CUDA error 803 cudaErrorSystemDriverMismatch: the display driver and the CUDA driver" in r["summary"]
+    assert r["causes"] == ["C8", "D2"] and r["evidence"]["cuda_error_code"] == 803
+
+
+def test_cuda_error_804_points_at_forward_compat():
+    from envbuild.doctor.checks.stack_torch import judge_cuda_error
+
+    meaning, causes = judge_cuda_error("cudaGetDeviceCount: Error 804 cudaErrorCompatNotSupportedOnDevice: "
+                                       "forward compatibility was attempted on non supported HW")
+    assert meaning.startswith("CUDA error 804 cudaErrorCompatNotSupportedOnDevice") and causes == ["C8"]
+
+
+def test_no_driver_on_a_cpu_node_is_no_gpu_not_a_failure(tmp_path):
+    """On a node without a driver (this CI machine: NVML unavailable) a CUDA build reports 35: nothing to judge."""
+    proc, results = run_doctor(["--check", "stack.torch"], _native_torch(tmp_path, "35"), tmp_path)
+    r = results["stack.torch"]
+    assert r["status"] != "fail" and "no GPU visible" in r["summary"], r

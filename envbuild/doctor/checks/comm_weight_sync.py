@@ -19,6 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.nccl_log import NcclLog
 
 CUMEM = "NCCL_CUMEM_ENABLE"
+# What the group's NCCL init or transfer reports when its ranks disagree (knowledge/fold.py folds the transfer's
+# failure under the row that found the disagreement): torch's DistBackendError with NCCL's code, NCCL's own
+# version check.
+NCCL_FAILURES = [r"NCCL error", r"DistBackendError", r"Mismatched NCCL version", r"unhandled cuda error",
+                 r"invalid usage", r"nccl(?:Internal|InvalidUsage|System|UnhandledCuda)Error"]
 OPTIONS = (
     Option("weight.sync.train_env", "str", "", "K=V[,K=V] added to the train side's process only (rank 0)"),
     Option("weight.sync.rollout_env", "str", "", "K=V[,K=V] added to the rollout side's processes only"),
@@ -129,11 +134,13 @@ def compare_comm_env(views: List[Dict[str, Any]]) -> Result:
             seen = (f"; NCCL confirms: {', '.join(_who(v) for v in cumem_side)} connected via P2P/CUMEM, "
                     f"{', '.join(_who(v) for v in ipc_side)} via P2P/IPC")
         return verdict(Status.FAIL, f"NCCL_CUMEM_ENABLE differs inside the weight-sync "
-                      f"group: {listing}{seen}", evidence=ev, causes=["C5"], subject="nccl_env", remediation=remedy)
+                      f"group: {listing}{seen}", evidence={**ev, "explains": NCCL_FAILURES}, causes=["C5"],
+                      subject="nccl_env", remediation=remedy)
     if cumem_side and ipc_side:
         return verdict(Status.FAIL, f"ranks of one communicator use different P2P "
                       f"transports: {', '.join(_who(v) for v in cumem_side)} via P2P/CUMEM, "
-                      f"{', '.join(_who(v) for v in ipc_side)} via P2P/IPC ({listing})", evidence=ev,
+                      f"{', '.join(_who(v) for v in ipc_side)} via P2P/IPC ({listing})",
+                      evidence={**ev, "explains": NCCL_FAILURES},
                       causes=["C5"], subject="nccl_env", remediation=remedy)
     others = _other_differences(views)
     if explicit and len([v for v in values.values() if v not in (None, "")]) < len(views):
@@ -181,7 +188,7 @@ def compare_libnccl(views: List[Dict[str, Any]]) -> Result:
             f"{_who(v)} " + ", ".join(f"{p} ({ver or '?'})" for p, ver in sorted(v["libnccl"].items()))
             for v in reported))
     if problems:
-        return verdict(Status.FAIL, "; ".join(problems), evidence=ev, causes=["C3"],
+        return verdict(Status.FAIL, "; ".join(problems), evidence={**ev, "explains": NCCL_FAILURES}, causes=["C3"],
                       subject="libnccl", remediation="keep exactly one NCCL (torch's nvidia-nccl wheel): remove "
                       "other libnccl from LD_PRELOAD/LD_LIBRARY_PATH and point SGLANG_NCCL_SO_PATH at torch's copy")
     if not reported:

@@ -25,7 +25,9 @@ def compute_mode(ctx) -> Result:
         modes = sorted({d.get("compute_mode") for d in devs if d["index"] in exclusive})
         return verdict(Status.FAIL,
                       f"GPU {exclusive} in compute mode {'/'.join(modes)}: a second process on the GPU (colocated "
-                      "rollout) gets 'CUDA-capable device(s) is/are busy or unavailable'", evidence=ev,
+                      "rollout) gets 'CUDA-capable device(s) is/are busy or unavailable'",
+                      evidence={**ev, "explains": [r"busy or unavailable", r"cudaErrorDevicesUnavailable",
+                                                  r"Error 46\b", r"CUDA_ERROR_DEVICE_UNAVAILABLE"]},
                       causes=["D7"], remediation="nvidia-smi -c DEFAULT -i N (needs root)")
     if mig:
         return verdict(Status.WARN,

@@ -14,6 +14,10 @@ from envbuild.report.model import Result, Status
 
 CAT = "node"
 _UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
+# What CUDA reports in this run's other processes when the variable hides the GPUs (knowledge/fold.py folds
+# those failures under this check): no device, an invalid ordinal (CUDA runtime API enum cudaError 100, 101).
+EXPLAINS = [r"cudaErrorNoDevice", r"no CUDA-capable device", r"cudaErrorInvalidDevice", r"invalid device ordinal",
+            r"Error 10[01]\b"]
 
 
 @check("node.cuda_visible_devices", CAT, "CUDA_VISIBLE_DEVICES names GPUs that exist, once each", causes=("C4",))
@@ -33,7 +37,7 @@ def cuda_visible_devices(ctx) -> Result:
         # on a node without GPUs hiding them changes nothing: a warning, not a failure
         return verdict(Status.FAIL if devs else Status.WARN,
                       f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU" + ("" if devs else " (none visible anyway)"),
-                      evidence=ev, causes=["C4"],
+                      evidence={**ev, "explains": EXPLAINS} if devs else ev, causes=["C4"],
                       remediation="unset CUDA_VISIBLE_DEVICES (or list the GPUs) before starting Ray")
     entries = [e.strip() for e in value.split(",")]
     uuids = {d.get("uuid") for d in devs if d.get("uuid")}
@@ -51,7 +55,8 @@ def cuda_visible_devices(ctx) -> Result:
             problems.append(f"{e!r} is neither an index nor a GPU UUID")
     kinds = {"index" if e.isdigit() else "uuid" for e in entries if e}
     if problems:
-        return verdict(Status.FAIL, f"CUDA_VISIBLE_DEVICES={value}: " + "; ".join(problems), evidence=ev,
+        return verdict(Status.FAIL, f"CUDA_VISIBLE_DEVICES={value}: " + "; ".join(problems),
+                      evidence={**ev, "explains": EXPLAINS},
                       causes=["C4"], remediation="fix or unset CUDA_VISIBLE_DEVICES in the shell that starts Ray")
     if len(kinds) > 1:
         return verdict(Status.WARN, f"CUDA_VISIBLE_DEVICES={value} mixes indices and UUIDs", evidence=ev,

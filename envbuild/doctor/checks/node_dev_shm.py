@@ -14,6 +14,10 @@ from envbuild.facts import node_parse as P
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Metric, Result, Status
 
+# What NCCL reports when its shared segments cannot be made (knowledge/fold.py folds those failures under this
+# check): posix_fallocate/ftruncate of /dev/shm/nccl-* failing with ENOSPC, the shm transport's setup.
+EXPLAINS = [r"posix_fallocate", r"No space left on device", r"/dev/shm", r"shmOpen", r"transport/shm"]
+
 CAT = "node"
 GIB = 1024 ** 3
 SHM_FLOOR = 1 * GIB
@@ -39,7 +43,7 @@ def dev_shm(ctx) -> Result:
     shm = [m for m in mounts if m["mountpoint"] == "/dev/shm"]
     if not shm:
         return verdict(Status.FAIL, "/dev/shm is not mounted: NCCL cannot create its shared segments",
-                      evidence={"mounts": len(mounts)}, causes=["O1"],
+                      evidence={"mounts": len(mounts), "explains": EXPLAINS}, causes=["O1"],
                       remediation="mount a tmpfs on /dev/shm (docker: --shm-size 16g or --ipc=host)")
     opts = dict(o.split("=", 1) if "=" in o else (o, "") for o in shm[-1]["options"].split(","))
     size = P.parse_size(opts["size"]) if "size" in opts else None
@@ -75,8 +79,8 @@ def dev_shm(ctx) -> Result:
         warns.append(f"{len(nccl)} nccl-* segment(s) present ({'GPU processes running' if gpu_procs else 'GPU use unknown'})")
     fix = "remove stale segments (rm /dev/shm/nccl-* when no job runs); give /dev/shm >= 16 GiB (--shm-size 16g / --ipc=host)"
     if problems:
-        return verdict(Status.FAIL, "; ".join(problems + warns), evidence=ev, metrics=metrics,
-                      causes=["O1"], remediation=fix)
+        return verdict(Status.FAIL, "; ".join(problems + warns), evidence={**ev, "explains": EXPLAINS},
+                      metrics=metrics, causes=["O1"], remediation=fix)
     if warns:
         return verdict(Status.WARN, "; ".join(warns), evidence=ev, metrics=metrics, causes=["O1"],
                       remediation=fix)

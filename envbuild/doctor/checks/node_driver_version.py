@@ -14,6 +14,11 @@ from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
+# What CUDA and NVML report in this run's processes when the kernel module and the user-space driver differ
+# (knowledge/fold.py folds those failures under this check): 803, "version mismatch", cudaErrorSystemDriverMismatch.
+MISMATCH_EXPLAINS = [r"[Vv]ersion mismatch", r"cudaErrorSystemDriverMismatch", r"Error 803\b",
+                     r"unsupported display driver"]
+
 CAT = "node"
 
 
@@ -65,7 +70,7 @@ def driver_version(ctx) -> Result:
         if "mismatch" in nvml_error.lower():
             return verdict(Status.FAIL,
                           f"NVML refuses to start: Driver/library version mismatch (kernel module {versions['kernel_module']})",
-                          evidence=evidence, causes=["D2"],
+                          evidence={**evidence, "explains": MISMATCH_EXPLAINS}, causes=["D2"],
                           remediation="reboot (or unload and reload the nvidia modules) so the kernel module matches "
                                       "the installed user-space driver; hold the driver packages afterwards")
     else:
@@ -109,8 +114,8 @@ def driver_version(ctx) -> Result:
                                   "the nvidia module is loaded (lsmod | grep nvidia)")
     if odd:
         listing = ", ".join(f"{k} {v}" for k, v in known.items())
-        return verdict(Status.FAIL, f"driver versions disagree: {listing}", evidence=evidence,
-                      causes=["D2"],
+        return verdict(Status.FAIL, f"driver versions disagree: {listing}",
+                      evidence={**evidence, "explains": MISMATCH_EXPLAINS}, causes=["D2"],
                       remediation="reboot or reload the nvidia modules so the kernel module matches the user-space "
                                   "driver (libcuda, libnvidia-ml); never mix driver packages from two releases")
     return verdict(Status.PASS,

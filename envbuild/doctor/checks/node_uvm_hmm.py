@@ -26,6 +26,9 @@ def uvm_hmm(ctx) -> Result:
     evidence: Dict[str, Any] = {"kernel": release, "open_kernel_module": module.open_module,
                                 "driver": module.version}
     if uvm_dir is None:
+        # CUDA's initialisation then fails in every process with an unknown error (999) or 3: folded under this
+        evidence["explains"] = [r"cudaErrorUnknown", r"Error 999\b", r"unknown error", r"cudaErrorInitializationError",
+                                r"initialization error", r"nvidia-uvm", r"nvidia_uvm"]
         return verdict(Status.FAIL, "nvidia_uvm is not loaded: CUDA cannot initialise", evidence=evidence,
                       causes=["D4"], remediation="load it: `nvidia-modprobe -u -c 0` or `modprobe nvidia_uvm`")
     raw = F.read_optional(ctx.facts, "/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")

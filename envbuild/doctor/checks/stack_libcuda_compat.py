@@ -11,6 +11,11 @@ from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
+# What CUDA reports in this env's processes when the compat libcuda does not work here (knowledge/fold.py folds
+# those failures, stack.torch's included, under this check): CUDA runtime API enum cudaError 803 and 804.
+EXPLAINS = [r"cudaErrorSystemDriverMismatch", r"cudaErrorCompatNotSupportedOnDevice", r"Error 80[34]\b",
+            r"forward compatibility was attempted", r"unsupported display driver"]
+
 
 def _kernel_driver(ctx) -> Optional[str]:
     """The kernel module's driver version (NVML, else /proc/driver/nvidia/version)."""
@@ -62,16 +67,17 @@ def libcuda_compat(ctx) -> Result:
     if unsupported:
         return verdict(Status.FAIL,
                       f"the forward-compat libcuda {lib['path']} is {how}, but {unsupported[0]} does not support "
-                      "forward compatibility (CUDA error 804)", evidence=ev, causes=["C8"], remediation=fix)
+                      "forward compatibility (CUDA error 804)", evidence={**ev, "explains": EXPLAINS}, causes=["C8"],
+                      remediation=fix)
     if "803" in api_err or "804" in api_err:
         return verdict(Status.FAIL,
                       f"the forward-compat libcuda {lib['path']} is {how} and fails: {api_err}",
-                      evidence=ev, causes=["C8"], remediation=fix)
+                      evidence={**ev, "explains": EXPLAINS}, causes=["C8"], remediation=fix)
     if kernel and compat_ver and _num(compat_ver)[:1] <= _num(kernel)[:1]:
         return verdict(Status.FAIL,
                       f"the forward-compat libcuda {compat_ver} ({lib['path']}) is {how} but is not newer than the "
                       f"kernel driver {kernel}: an unsupported driver combination (CUDA error 803)",
-                      evidence=ev, causes=["C8"], remediation=fix)
+                      evidence={**ev, "explains": EXPLAINS}, causes=["C8"], remediation=fix)
     if not kernel or not compat_ver:
         return verdict(Status.WARN,
                       f"the forward-compat libcuda {lib['path']} is {how}; the kernel driver "
