@@ -40,6 +40,11 @@ def fleet_options(fn: Callable) -> Callable:
 
 
 def wants_fleet(fleet: Dict[str, Any]) -> bool:
+    """Whether the fleet path runs; --drain alone is refused here (it would be silently ignored otherwise)."""
+    if fleet.get("drain") and not fleet.get("health_check"):
+        from envbuild.errors import EnvbuildError
+
+        raise EnvbuildError("--drain works with --health-check (it runs the drain line that mode prints)")
     return bool(fleet.get("ray") or fleet.get("slurm") or fleet.get("health_check"))
 
 
