@@ -74,6 +74,10 @@ def _ray(opts: Any, fleet: Dict[str, Any]) -> int:
     if opts.python or opts.prefix:
         raise EnvbuildError("--ray runs the doctor with the Ray workers' own python: drop --python/--prefix "
                             "(choose the env with --runtime-env or by starting Ray from it)")
+    from envbuild.doctor.registry import select, validate_options
+
+    validate_options(opts.options)  # a wrong option is the command line's fault: exit 2 here, not N node errors
+    select(opts.checks, opts.skips, mode=opts.mode)
     doctor = {"mode": opts.mode, "profile": opts.profile, "checks": list(opts.checks), "skips": list(opts.skips),
               "strict": opts.strict, "require_gpu": opts.require_gpu, "options": dict(opts.options)}
     sweep = RaySweepOptions(address=fleet["ray"], doctor=doctor, deadline_s=fleet.get("deadline"),
