@@ -39,6 +39,7 @@ class DoctorOptions:
     prom_path: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)
     quiet: bool = False
+    env_origins: Dict[str, str] = field(default_factory=dict)  # DoctorContext.env_origins (a Ray worker's runtime_env)
 
 
 def resolve_python(python: Optional[str], prefix: Optional[str]) -> str:
@@ -154,7 +155,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     stack_reader = StackPrefetch()
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
-                        require_gpu=opts.require_gpu, options=dict(opts.options))
+                        require_gpu=opts.require_gpu, options=dict(opts.options), env_origins=dict(opts.env_origins))
     progress = Progress(total=len(chosen), estimates=load_durations(opts.mode), quiet=opts.quiet)
     with stop_on_signals() as stops:
         try:

@@ -47,6 +47,8 @@ def test_static_sweep_with_audit(cluster, tmp_path, monkeypatch):
         # the job's runtime_env reached the worker; the driver's shell does not have it
         assert audit_env["status"] == "warn" and "NCCL_CUMEM_ENABLE" in audit_env["summary"]
         assert "hf_secret" not in json.dumps(n)  # not a steering variable: never read
+        policy = [r for r in n["results"] if r["check_id"] == "stack.env_policy"][0]
+        assert policy["summary"].startswith("NCCL_CUMEM_ENABLE=1 in the job's runtime_env:"), policy["summary"]
     agree = [r for r in data["fleet_results"] if r["check_id"] == "fleet.audit_agree"]
     assert agree and agree[0]["status"] == "pass"
     assert "fleet.ray_nodes" in proc.stdout or "3 node(s)" in proc.stdout
