@@ -28,6 +28,7 @@ def profiles(tmp_path, monkeypatch):
     return base
 
 
+@pytest.mark.timeout(60)  # a FIFO used to hang the reader: a hang is a failure, not a stuck suite
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "directory"])
 @pytest.mark.parametrize("argv", [["profiles", "show", "p1"], ["lock", "--profile", "p1"]])
 def test_a_profile_that_is_not_a_regular_file_is_refused_at_once(profiles, kind, argv):
@@ -117,6 +118,7 @@ def test_generated_reports_never_trace_back(tmp_path_factory, data, depth, raw):
             assert len(res.err.strip().splitlines()) == 1, res.err
 
 
+@pytest.mark.timeout(300)
 @settings(max_examples=30, **FUZZ)
 @given(kind=st.sampled_from(["fifo", "chr", "dir", "socket", "big", "binary"]), size=st.integers(4 << 20, 1 << 34))
 def test_generated_profile_file_types_and_sizes_are_refused(tmp_path_factory, kind, size):
