@@ -139,12 +139,14 @@ class Scontrol:
         state, reason = None, ""
         for line in out.splitlines():
             line = line.strip()
-            if line.startswith("State=") or " State=" in f" {line}":
-                state = next(t for t in line.split() if t.startswith("State=")).split("=", 1)[1]
-            if line.startswith("Reason="):
+            if line.startswith("Reason="):  # the rest of the line, spaces and all
                 reason = line.split("=", 1)[1]
                 if reason.endswith("]") and " [" in reason:
                     reason = reason.rsplit(" [", 1)[0]
+                continue
+            for token in line.split():
+                if token.startswith("State="):
+                    state = token.split("=", 1)[1]
         if state is None:
             return None, f"scontrol show node {self.node}: no State= in its answer"
         return state, reason.strip()

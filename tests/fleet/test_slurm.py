@@ -281,3 +281,20 @@ def test_drain_needs_health_check():
     proc = run(ENVBUILD + ["doctor", "--drain"])
     assert proc.returncode == 2 and "--drain" in proc.stderr and "--health-check" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_crash_of_envbuilds_own_check_never_drains(tmp_path):
+    """The runner keeps a crashed check as an `error` row with its traceback: that is envbuild's bug, not the node's;
+    an error row of a node check without one (a node command that hung) is the node's."""
+    from envbuild.fleet.slurm import classify
+
+    out = tmp_path / "r.json"
+    run(ENVBUILD + ["doctor", "--root", str(H200X2), "--json", str(out), "-q"])
+    report = json.loads(out.read_text())
+    ecc = next(r for r in report["results"] if r["check_id"] == "node.ecc")
+    limits = next(r for r in report["results"] if r["check_id"] == "node.ulimits")
+    ecc.update(status="error", summary="the check itself failed: KeyError: 'x'", evidence={"traceback": "..."})
+    limits.update(status="error", summary="journalctl did not answer within 15 s", evidence={"hung": True})
+    node, user, own = classify(report)
+    assert [r["check_id"] for r in own] == ["node.ecc"] and "node.ecc" not in [r["check_id"] for r in node + user]
+    assert "node.ulimits" in [r["check_id"] for r in node]
