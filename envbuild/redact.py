@@ -40,6 +40,21 @@ _KEEP_NAMES = frozenset({
     "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "XDG_RUNTIME_DIR", "TMPDIR",
 })
 
+# The steering variables whose values a report may show (the actor audit, stack.env_policy): switches, algorithm
+# names, interface and HCA names, library paths. Any other NCCL_*/CUDA_*/... value is shown as <redacted>
+# (NCCL_IB_* may hold host names, a site may keep a secret under the prefix).
+VALUE_ALLOWLIST = frozenset({
+    "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS",
+    "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET_GDR_LEVEL", "NCCL_BUFFSIZE", "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_MNNVL_ENABLE", "NCCL_LAUNCH_MODE",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_HOME", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "TMS_INIT_ENABLE", "TMS_INIT_ENABLE_CPU_BACKUP", "LD_LIBRARY_PATH", "LD_PRELOAD",
+    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "SGLANG_MEMORY_SAVER_CUDA_GRAPH", "NVTE_FP8_BLOCK_SCALING_FP32_SCALES",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
+})
+
 # (pattern, replacement): applied in order to every captured text
 _SCRUB = [
     # private key blocks

@@ -20,7 +20,7 @@ LAYERS = {
     # stdlib-only helpers every layer may call: output paths, CLI argument checks, redaction, child processes,
     # temporaries left by killed runs, shared-cache locks, downloads, the live progress of long commands
     "outputs": 0, "cliargs": 0, "redact": 0, "children": 0, "leftovers": 0, "cachelock": 0, "downloads": 0,
-    "progress": 0,
+    "progress": 0, "envvalues": 0,
     "profile": 1, "train": 1,
     "facts": 2, "report": 2, "knowledge": 2,
     "lock": 3, "doctor": 3,

@@ -30,19 +30,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from envbuild.redact import REDACTED, VALUE_ALLOWLIST
+
 PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TMS_", "LD_", "SGLANG_", "RAY_EXPERIMENTAL_NOSET_", "NVTE_", "TORCH_NCCL_")
-VALUE_ALLOWLIST = frozenset({
-    "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL",
-    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS",
-    "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET_GDR_LEVEL", "NCCL_BUFFSIZE", "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_MNNVL_ENABLE", "NCCL_LAUNCH_MODE",
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_HOME", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NVML_BASED_CUDA_CHECK",
-    "TMS_INIT_ENABLE", "TMS_INIT_ENABLE_CPU_BACKUP", "LD_LIBRARY_PATH", "LD_PRELOAD",
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "SGLANG_MEMORY_SAVER_CUDA_GRAPH", "NVTE_FP8_BLOCK_SCALING_FP32_SCALES",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
-})
-REDACTED = "<redacted>"
 LIBS = {"libcuda": "libcuda.so", "libnccl": "libnccl.so", "libcudart": "libcudart.so", "libnvidia-ml": "libnvidia-ml.so",
         "torch_memory_saver": "torch_memory_saver"}
 # What every member of one communicator must agree on (research/error999.md C4, M1, N1): NCCL's defaults differ

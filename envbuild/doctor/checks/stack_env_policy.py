@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Tuple
 
 from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
-from envbuild.fleet.audit import REDACTED, VALUE_ALLOWLIST
+from envbuild.redact import REDACTED, VALUE_ALLOWLIST
 from envbuild.report.model import Result, Status
 
 # Informational variables set by NVIDIA base images; not NCCL/CUDA knobs.
@@ -24,7 +24,7 @@ Finding = Tuple[Status, str, List[str]]
 
 def shown(env: Dict[str, str]) -> Dict[str, str]:
     """The variables as a report may show them: values only for the names the audit keeps (NCCL_IB_* may hold host
-    names, a NCCL_*-prefixed variable may be a site's secret), the same rule as envbuild.fleet.audit."""
+    names, a NCCL_*-prefixed variable may be a site's secret), the same rule as the actor audit (envbuild.fleet.audit)."""
     return {k: (v if k in _SHOWN else REDACTED) for k, v in env.items()}
 
 
