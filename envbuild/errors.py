@@ -26,21 +26,27 @@ class InputFileError(EnvbuildError):
         super().__init__(f"{where}: {message}")
 
 
-def read_input_text(path: Union[str, Path], what: str) -> str:
-    """The UTF-8 text of an input file; one that cannot be read is an InputFileError naming it and `what` it is."""
+def read_input_text(path: Union[str, Path], what: str, max_bytes: Optional[int] = None) -> str:
+    """The UTF-8 text of an input file; one that cannot be read is an InputFileError naming it and `what` it is.
+    Regular files only, of at most `max_bytes` (default envbuild.fsutil.INPUT_MAX_BYTES): see read_bounded."""
+    from envbuild.fsutil import INPUT_MAX_BYTES, InputRefused, read_bounded
+
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, INPUT_MAX_BYTES if max_bytes is None else max_bytes)
+    except InputRefused as exc:
+        raise InputFileError(path, f"cannot read {what}: {exc}") from None
     except OSError as exc:
-        raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from exc
+        raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from None
+    the = "" if what.startswith(("the ", "a ")) else "the "  # callers say "profile" or "the report"
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InputFileError(path, f"the {what} is UTF-16 (it starts with a UTF-16 byte-order mark); "
+        raise InputFileError(path, f"{the}{what} is UTF-16 (it starts with a UTF-16 byte-order mark); "
                                    "save it as UTF-8", 1)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
-        raise InputFileError(path, f"the {what} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+        raise InputFileError(path, f"{the}{what} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                                    "save it as UTF-8", line) from None
     return text[1:] if text.startswith("\ufeff") else text  # a UTF-8 byte-order mark is harmless: dropped
 
@@ -62,3 +68,19 @@ def parse_input_toml(path: Union[str, Path], text: str) -> Dict[str, Any]:
             line = int(m.group(1)) if m else None
         msg = getattr(exc, "msg", str(exc))
         raise InputFileError(path, f"malformed TOML: {msg}", line) from exc
+
+
+def parse_input_json(path: Union[str, Path], text: str, what: str) -> Any:
+    """`text` (read from `path`) parsed as JSON; malformed or too deeply nested JSON is an InputFileError naming the
+    file and line (json's C decoder raises RecursionError past ~1000 levels, Python's default limit)."""
+    import json
+
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputFileError(path, f"{what}: JSON nested too deeply to read") from None
+    except json.JSONDecodeError as exc:
+        cut = exc.pos >= len(text.rstrip())
+        why = "the file ends early (truncated?)" if cut else exc.msg
+        raise InputFileError(path, f"{what}: not valid JSON: {why} at column {exc.colno}", exc.lineno) from None
+

@@ -2,9 +2,55 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterable, Union
+
+INPUT_MAX_BYTES = 256 * 1024 * 1024  # a 1000-node fleet report is 60 MB; anything past this is not an input of ours
+
+
+class InputRefused(Exception):
+    """An input path that is not a regular file, or is larger than its cap; str(exc) says which."""
+
+
+def is_file(path: Union[str, Path]) -> bool:
+    """Path.is_file() that is False, not an exception, for a name the OS refuses (ENAMETOOLONG, EACCES, ...)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return False
+
+
+def read_bounded(path: Union[str, Path], max_bytes: int = INPUT_MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`. Why: `profile.toml` linked to /dev/zero grew to 7.6 GB,
+    a FIFO in its place hung every command that read it. The file is opened without blocking (a FIFO with no
+    writer would wait forever) and checked on the open descriptor (no race with a swapped path); at most
+    max_bytes + 1 bytes are read, so a file that grows while it is read cannot take more memory either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a character device"
+                    if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+                    else "a directory" if stat.S_ISDIR(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "not a regular file")
+            raise InputRefused(f"{kind}, not a regular file")
+        if st.st_size > max_bytes:
+            raise InputRefused(f"{st.st_size} bytes, over the {max_bytes}-byte limit for this input")
+        chunks = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise InputRefused(f"over the {max_bytes}-byte limit for this input (it grew while being read)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def current_umask() -> int:
@@ -34,8 +80,6 @@ def _write_in_place(path: Path, text: Union[str, Iterable[str]]) -> bool:
     """A character device or FIFO (/dev/null, /dev/stdout's target, a named pipe) is written into, never renamed
     over: as root a rename would replace /dev/null with a regular file for every process on the node. True when
     the text went there; IsADirectoryError for a directory (a rename would fail later with a worse message)."""
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except OSError:

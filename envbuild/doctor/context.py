@@ -20,6 +20,12 @@ class DoctorContext:
     require_gpu: bool = False
     options: Dict[str, Any] = field(default_factory=dict)  # the user's --set values, typed (registry.validate_options)
     cache: Dict[str, Any] = field(default_factory=dict)  # facts computed once and shared by checks
+    # where a variable of this process's environment came from, when not the launch shell (a Ray job's
+    # runtime_env): {name: "the job's runtime_env"}; checks name the origin so the fix goes to the right place
+    env_origins: Dict[str, str] = field(default_factory=dict)
+
+    def env_origin(self, name: str) -> str:
+        return self.env_origins.get(name, "the launch shell")
 
     def gpu_indices(self) -> List[int]:
         """GPUs this run may use: --gpus, else all that NVML reports; [] when no driver is reachable."""

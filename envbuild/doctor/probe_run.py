@@ -81,19 +81,18 @@ class ProbeRun:
         """Ask the payload (`<payload> --print-start-env ARGS`, under the env's python, no torch imported) which
         variables it would re-execute itself with; asked once per run and arguments. {} when it cannot say."""
         import json
-        import subprocess
 
+        from envbuild.children import CommandHung, run_bounded
         from envbuild.doctor.launcher import resolve_payload
 
         key = f"start_env {self.spec.payload} {json.dumps(list(args))}"
         cache = self.ctx.cache
         if key not in cache:
             try:
-                proc = subprocess.run([self.ctx.python or sys.executable, str(resolve_payload(self.spec.payload)),
-                                       "--print-start-env", *args], capture_output=True, text=True, timeout=30,
-                                      stdin=subprocess.DEVNULL)
+                proc = run_bounded([self.ctx.python or sys.executable, str(resolve_payload(self.spec.payload)),
+                                    "--print-start-env", *args], 30.0)
                 found = json.loads(proc.stdout) if proc.returncode == 0 else {}
-            except (OSError, ValueError, subprocess.TimeoutExpired):
+            except (OSError, ValueError, CommandHung):
                 found = {}
             cache[key] = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
         return dict(cache[key])

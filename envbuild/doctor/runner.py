@@ -14,7 +14,7 @@ from envbuild.doctor.context import DoctorContext
 from envbuild.doctor.probe_run import ProbeBroken, ProbeRun
 from envbuild.doctor.registry import Check, verdict
 from envbuild.facts.bundle_files import crash_note
-from envbuild.facts.source import FactUnavailable
+from envbuild.facts.source import FactHung, FactUnavailable
 from envbuild.report.model import Result, Status
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +59,10 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
             results = out if isinstance(out, list) else [out]
         except ProbeBroken as exc:  # the payload hung or crashed: its fail, built by the runner
             results = [exc.result]
+        except FactHung as exc:  # a node command that hung is the node's problem, not a fact we may skip
+            results = [verdict(Status.ERROR, str(exc), evidence={"hung": True},
+                               remediation="find what blocks it on the node (`ps -eo pid,stat,wchan:30,cmd | "
+                                           "grep ' D'`: processes in D state), then rerun")]
         except FactUnavailable as exc:
             results = [verdict(Status.SKIP, str(exc))]
         except Exception as exc:  # a broken check is reported, never fatal to the run

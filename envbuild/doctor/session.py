@@ -46,6 +46,7 @@ class DoctorOptions:
     sets: Dict[str, str] = field(default_factory=dict)
     quiet: bool = False
     loaded_profile: Optional["Profile"] = None  # the profile read once by the settings (not shipped to Ray nodes)
+    env_origins: Dict[str, str] = field(default_factory=dict)  # DoctorContext.env_origins (a Ray worker's runtime_env)
 
 
 def resolve_python(python: Optional[str], prefix: Optional[str]) -> str:
@@ -159,7 +160,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     stack_reader = StackPrefetch()
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
-                        require_gpu=opts.require_gpu, options=dict(opts.options))
+                        require_gpu=opts.require_gpu, options=dict(opts.options), env_origins=dict(opts.env_origins))
     progress = RowProgress(opts.mode, [c.id for c in chosen], left_out_count(opts.checks, opts.skips, opts.mode),
                            quiet=opts.quiet)
     with stop_on_signals() as stops:

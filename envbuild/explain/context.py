@@ -8,11 +8,10 @@ banner, not what pip says).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from envbuild.errors import EnvbuildError, InputFileError
+from envbuild.errors import EnvbuildError, InputFileError, parse_input_json, read_input_text
 from envbuild.explain.rank import Adjustment
 from envbuild.explain.scan import ScanResult
 
@@ -34,14 +33,7 @@ def check_causes() -> Dict[str, Tuple[str, ...]]:
 
 def read_report(path: Path) -> Dict[str, Any]:
     """A doctor JSON report, checked only as far as explain reads it (results with check_id and status)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read the doctor report: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise InputFileError(path, f"not JSON: {exc.msg}", getattr(exc, "lineno", None)) from exc
+    data = parse_input_json(path, read_input_text(path, "the doctor report"), "the doctor report")
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list) or not all(isinstance(r, dict) and "check_id" in r and "status" in r for r in results):
         raise InputFileError(path, "not an envbuild doctor report (no results with check_id and status)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from envbuild.facts import node_parse as P
-from envbuild.facts.source import FactSource, FactUnavailable
+from envbuild.facts.source import FactHung, FactSource, FactUnavailable
 
 
 def read_optional(facts: FactSource, path: str) -> Optional[str]:
@@ -74,9 +74,13 @@ CAP_SYS_PTRACE = 19  # linux/capability.h
 def kernel_log(facts: FactSource) -> Tuple[str, str]:
     """(text, which command) from `journalctl -k -b`, else `dmesg`; FactUnavailable with both reasons."""
     reasons = []
+    hung = []
     for name in ("journalctl-kernel", "dmesg"):
         try:
             res = facts.command(name)
+        except FactHung as exc:
+            hung.append(f"{name}: {exc}")
+            continue
         except FactUnavailable as exc:
             reasons.append(f"{name}: {exc}")
             continue
@@ -85,5 +89,8 @@ def kernel_log(facts: FactSource) -> Tuple[str, str]:
             return res.stdout, name
         why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}, no output"])[-1]
         reasons.append(f"{name}: {why}")
+    if hung:  # neither answered and one of them hung: the node's trouble, not a missing permission
+        raise FactHung("kernel log unreadable: " + "; ".join(hung + reasons)
+                       + " (a hung journald, filesystem or driver on this node?)")
     raise FactUnavailable("kernel log not readable here (" + "; ".join(reasons)
                           + "); run as root or grant CAP_SYSLOG / the systemd-journal group")

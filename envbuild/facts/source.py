@@ -19,11 +19,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, List, Optional
 
-from envbuild.facts.errors import FactUnavailable  # noqa: F401  (re-exported: every reader of a source catches it)
+from envbuild.children import CommandHung, run_bounded
+from envbuild.facts.errors import FactHung, FactUnavailable  # noqa: F401  (re-exported: every reader of a source catches it)
 
 BUNDLE_MARKER = ".envbuild/bundle.json"
 BUNDLE_FORMAT = 1
@@ -195,10 +195,10 @@ class LiveSource(FactSource):
         if exe is None:
             raise FactUnavailable(f"{argv[0]} is not installed")
         try:
-            proc = subprocess.run([exe] + argv[1:], capture_output=True, text=True,
-                                  timeout=self._command_timeout_s, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as exc:
-            raise FactUnavailable(f"{' '.join(argv)} did not answer within {self._command_timeout_s:.0f} s") from exc
+            proc = run_bounded([exe] + argv[1:], self._command_timeout_s)
+        except CommandHung as exc:
+            raise FactHung(f"{' '.join(argv)} did not answer within {self._command_timeout_s:g} s (killed with "
+                           "its child processes)") from exc
         except OSError as exc:
             raise FactUnavailable(f"cannot run {argv[0]}: {exc}") from exc
         result = CommandResult(proc.returncode, proc.stdout, proc.stderr)

@@ -166,7 +166,8 @@ def node_from_dict(data: Any, source: str, default_name: str) -> NodeReport:
     """One node from a decoded single-node report (or a fleet report's node entry); an error row if unusable."""
     if not isinstance(data, dict):
         return error_node(default_name, source, f"{source}: not an envbuild report (a JSON {type(data).__name__})")
-    name = data.get("node") or (data.get("host") or {}).get("hostname") or default_name
+    host = data.get("host")
+    name = data.get("node") or (host.get("hostname") if isinstance(host, dict) else None) or default_name
     name = str(name)
     if data.get("error"):
         return error_node(name, data.get("source") or source, str(data["error"]), data.get("envbuild_version", ""))
@@ -193,17 +194,23 @@ def node_from_dict(data: Any, source: str, default_name: str) -> NodeReport:
 
 def read_file(path: Path) -> List[NodeReport]:
     """The node(s) in one file: a single-node report gives one, a fleet report gives its nodes (merging merges)."""
+    from envbuild.fsutil import InputRefused, read_bounded
+
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         return [error_node(path.stem, source, f"{source}: not UTF-8 text (byte {exc.start})")]
+    except InputRefused as exc:
+        return [error_node(path.stem, source, f"{source}: cannot read: {exc}")]
     except OSError as exc:
         return [error_node(path.stem, source, f"{source}: cannot read: {exc.strerror or exc}")]
     if not text.strip():
         return [error_node(path.stem, source, f"{source}: empty file (the node's doctor never wrote its report?)")]
     try:
         data = json.loads(text)
+    except RecursionError:
+        return [error_node(path.stem, source, f"{source}: JSON nested too deeply to read")]
     except json.JSONDecodeError as exc:
         cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         kind = "truncated" if cut else "malformed"

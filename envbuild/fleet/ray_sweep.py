@@ -97,14 +97,48 @@ def _names(idents: Dict[int, Dict[str, Any]], ray_nodes: Dict[str, Dict[str, Any
 ENVBUILD_MISSING = "envbuild is not importable by this node's Ray workers"
 
 
-def _why(exc: BaseException) -> str:
+TORCH_MISSING = "torch is not importable by this node's Ray workers (the job's runtime_env has no torch)"
+GONE_IN_WORDS = {  # Ray's exception for a call whose actor is gone, said in plain words
+    "ActorUnavailableError": "the node's Ray worker stopped answering (its process, or the node, is unreachable)",
+    "ActorDiedError": "the node's Ray worker process died (killed, crashed or out of memory), or its node is down",
+    "RayActorError": "the node's Ray worker process died (killed, crashed or out of memory), or its node is down",
+    "NodeDiedError": "the Ray node died (its raylet is gone)",
+    "WorkerCrashedError": "the node's Ray worker process crashed",
+}
+
+
+def _why(ray, exc: BaseException) -> str:
+    """What went wrong with a call, in words an admin acts on (not Ray's exception text)."""
+    if _actor_gone(ray, exc):
+        name = type(exc).__name__
+        return f"{GONE_IN_WORDS.get(name, GONE_IN_WORDS['RayActorError'])} (Ray: {name})"
+    cause = getattr(exc, "cause", None)  # a RayTaskError carries the exception the call raised
+    if isinstance(cause, EnvbuildError):
+        return f"{USAGE}: {cause}"
     text = str(exc)
     if "No module named 'envbuild" in text:
         return f"{ENVBUILD_MISSING} (No module named 'envbuild')"
     if "No module named 'torch'" in text:
-        return "torch is not importable by this node's Ray workers (the job's runtime_env has no torch)"
+        return TORCH_MISSING
     lines = [l for l in text.splitlines() if l.strip()]
     return f"{type(exc).__name__}: " + (lines[-1] if lines else "")[:300]
+
+
+USAGE = "the doctor refused its options"
+
+
+def _reason(problem: str) -> str:
+    """A problem without its `(while: ...)` tail: the part that can be the same on every node."""
+    return problem.split(" (while: ")[0]
+
+
+def shared_reason(problems: Dict[int, str], total: int) -> Optional[str]:
+    """The one reason every one of `total` calls failed for, when they all failed the same way (no torch in the
+    job's env, an option the doctor refuses): the fleet's problem, not each node's. None otherwise."""
+    reasons = {_reason(p) for p in problems.values()}
+    if len(problems) == total and total > 1 and len(reasons) == 1:
+        return reasons.pop()
+    return None
 
 
 def _say(text: str) -> None:
@@ -149,7 +183,7 @@ class _Waiter:
                     try:
                         values[i] = ray.get(ref, timeout=5)
                     except Exception as exc:  # the worker or its node died, or the call raised
-                        problems[i] = f"{_why(exc)} (while: {self._said(i)})"
+                        problems[i] = f"{_why(ray, exc)} (while: {self._said(i)})"
                         if _actor_gone(ray, exc):
                             self.dead.append(i)
             if self.abort_on_death and problems and pending:
@@ -293,6 +327,9 @@ def _sweep(ray, o: RaySweepOptions, mode: str, deadline: float, cleanup: List[st
             doc_refs[i] = actors[i].doctor.remote(opts)
     _say(f"doctor ({mode}) running on {len(doc_refs)} node(s)")
     reports, died = waiter.run(doc_refs)
+    shared = shared_reason(died, len(doc_refs)) if not reports else None
+    if shared is not None and shared.startswith(USAGE):  # the same refusal everywhere: the command line, not nodes
+        raise EnvbuildError(f"--ray: on every node {shared}")
     for i, data in reports.items():
         n = node_from_dict(data, f"ray:{good[i]['node_id']}", names[i])
         n.node = names[i]
@@ -425,7 +462,9 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
     out: List[Result] = []
     where = {r: ranks[r][0] for r in rank_actors}
     failed_nodes = sorted({names[where[r]] for r in w.dead}) or sorted({names[where[r]] for r in problems})
-    for r, msg in sorted(problems.items()):
+    raised = {r: m for r, m in problems.items() if not m.startswith("stopped: ")}
+    shared = shared_reason(raised, len(ranks)) if not w.dead else None
+    for r, msg in sorted(problems.items()) if shared is None else ():  # shared: one fleet-wide finding below
         i = where[r]
         nodes[i].findings.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
                                         f"rank {r} of {len(ranks)} ({backend}) on {names[i]}: {msg}",
@@ -438,11 +477,27 @@ def _collectives(ray, o: RaySweepOptions, waiter: _Waiter, actors, agent_cls, pg
         bw["alltoall"] = min(bw["alltoall"], v["alltoall"]["busbw_gbps"])
         bw["ok"] = min(bw["ok"], float(v["allreduce_ok"] and v["alltoall_ok"]))
     if problems:
-        out.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
-                          f"the {backend} collectives over {len(ranks)} ranks did not complete: rank(s) on "
-                          f"{', '.join(failed_nodes) or '?'} died or hung, the others were stopped", evidence={"problems": {str(k): v for k, v in problems.items()}},
-                          remediation="check the named nodes (`ray status`, dmesg) and rerun; the other nodes' "
-                                      "numbers are not comparable without them", causes=["U4"]))
+        evidence = {"problems": {str(k): v for k, v in problems.items()}}
+        if shared is not None:
+            out.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
+                              f"the {backend} collectives over {len(ranks)} ranks could not run: every rank failed "
+                              f"the same way, so it is the job's environment, not a node: {shared}",
+                              evidence=evidence, causes=["U4"],
+                              remediation="give the job's runtime_env a Python with torch (--runtime-env "
+                                          "'{\"py_executable\": \"/path/to/env/bin/python\"}' or pip)"
+                              if shared == TORCH_MISSING else "fix the cause above and rerun"))
+        elif w.dead:
+            out.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
+                              f"the {backend} collectives over {len(ranks)} ranks did not complete: rank(s) on "
+                              f"{', '.join(failed_nodes) or '?'} died or hung, the others were stopped",
+                              evidence=evidence, causes=["U4"],
+                              remediation="check the named nodes (`ray status`, dmesg) and rerun; the other nodes' "
+                                          "numbers are not comparable without them"))
+        else:
+            out.append(Result("comm.fleet_collectives", "comm", Status.ERROR,
+                              f"the {backend} collectives over {len(ranks)} ranks did not complete: rank(s) on "
+                              f"{', '.join(failed_nodes) or '?'} failed, the others were stopped (see those nodes' "
+                              "comm.fleet_collectives)", evidence=evidence, causes=["U4"]))
         return out
     for op in ("allreduce", "alltoall"):
         med = statistics.median(bw[op] for bw in per_node.values())

@@ -67,12 +67,16 @@ class NodeAgent:
         """`envbuild doctor` in this worker's own process and environment; the node's report as a dict."""
         import json
 
+        import ray
+
         from envbuild.doctor.session import DoctorOptions, run_doctor
 
         self._set(f"doctor ({options.get('mode', 'static')} checks)")
+        job_env = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
         with tempfile.TemporaryDirectory(prefix="envbuild-ray-") as tmp:
             path = os.path.join(tmp, "report.json")
-            opts = DoctorOptions(json_path=path, quiet=True, python=sys.executable, **options)
+            opts = DoctorOptions(json_path=path, quiet=True, python=sys.executable,
+                                 env_origins={k: "the job's runtime_env" for k in job_env}, **options)
             run_doctor(opts)
             with open(path) as f:
                 data = json.load(f)

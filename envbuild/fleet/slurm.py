@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from envbuild.children import CommandHung, run_bounded
 from envbuild.errors import EnvbuildError
+from envbuild.fleet.drain import Scontrol, reason_text
 
 HEALTH_BUDGET_S = 50.0  # Slurm kills a HealthCheckProgram after 60 s; leave 10 s for start-up and scontrol
 NODE_CATEGORIES = ("node", "gpu")
@@ -97,23 +96,32 @@ def run_slurm(opts: Any) -> int:
     return code
 
 
+def is_own_crash(result: Dict[str, Any]) -> bool:
+    """An `error` row of a check that crashed (the runner keeps its traceback): envbuild's bug, not the node's."""
+    return result.get("status") == "error" and "traceback" in (result.get("evidence") or {})
+
+
 def is_node_problem(result: Dict[str, Any]) -> bool:
+    if is_own_crash(result):
+        return False
     return result.get("category") in NODE_CATEGORIES or \
         any(str(c).startswith(NODE_CAUSE_PREFIXES) for c in result.get("causes") or [])
 
 
-def classify(report: Dict[str, Any], strict: bool = False) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """(node problems, user problems) among the failing results (errors count: a broken check on the node)."""
+def classify(report: Dict[str, Any], strict: bool = False) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]],
+                                                                   List[Dict[str, Any]]]:
+    """(node problems, user problems, envbuild's own crashes) among the failing results. An error row of a node
+    check counts as the node's (a node command that hung); a crash of envbuild's check code never drains."""
     bad = ("fail", "error") + (("warn",) if strict else ())
     failing = [r for r in report.get("results", []) if r.get("status") in bad]
+    own = [r for r in failing if is_own_crash(r)]
     node = [r for r in failing if is_node_problem(r)]
-    return node, [r for r in failing if not is_node_problem(r)]
+    return node, [r for r in failing if r not in node and r not in own], own
 
 
 def drain_line(node: str, reason: str) -> str:
-    """The ready-to-run scontrol command (Reason quoted for a shell, one line, prefixed so admins can grep)."""
-    reason = " ".join(f"envbuild: {reason}".replace('"', "'").split())[:200]
-    return f"scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason={shlex.quote(reason)}"
+    """The ready-to-run scontrol command (Reason quoted for a shell, one line, with envbuild's prefix)."""
+    return f"scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason={shlex.quote(reason_text(reason))}"
 
 
 def _doctor_argv(opts: Any, json_path: str) -> List[str]:
@@ -134,9 +142,12 @@ def _doctor_argv(opts: Any, json_path: str) -> List[str]:
 def health_check(opts: Any, deadline: Optional[float] = None, drain: bool = False) -> int:
     """HealthCheckProgram / prolog mode: the static doctor in a child process with a hard budget.
 
-    Exit 0 healthy (user problems are printed, not drained), 1 node problem (drain line printed, and run with
-    --drain). A doctor that overruns the budget is killed with its whole process group and is itself the node
-    problem: a node whose facts cannot be read in 50 s (hung NFS, a wedged driver) is not fit for jobs."""
+    Exit 0 healthy (other findings are printed, not drained; with --drain a node envbuild drained is resumed),
+    1 node problem (drain line printed, and run with --drain), 2 the doctor could not run here (bad usage, or
+    envbuild itself failed: never a drain), 3 with --drain: the node should have been drained or resumed and
+    scontrol did not do it. A doctor that overruns the budget is killed with its whole process group and is
+    itself the node problem: a node whose facts cannot be read in 50 s (hung NFS, a wedged driver) is not fit
+    for jobs."""
     if opts.mode != "static":
         raise EnvbuildError("--health-check runs the static checks only (GPU probes do not fit Slurm's 60 s)")
     budget = min(deadline or HEALTH_BUDGET_S, HEALTH_BUDGET_S)
@@ -144,32 +155,31 @@ def health_check(opts: Any, deadline: Optional[float] = None, drain: bool = Fals
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envbuild-hc-") as tmp:
         path = os.path.join(tmp, "report.json")
-        proc = subprocess.Popen(_doctor_argv(opts, path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
         try:
-            _, err = proc.communicate(timeout=budget)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return _verdict(node, [f"doctor did not finish in {budget:.0f} s (hung filesystem or driver?)"], [],
+            proc = run_bounded(_doctor_argv(opts, path), budget)
+        except CommandHung:
+            return _verdict(node, [f"doctor did not finish in {budget:g} s (hung filesystem or driver?)"], [],
                             drain, opts.json_path, None)
-        if proc.returncode == 2 or not os.path.exists(path):
-            last = (err.decode(errors="replace").strip().splitlines() or ["no report"])[-1]
-            # bad usage is the admin's configuration, not the node: report it, do not drain
-            print(f"envbuild health-check {node}: could not run the doctor: {last}", file=sys.stderr)
+        if proc.returncode not in (0, 1) or not os.path.exists(path):
+            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}, no report"])[-1]
+            # bad usage is the admin's configuration and a crash is envbuild's: report it, never drain
+            print(f"envbuild health-check {node}: could not run the doctor, not draining: {last}", file=sys.stderr)
             return 2
         with open(path) as f:
             report = json.load(f)
-    node_bad, user_bad = classify(report, strict=opts.strict)
+    node_bad, user_bad, own = classify(report, strict=opts.strict)
     reasons = [f"{r['check_id']}{'[' + r['subject'] + ']' if r.get('subject') else ''}: {r.get('summary', '')}"
                for r in node_bad]
     users = [f"{r['check_id']}: {r.get('summary', '')}" for r in user_bad]
+    crashes = [f"{r['check_id']}: {r.get('summary', '')}" for r in own]
     report["health_check"] = {"node": node, "budget_s": budget, "took_s": round(time.monotonic() - t0, 2),
-                              "node_problems": reasons, "user_problems": users}
-    return _verdict(node, reasons, users, drain, opts.json_path, report)
+                              "node_problems": reasons, "user_problems": users, "own_errors": crashes}
+    others = [("user-side problem", t) for t in users] + [("envbuild's own error (a bug to report)", t)
+                                                          for t in crashes]
+    return _verdict(node, reasons, others, drain, opts.json_path, report)
 
 
-def _verdict(node: str, reasons: List[str], users: List[str], drain: bool, json_path: Optional[str],
+def _verdict(node: str, reasons: List[str], others: List[Tuple[str, str]], drain: bool, json_path: Optional[str],
              report: Optional[Dict[str, Any]]) -> int:
     if json_path and report is not None:
         from envbuild.outputs import write_output
@@ -177,18 +187,25 @@ def _verdict(node: str, reasons: List[str], users: List[str], drain: bool, json_
         report["node"] = node
         write_output(report_path(json_path, node) if (os.path.isdir(json_path) or "{node}" in json_path)
                      else json_path, json.dumps(report, indent=2, default=str) + "\n", "--json")
-    for u in users:
-        print(f"envbuild health-check {node}: user-side problem, not draining: {u}")
+    for kind, text in others:
+        print(f"envbuild health-check {node}: {kind}, not draining: {text}")
     if not reasons:
-        print(f"envbuild health-check {node}: OK")
+        if not drain:
+            print(f"envbuild health-check {node}: OK")
+            return 0
+        undo = Scontrol(node).resume_if_ours()
+        print(f"envbuild health-check {node}: OK" + (f"; {undo.message}" if undo and undo.done else ""))
+        if undo is not None and not undo.done:
+            print(f"envbuild health-check {node}: NOT resumed: {undo.message}", file=sys.stderr)
+            return 3
         return 0
     reason = reasons[0] + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else "")
-    line = drain_line(node, reason)
-    print(line)
+    print(drain_line(node, reason))
     if drain:
-        scontrol = shutil.which("scontrol")
-        if scontrol is None:
-            print(f"envbuild health-check {node}: --drain: no scontrol on PATH; run the line above", file=sys.stderr)
-        else:
-            subprocess.run(shlex.split(line.replace("scontrol", scontrol, 1)), timeout=5, check=False)
+        done = Scontrol(node).drain(reason)
+        if not done.done:
+            print(f"envbuild health-check {node}: NOT drained: {done.message}", file=sys.stderr)
+            return 3
+        print(f"envbuild health-check {node}: {done.message}")
     return 1
+

@@ -78,6 +78,11 @@ def check_prefix(target: Path) -> None:
     """Refuse, before anything is built, a prefix the activation scripts cannot put on PATH."""
     from envbuild.errors import EnvbuildError
 
+    from envbuild.envvalues import prefix_problem
+
+    problem = prefix_problem(str(target))
+    if problem:
+        raise EnvbuildError(problem)
     bad = _BAD_PREFIX.search(str(target))
     if bad:
         raise EnvbuildError(f"prefix {str(target)!r}: contains {bad.group(0)!r}, which PATH and LD_LIBRARY_PATH "

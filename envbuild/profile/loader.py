@@ -25,12 +25,13 @@ _LAUNCH_KEYS = ("value", "scope", "source", "verified", "why")
 _DOCKER_KEYS = ("shm_size_bytes", "memlock", "stack_bytes", "ipc", "source")
 _PATCH_KEYS = ("target", "file", "source", "verified", "notes")
 _HEX_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+PROFILE_MAX_BYTES = 4 * 1024 * 1024  # shipped profiles are a few KiB; a 200 MB one took 51 s to read
 
 
 def load_profile_file(path: Path) -> Profile:
     """Parse and validate one profile.toml. Raises InputFileError naming file, line and field."""
     path = Path(path)
-    text = read_input_text(path, "profile")
+    text = read_input_text(path, "profile", max_bytes=PROFILE_MAX_BYTES)
     data = parse_input_toml(path, text)
     r = Reader(path, text)
 

@@ -286,8 +286,14 @@ def _activation(r: Reader, raw: Dict[str, Any]) -> Activation:
 
 
 def _check_shell_names(r: Reader, table: tuple, env: Dict[str, str], what: str) -> None:
-    """An environment variable the scripts export must be a shell name, or `export` fails after every phase."""
-    for key in env:
+    """An environment variable the scripts export must be a shell name, or `export` fails after every phase, and
+    its value one the kernel can hold (envbuild.envvalues)."""
+    from envbuild.envvalues import value_problem
+
+    for key, value in env.items():
         if not SHELL_NAME_RE.match(key):
             raise r.error(f"[{table_name(table[:-1])}] env", f"{what}{key!r} is not a shell variable name "
                           "(letters, digits and _, not starting with a digit)", table + (key,))
+        problem = value_problem(key, value)
+        if problem:
+            raise r.error(f"[{table_name(table[:-1])}] env", f"{what}{problem}", table + (key,))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError
+from envbuild.fsutil import is_file
 from envbuild.profile.loader import load_profile_file
 from envbuild.profile.model import Profile
 
@@ -67,7 +68,7 @@ def select_profile(base: Path, name: Optional[str]) -> str:
 def profile_path(name_or_path: str, lockfiles: Optional[Union[str, Path]] = None) -> Path:
     """The profile.toml of a profile name (in lockfiles_base(lockfiles)) or of a path to a profile.toml."""
     candidate = Path(name_or_path)
-    if candidate.suffix == ".toml" or candidate.is_file():
+    if candidate.suffix == ".toml" or is_file(candidate):
         return candidate
     base = lockfiles_base(lockfiles)
     return base / select_profile(base, name_or_path) / PROFILE_FILE

@@ -7,13 +7,12 @@ naming the file (InputFileError, exit 2), never a traceback and never a page bui
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
-from envbuild.errors import InputFileError, read_input_text
+from envbuild.errors import InputFileError, parse_input_json, read_input_text
 from envbuild.report.json_report import SCHEMA_ID, SCHEMA_VERSION, report_from_dict
 from envbuild.report.model import Metric, Report, Result, Status
 
@@ -85,13 +84,7 @@ def _add(out: Inputs, path: Path, data: Any) -> None:
 
 
 def _load_json(path: Path) -> Any:
-    text = read_input_text(path, "the report")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        cut = exc.pos >= len(text.rstrip())
-        why = "the file ends early (truncated?)" if cut else exc.msg
-        raise InputFileError(path, f"not valid JSON: {why} at column {exc.colno}", exc.lineno) from exc
+    return parse_input_json(path, read_input_text(path, "the report"), "the report")
 
 
 def _is_envbuild(data: Any) -> bool:

@@ -19,3 +19,16 @@ def test_env_policy_against_profile_launch_env(tmp_path):
     # Without a profile the same shell only warns (sglang's forced 0 is the reference).
     proc, res = run_doctor(["--check", "stack.env_policy"], env, tmp_path)
     assert res["stack.env_policy"]["status"] == "warn"
+
+
+def test_env_policy_redacts_nccl_values_as_the_audit_does(tmp_path):
+    """An NCCL_* knob outside the audit's value allowlist is named, its value is not (NCCL_IB_* may hold host names,
+    a site may keep a secret under the prefix); the judged ones keep theirs."""
+    env = clean_env(NCCL_CUMEM_ENABLE="1", NCCL_IB_GID_INDEX_HOSTS="ib-sw7.corp.internal", NCCL_SITE_NOTE="S3cret-99")
+    proc, res = run_doctor(["--check", "stack.env_policy"], env, tmp_path)
+    r = res["stack.env_policy"]
+    text = json.dumps(r)
+    assert "ib-sw7.corp.internal" not in text and "S3cret-99" not in text
+    extra = [f["finding"] for f in r["evidence"]["findings"] if f["finding"].startswith("NCCL knobs")][0]
+    assert "NCCL_IB_GID_INDEX_HOSTS=<redacted> (in the launch shell)" in extra, extra
+    assert r["evidence"]["env"]["NCCL_CUMEM_ENABLE"] == "1" and r["summary"].startswith("NCCL_CUMEM_ENABLE=1 in the launch shell")

@@ -113,7 +113,7 @@ def test_directory_without_files_exits_2(explain, tmp_path):
 
 
 @pytest.mark.parametrize("flag,value,words", [
-    ("--report", "notjson", b"not JSON"),
+    ("--report", "notjson", b"not valid JSON"),
     ("--report", '{"results": [{"status": "fail"}]}', b"not an envbuild doctor report"),
     ("--root", None, b"is not an envbuild bundle"),
     ("--profile", "no-such-profile", b"unknown profile 'no-such-profile'"),

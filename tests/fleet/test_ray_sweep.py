@@ -47,6 +47,8 @@ def test_static_sweep_with_audit(cluster, tmp_path, monkeypatch):
         # the job's runtime_env reached the worker; the driver's shell does not have it
         assert audit_env["status"] == "warn" and "NCCL_CUMEM_ENABLE" in audit_env["summary"]
         assert "hf_secret" not in json.dumps(n)  # not a steering variable: never read
+        policy = [r for r in n["results"] if r["check_id"] == "stack.env_policy"][0]
+        assert policy["summary"].startswith("NCCL_CUMEM_ENABLE=1 in the job's runtime_env:"), policy["summary"]
     agree = [r for r in data["fleet_results"] if r["check_id"] == "fleet.audit_agree"]
     assert agree and agree[0]["status"] == "pass"
     assert "fleet.ray_nodes" in proc.stdout or "3 node(s)" in proc.stdout
@@ -71,6 +73,29 @@ def test_quick_sweep_runs_gloo_collectives(cluster, tmp_path, torch_env):
         mine = {f["check_id"]: f for f in n["fleet_findings"]}
         assert mine["comm.fleet_allreduce"]["metrics"][0]["unit"] == "GB/s"
     assert 'envbuild_metric{node="' in (tmp_path / "f.prom").read_text()
+
+
+def test_quick_sweep_without_torch_is_one_fleet_finding_not_dead_nodes(cluster, tmp_path):
+    """The job's env has no torch (no runtime_env here, and the test venv has none): every rank of the collective
+    fails the same way. That is the job's environment, said once fleet-wide; no node is called dead or hung."""
+    proc = doctor("--ray", cluster.address, "--quick", "--json", tmp_path / "f.json", "--collective-mb", "1",
+                  "--collective-iters", "1")
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    data = json.loads((tmp_path / "f.json").read_text())
+    fleet = {r["check_id"]: r for r in data["fleet_results"]}
+    summary = fleet["comm.fleet_collectives"]["summary"]
+    assert "every rank failed the same way, so it is the job's environment, not a node" in summary, summary
+    assert "torch is not importable" in summary and "py_executable" in fleet["comm.fleet_collectives"]["remediation"]
+    assert "died or hung" not in proc.stdout + json.dumps(data)
+    for n in data["nodes"]:
+        assert n["error"] is None
+        assert not [f for f in n["fleet_findings"] if f["check_id"] == "comm.fleet_collectives"], n["fleet_findings"]
+
+
+def test_an_option_every_node_would_refuse_is_bad_usage(cluster):
+    proc = doctor("--ray", cluster.address, "--set", "no.such_option=1", timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no.such_option" in proc.stderr
 
 
 USER_JOB = """
@@ -136,6 +161,8 @@ def test_worker_killed_mid_run_is_reported(cluster, tmp_path, torch_env):
     w2 = [n for n in data["nodes"] if n["node"].endswith("@w2")][0]
     bad = [f for f in w2["fleet_findings"] if f["status"] == "error"]
     assert bad and "(while: " in bad[0]["summary"], bad  # what it was doing when it died
+    # in plain words, not Ray's "ActorUnavailableError ... may or may not have been executed"
+    assert "Ray worker" in bad[0]["summary"] and "may or may not" not in json.dumps(data), bad
     others = [f for n in data["nodes"] if not n["node"].endswith("@w2") for f in n["fleet_findings"]
               if f["check_id"] == "comm.fleet_collectives"]
     assert len(others) == 2 and all(f["status"] == "error" for f in others), others  # their own gloo error, or "stopped"

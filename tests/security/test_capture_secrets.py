@@ -28,6 +28,12 @@ PLANTED = {  # variable -> (value, the secret part that must never reach the bun
     "NCCL_DEBUG_SUBSYS": (f"INIT,Authorization: Bearer nccl-bearer-SECRET-0123456789", "nccl-bearer-SECRET"),
     "CUDA_PAT_NOTE": (PAT, PAT),
     "PYTORCH_LAUNCH_ARGS": ("--password=Torch-SECRET-3 --x 1", "Torch-SECRET-3"),
+    # allowlisted prefixes whose name says credential: the whole value goes, whatever it looks like
+    "NVIDIA_API_KEY": ("nvapi-Qm9vQmFyQmF6UXV4MTIzNDU2Nzg5MGFiY2RlZg", "Qm9vQmFyQmF6UXV4MTIz"),
+    "SGLANG_API_KEY": ("local-dev-key-42", "local-dev-key-42"),
+    "NCCL_SHARP_SECRET": ("plainword", "plainword"),
+    # an allowlisted name whose value is one long high-entropy word (a generated key), judged by the value
+    "NCCL_COMM_ID_NOTE": ("Zk3pQ8vLx2Rm9TbW4sYh7NcJ", "Zk3pQ8vLx2Rm9TbW4sYh7NcJ"),
 }
 
 
@@ -73,6 +79,38 @@ def test_allowlisted_values_are_kept_scrubbed(bundle):
 ])
 def test_scrub_text_forms(text, secret):
     assert secret not in scrub_text(text)
+
+
+@pytest.mark.parametrize("text, secret", [  # the forms the hand list of round 2 left as they were
+    ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=" + "Zm9v" * 22 + ";EndpointSuffix=core.windows.net",
+     "Zm9vZm9vZm9vZm9v"),
+    ("https://acct.blob.core.windows.net/c/x?sv=2022-11-02&se=2030&sig=AbCdEfGhIjKlMnOpQrStUvWx%2BYz0%3D", "AbCdEfGhIjKlMnOp"),
+    ("export NGC_API_KEY=nvapi-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "nvapi-AbCdEfGhIjKlMnOp"),
+    ("key AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q", "AIzaSyA1b2C3d4E5f6G7h8"),
+    ("twine upload -p pypi-AgEIcHlwaS5vcmc" + "x1Y2z3" * 12, "pypi-AgEIcHlwaS5vcmc"),
+    ("//registry.npmjs.org/:_authToken=npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "npm_AbCdEfGhIjKlMnOpQr"),
+    ("stripe: sk_live_AbCdEfGhIjKlMnOpQrStUvWx", "sk_live_AbCdEfGhIjKl"),
+    ("SG.AbCdEfGhIjKlMnOpQrStUv.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefg", "AbCdEfGhIjKlMnOpQrStUvWxYz0123"),
+    ("VAULT hvs.CAESIAbCdEfGhIjKlMnOpQrStUvWx", "hvs.CAESIAbCdEfGhIjKl"),
+    ("databricks dapi0123456789abcdef0123456789abcdef", "dapi0123456789abcdef"),
+    ("mysql -h db -u root -pMy-SECRET-21 app", "My-SECRET-21"),
+    ("redis-cli -h cache -a Redis-SECRET-22 ping", "Redis-SECRET-22"),
+    ("sshpass -p Ssh-SECRET-23 ssh node7", "Ssh-SECRET-23"),
+    ("alice:Mount-SECRET-24@nas.internal:/export /mnt/nas fuse.sshfs rw,nosuid 0 0", "Mount-SECRET-24"),
+    ("//fs/share /mnt cifs rw,username=bob,password=Cifs-SECRET-25 0 0", "Cifs-SECRET-25"),
+])
+def test_scrub_text_forms_round_three(text, secret):
+    assert secret not in scrub_text(text)
+
+
+def test_the_facts_checks_need_survive_the_scrub():
+    for text in ("PATH=/usr/local/bin:/usr/bin", "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "MASTER_ADDR=10.0.0.1:29500",
+                 "git@github.com:org/repo.git", "/dev/nvme0n1p2 / ext4 rw,relatime 0 0", "NCCL_IB_PKEY=0x8001",
+                 "CUDA_VISIBLE_DEVICES=GPU-4f1c2b3a-aaaa-bbbb-cccc-0123456789ab", "Linux version 6.8.0-45-generic"):
+        assert scrub_text(text) == text
+        name, _, value = text.partition("=")
+        if value and name.isupper():
+            assert redact_environ(text) == text
 
 
 def test_environ_allowlist_unit():

@@ -107,8 +107,7 @@ def ulimits(ctx) -> Result:
                f"== {want_stack}" if want_stack else f">= {STACK_FLOOR}, not unlimited", psrc or STACK_SRC),
         Metric("nofile_hard", -1 if nf is None else nf, "files (-1 = unlimited)", f">= {NOFILE_FLOOR}", NOFILE_SRC),
     ]
-    fix = ("raise the limits for the job's user (limits.conf / systemd LimitMEMLOCK=infinity, LimitSTACK=64M) or "
-           "launch with `ulimit -l unlimited -s 65536`, as `docker run --ulimit memlock=-1 --ulimit stack=67108864`")
+    fix = _fix(fails + warns)
     if fails:
         if ml is not None and ml < MEMLOCK_FLOOR:
             ev["explains"] = MEMLOCK_EXPLAINS
@@ -119,3 +118,18 @@ def ulimits(ctx) -> Result:
                       remediation=fix)
     return verdict(Status.PASS, f"memlock {_fmt_bytes(ml)}, stack {_fmt_bytes(st)}, hard nofile {nf}",
                   evidence=ev, metrics=metrics)
+
+
+# per limit: (limits.conf / systemd setting, ulimit flag, docker run flag); the fix names only the limits found
+_FIXES = {"memlock": ("LimitMEMLOCK=infinity", "-l unlimited", "--ulimit memlock=-1"),
+          "stack": ("LimitSTACK=64M", "-s 65536", "--ulimit stack=67108864"),
+          "nofile": ("LimitNOFILE=65536", "-n 65536", "--ulimit nofile=65536")}
+
+
+def _fix(findings: List[str]) -> str:
+    """The remediation for the limits these findings name (a nofile finding alone speaks of nofile only)."""
+    named = [k for k in _FIXES if any(f.split(" ")[0] == k or f.startswith(f"hard {k}") for f in findings)]
+    systemd, ulimit, docker = (" ".join(_FIXES[k][i] for k in named) for i in range(3))
+    return (f"raise the limits for the job's user (limits.conf / systemd {systemd}) or launch with `ulimit {ulimit}`, "
+            f"as `docker run {docker}`")
+

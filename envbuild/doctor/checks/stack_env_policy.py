@@ -9,23 +9,34 @@ from typing import Any, Dict, List, Tuple
 
 from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
+from envbuild.redact import REDACTED, VALUE_ALLOWLIST
 from envbuild.report.model import Result, Status
 
 # Informational variables set by NVIDIA base images; not NCCL/CUDA knobs.
 _INFORMATIONAL = {"NCCL_VERSION", "CUDA_VERSION", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
                   "CUDA_MODULE_LOADING", "CUDA_DRIVER_VERSION", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}
 
+# Values this check judges besides the audit's allowlist: library paths, named in its findings
+_SHOWN = VALUE_ALLOWLIST | {"CUDA_DEVICE_MAX_CONNECTIONS", "SGLANG_NCCL_SO_PATH", "VLLM_NCCL_SO_PATH"}
+
 Finding = Tuple[Status, str, List[str]]
 
 
-def _findings(env: Dict[str, str], profile, stack: Dict[str, Any]) -> List[Finding]:
+def shown(env: Dict[str, str]) -> Dict[str, str]:
+    """The variables as a report may show them: values only for the names the audit keeps (NCCL_IB_* may hold host
+    names, a NCCL_*-prefixed variable may be a site's secret), the same rule as the actor audit (envbuild.fleet.audit)."""
+    return {k: (v if k in _SHOWN else REDACTED) for k, v in env.items()}
+
+
+def _findings(env: Dict[str, str], profile, stack: Dict[str, Any], origin=lambda k: "the launch shell") -> List[Finding]:
     out: List[Finding] = []
+    env = shown(env)
     launch = profile.launch_env if profile is not None else {}
     cumem = env.get("NCCL_CUMEM_ENABLE")
     want_cumem = launch["NCCL_CUMEM_ENABLE"].value if "NCCL_CUMEM_ENABLE" in launch else "0"
     if cumem is not None and cumem != want_cumem:
         out.append((Status.FAIL if profile is not None else Status.WARN,
-                    f"NCCL_CUMEM_ENABLE={cumem} in the launch shell: slime's training actors inherit it (it is "
+                    f"NCCL_CUMEM_ENABLE={cumem} in {origin('NCCL_CUMEM_ENABLE')}: slime's training actors inherit it (it is "
                     f"overridable since slime #839) while sglang forces {want_cumem}, so the weight-sync communicator "
                     "mixes cuMem and legacy IPC", ["C5", "C4"]))
     nvls = env.get("NCCL_NVLS_ENABLE")
@@ -42,15 +53,15 @@ def _findings(env: Dict[str, str], profile, stack: Dict[str, Any]) -> List[Findi
     pre = env.get("LD_PRELOAD", "")
     if pre:
         if "torch_memory_saver" in pre:
-            out.append((Status.WARN, f"LD_PRELOAD={pre} in the shell: slime preloads the torch_memory_saver hook only "
+            out.append((Status.WARN, f"LD_PRELOAD={pre} in {origin('LD_PRELOAD')}: slime preloads the torch_memory_saver hook only "
                         "into training actors; shell-wide it puts rollout and IPC'd memory on VMM", ["M3", "C4"]))
         elif "vgpu" in pre.lower():
             out.append((Status.WARN, f"LD_PRELOAD={pre}: a GPU-sharing interposer intercepts driver calls", ["D8"]))
         else:
-            out.append((Status.WARN, f"LD_PRELOAD={pre} in the launch shell; the image sets none", ["C4"]))
+            out.append((Status.WARN, f"LD_PRELOAD={pre} in {origin('LD_PRELOAD')}; the image sets none", ["C4"]))
     tms = sorted(k for k in env if k.startswith("TMS_"))
     if tms:
-        out.append((Status.WARN, f"{', '.join(tms)} set shell-wide: slime sets them per training actor with "
+        out.append((Status.WARN, f"{', '.join(tms)} set for every process ({', '.join(sorted({origin(k) for k in tms}))}): slime sets them per training actor with "
                     "--offload-train", ["C4", "M3"]))
     torch_mm = sv.major_minor(sv.torch_info(stack).get("cuda"))
     for d in [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]:
@@ -75,8 +86,8 @@ def _findings(env: Dict[str, str], profile, stack: Dict[str, Any]) -> List[Findi
     extra = sorted(k for k in env if k.startswith("NCCL_") and k not in launch and k not in _INFORMATIONAL
                    and k not in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"))
     if extra:
-        out.append((Status.WARN, "NCCL knobs set in the launch shell that the image does not set: "
-                    + ", ".join(f"{k}={env[k]}" for k in extra), ["C4"]))
+        out.append((Status.WARN, "NCCL knobs set that the image does not set: "
+                    + ", ".join(f"{k}={env[k]} (in {origin(k)})" for k in extra), ["C4"]))
     return out
 
 
@@ -87,8 +98,8 @@ def env_policy(ctx) -> Result:
     sglang's 0 (C5), expandable segments with CUDA IPC (M3), stubs/compat/other-CUDA library paths (C4)."""
     stack = ctx.facts.stack()
     env = stack.get("env") or {}
-    found = _findings(env, ctx.profile, stack)
-    evidence = {"env": env, "findings": [{"status": s.value, "finding": t, "causes": c} for s, t, c in found]}
+    found = _findings(env, ctx.profile, stack, ctx.env_origin)
+    evidence = {"env": shown(env), "origins": {k: ctx.env_origin(k) for k in sorted(env)}, "findings": [{"status": s.value, "finding": t, "causes": c} for s, t, c in found]}
     if ctx.profile is not None:
         evidence["image_launch_env"] = {k: v.value for k, v in ctx.profile.launch_env.items()}
     if not found:
