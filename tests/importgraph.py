@@ -19,7 +19,7 @@ ORDER = [
     # stdlib-only helpers: errors, hashing, paths, atomic files, redaction, the live progress of long commands, child
     # processes, temporaries left by killed runs, shared-cache locks, downloads, output paths, CLI usage rules,
     # "did you mean", the shared option pieces
-    "__init__", "tomlcompat", "errors", "hashing", "paths", "fsutil", "redact", "envvalues", "progress", "children", "leftovers",
+    "__init__", "tomlcompat", "fsutil", "errors", "hashing", "paths", "redact", "envvalues", "progress", "children", "leftovers",
     "cachelock", "downloads", "outputs", "cliargs", "suggest", "cmdoptions",
     # inputs as data (the train arithmetic, the profile, the causes) under the facts read against them; the result
     # model and its renderers under the doctor that fills them
