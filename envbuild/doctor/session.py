@@ -113,7 +113,7 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     from envbuild.doctor.interrupt import Stopped
-    from envbuild.knowledge.fold import fold_consequences  # issue 14: consequences under their root cause
+    from envbuild.doctor.fold import fold_consequences  # issue 14: consequences under their root cause
 
     interrupted: Optional[Dict[str, Any]] = None
     try:

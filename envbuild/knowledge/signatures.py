@@ -2,7 +2,7 @@
 
 A signature is one pattern a failure log can hold, what it means, the causes it supports (by how much), the
 causes it rules out, and its source; a fact is a value to extract (NCCL version, GPU model, phase). Both are
-read by `envbuild explain` and by the doctor's folding of consequences (knowledge/fold.py), so a log line is
+read by `envbuild explain` and by the doctor's folding of consequences (doctor/fold.py), so a log line is
 described once. Every entry carries an example line; the loader checks that the pattern matches it and that
 its literal `key` is in it, because the scanner only looks at lines holding a key (the fast pre-filter) — an
 entry whose key is not in the lines it matches would silently never fire.

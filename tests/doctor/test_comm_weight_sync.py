@@ -123,8 +123,8 @@ def test_replay_of_the_recorded_c3_fault_run():
 
 def test_the_recorded_c5_runs_transfer_failure_folds_under_the_finding_that_explains_it():
     """The recorded 2xH200 C5 run: the nccl_env row (judged again, it now names what it explains) is the root and
-    the transfer's NCCL error ('invalid argument' at init) its consequence (envbuild/knowledge/fold.py)."""
-    from envbuild.knowledge.fold import fold_consequences, root_causes
+    the transfer's NCCL error ('invalid argument' at init) its consequence (envbuild/doctor/fold.py)."""
+    from envbuild.doctor.fold import fold_consequences, root_causes
     from envbuild.report.json_report import report_from_dict
 
     data = json.loads((RUNS / "weightsync-fault-c5-cumem-mismatch.json").read_text())

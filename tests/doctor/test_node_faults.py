@@ -261,7 +261,7 @@ def test_low_memlock_without_rdma_fails_when_the_profiles_image_sets_memlock(tmp
 
 
 # What a GPU probe of the same run reports because of the node fault (NCCL's, CUDA's and NVML's own messages): the
-# fold (envbuild/knowledge/fold.py) must put it under the node check that found the fault.
+# fold (envbuild/doctor/fold.py) must put it under the node check that found the fault.
 CONSEQUENCES = {
     "stale_nccl_shm_nearly_full": "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
     "exclusive_process": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
@@ -275,7 +275,7 @@ CONSEQUENCES = {
 
 @pytest.mark.parametrize("name", sorted(CONSEQUENCES))
 def test_a_probe_failure_the_node_fault_explains_folds_under_it(name, tmp_path):
-    from envbuild.knowledge.fold import fold_consequences
+    from envbuild.doctor.fold import fold_consequences
     from envbuild.report.json_report import report_from_dict
     from envbuild.report.model import Result, Status
 

@@ -1,7 +1,7 @@
 """node.net_interfaces: the interfaces and RDMA ports NCCL_SOCKET_IFNAME, NCCL_IB_HCA, GLOO_SOCKET_IFNAME and
 TP_SOCKET_IFNAME name exist and are up, judged with NCCL's rules (prefix, `^` exclusion, `=` exact, `:port`), on
 fake /sys/class/net and /sys/class/infiniband trees; and what it finds is the one root cause the run's NCCL
-failures fold under (envbuild/knowledge/fold.py)."""
+failures fold under (envbuild/doctor/fold.py)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ from envbuild.doctor.registry import discover
 from envbuild.doctor.runner import run_check
 from envbuild.doctor.checks.node_net_interfaces import parse_selector
 from envbuild.facts.source import LiveSource
-from envbuild.knowledge.fold import fold_consequences, root_causes
+from envbuild.doctor.fold import fold_consequences, root_causes
 from envbuild.report.model import Result, Status
 from fakenode import H200X2, derive_bundle, write_tree
 from torch_env import torch_env  # noqa: F401

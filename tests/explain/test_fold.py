@@ -1,10 +1,10 @@
-"""The doctor folds consequences under their root cause (knowledge/fold.py), replayed on a run with a
+"""The doctor folds consequences under their root cause (doctor/fold.py), replayed on a run with a
 forward-compatible libcuda first on the library path (tests/explain/fixtures/doctor-compat-first.json)."""
 import json
 
 from conftest import FIXTURES
 
-from envbuild.knowledge.fold import fold_consequences, root_causes
+from envbuild.doctor.fold import fold_consequences, root_causes
 from envbuild.report.json_report import report_from_dict
 from envbuild.report.model import Result, Status
 

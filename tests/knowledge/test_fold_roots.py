@@ -1,4 +1,4 @@
-"""Roots that name what they explain (evidence["explains"], envbuild/knowledge/fold.py): a node or stack check whose
+"""Roots that name what they explain (evidence["explains"], envbuild/doctor/fold.py): a node or stack check whose
 fault breaks CUDA for every process takes stack.torch's failure under it too, not only the probes'. Replayed on
 the real 2xH200 bundle with one edit each (tests/fakenode.py), through the CLI."""
 import json

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.nccl_log import NcclLog
 
 CUMEM = "NCCL_CUMEM_ENABLE"
-# What the group's NCCL init or transfer reports when its ranks disagree (knowledge/fold.py folds the transfer's
+# What the group's NCCL init or transfer reports when its ranks disagree (doctor/fold.py folds the transfer's
 # failure under the row that found the disagreement): torch's DistBackendError with NCCL's code, NCCL's own
 # version check.
 NCCL_FAILURES = [r"NCCL error", r"DistBackendError", r"Mismatched NCCL version", r"unhandled cuda error",

@@ -14,7 +14,7 @@ from envbuild.report.model import Result, Status
 
 CAT = "node"
 _UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
-# What CUDA reports in this run's other processes when the variable hides the GPUs (knowledge/fold.py folds
+# What CUDA reports in this run's other processes when the variable hides the GPUs (doctor/fold.py folds
 # those failures under this check): no device, an invalid ordinal (CUDA runtime API enum cudaError 100, 101).
 EXPLAINS = [r"cudaErrorNoDevice", r"no CUDA-capable device", r"cudaErrorInvalidDevice", r"invalid device ordinal",
             r"Error 10[01]\b"]

@@ -14,7 +14,7 @@ from envbuild.facts import node_parse as P
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Metric, Result, Status
 
-# What NCCL reports when its shared segments cannot be made (knowledge/fold.py folds those failures under this
+# What NCCL reports when its shared segments cannot be made (doctor/fold.py folds those failures under this
 # check): posix_fallocate/ftruncate of /dev/shm/nccl-* failing with ENOSPC, the shm transport's setup.
 EXPLAINS = [r"posix_fallocate", r"No space left on device", r"/dev/shm", r"shmOpen", r"transport/shm"]
 

@@ -15,7 +15,7 @@ from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
 # What CUDA and NVML report in this run's processes when the kernel module and the user-space driver differ
-# (knowledge/fold.py folds those failures under this check): 803, "version mismatch", cudaErrorSystemDriverMismatch.
+# (doctor/fold.py folds those failures under this check): 803, "version mismatch", cudaErrorSystemDriverMismatch.
 MISMATCH_EXPLAINS = [r"[Vv]ersion mismatch", r"cudaErrorSystemDriverMismatch", r"Error 803\b",
                      r"unsupported display driver"]
 

@@ -29,7 +29,7 @@ SOCKET_VARS: Tuple[Tuple[str, str], ...] = (("NCCL_SOCKET_IFNAME", "nccl"), ("GL
                                             ("TP_SOCKET_IFNAME", "exact"))
 HCA_VARS: Tuple[Tuple[str, str], ...] = (("NCCL_IB_HCA", "nccl"),)
 
-# Error texts a run's other failures show when these variables select nothing (knowledge/fold.py folds a
+# Error texts a run's other failures show when these variables select nothing (doctor/fold.py folds a
 # failure whose text matches them under this check): NCCL's bootstrap and init calls as torch and the stack
 # probe report them, Gloo's device lookup, NCCL's IB transport.
 EXPLAINS = {
@@ -192,7 +192,7 @@ def net_interfaces_check(ctx) -> Result:
                        ": every name selects an interface that is up", evidence=ev)
     worst = max((s for _, s, _ in found), key=lambda s: s.rank)
     failing = [v for v, s, _ in found if s == Status.FAIL]
-    if failing:  # what the run's other failures show because of it (knowledge/fold.py)
+    if failing:  # what the run's other failures show because of it (doctor/fold.py)
         ev["explains"] = [p for v in dict.fromkeys(failing) for p in EXPLAINS[v]]
     texts = [t for _, s, t in sorted(found, key=lambda f: -f[1].rank)]
     have = ", ".join(sorted(ifaces)) if ifaces else None

@@ -33,7 +33,7 @@ def _fmt_bytes(n: Optional[int]) -> str:
 
 
 # What a process that registers memory with an RDMA device reports when memlock is too low (folded under this
-# check by knowledge/fold.py): verbs' registration and queue creation, NCCL's IB transport, the kernel's ENOMEM.
+# check by doctor/fold.py): verbs' registration and queue creation, NCCL's IB transport, the kernel's ENOMEM.
 MEMLOCK_EXPLAINS = [r"ibv_reg_mr", r"ibv_create_(?:cq|qp)", r"NET/IB", r"RLIMIT_MEMLOCK", r"[Mm]emlock",
                     r"Cannot allocate memory", r"cudaHostRegister"]
 

@@ -11,7 +11,7 @@ from envbuild.facts import stack_view as sv
 from envbuild.facts.source import FactUnavailable
 from envbuild.report.model import Result, Status
 
-# What CUDA reports in this env's processes when the compat libcuda does not work here (knowledge/fold.py folds
+# What CUDA reports in this env's processes when the compat libcuda does not work here (doctor/fold.py folds
 # those failures, stack.torch's included, under this check): CUDA runtime API enum cudaError 803 and 804.
 EXPLAINS = [r"cudaErrorSystemDriverMismatch", r"cudaErrorCompatNotSupportedOnDevice", r"Error 80[34]\b",
             r"forward compatibility was attempted", r"unsupported display driver"]

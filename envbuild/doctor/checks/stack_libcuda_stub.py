@@ -6,7 +6,7 @@ from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
 from envbuild.report.model import Result, Status
 
-# What every CUDA call of this env then reports (knowledge/fold.py folds those failures, stack.torch's included,
+# What every CUDA call of this env then reports (doctor/fold.py folds those failures, stack.torch's included,
 # under this check): CUDA_ERROR_STUB_LIBRARY / cudaErrorStubLibrary, 34.
 EXPLAINS = [r"[Ss]tub library", r"STUB_LIBRARY", r"cudaErrorStubLibrary", r"Error 34\b"]
 
