@@ -62,6 +62,7 @@ class BundleLayout:
     lock_dir: Path
     builds_dir: Path
     members: Dict[str, Dict[str, object]] = field(default_factory=dict, compare=False)
+    layers: Tuple[str, ...] = ("conda", "pip")  # ("pip",): a venv bundle, for `create --backend venv` only
 
     @property
     def channel_dirs(self) -> Tuple[Path, ...]:
@@ -198,4 +199,5 @@ def open_bundle(path: Union[str, Path], workdir: Optional[Union[str, Path]] = No
         raise InputFileError(bundle, f"the bundle has no locks/{profile}/profile.toml")
     return BundleLayout(root=root, profile=profile, channel_dir=root / "channel", wheel_dir=root / "pypi",
                         git_dir=root / "git", lock_dir=root / "locks", builds_dir=root / "builds",
-                        members=manifest.get("members", {}))
+                        members=manifest.get("members", {}),
+                        layers=tuple(manifest.get("layers") or ("conda", "pip")))

@@ -33,6 +33,9 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
         from envbuild.install.bundle import open_bundle
 
         bundle_obj = open_bundle(Path(bundle))
+        if installer.USES_CONDA_LOCK and "conda" not in bundle_obj.layers:
+            raise EnvbuildError(f"{bundle} is a venv bundle (its profile had no conda lock): create it with "
+                                f"--backend venv --python PATH, not --backend {backend}")
         mirrors = list(bundle_obj.channel_dirs)
         lockfiles = lockfiles or str(bundle_obj.lock_dir)
     base = lockfiles_base(lockfiles)

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from envbuild.errors import EnvbuildError
 from envbuild.progress import Steps
@@ -29,6 +29,19 @@ class PackSummary:
     size_bytes: int = 0
     skipped_builds: List[str] = field(default_factory=list)  # builds with no cached wheel for this commit
     tool_wheels: int = 0  # envbuild's own dependency wheels (pack --tool-python)
+    layers: Tuple[str, ...] = ("conda", "pip")  # ("pip",): the venv bundle (no conda-lock.yml)
+
+
+def bundle_layers(profile) -> Tuple[str, ...]:
+    """The layers a bundle of `profile` carries: conda and pip when conda-lock.yml exists; pip alone (the
+    venv bundle, for `create --bundle --backend venv`) when the profile has only a pip lock to give, as on a
+    machine that reaches PyPI but no conda channel (`envbuild lock --only pip`)."""
+    from envbuild.lock import condalock
+
+    recipe = profile.require_recipe()
+    if (profile.directory / condalock.LOCK_FILE).is_file() or not recipe.pip.requirements:
+        return ("conda", "pip")
+    return ("pip",)
 
 
 def _conda_part(profile, stage: Path, steps: Steps) -> int:
@@ -120,12 +133,15 @@ def _wheel_part(profile, stage: Path, steps: Steps) -> int:
 
 
 def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, summary: PackSummary) -> None:
-    from envbuild.install.git_sources import mirror_source
+    from envbuild.pack.git_part import pack_git_source
 
     for src in recipe.git:
-        with steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}"):
-            mirror_source(src, stage / "git")
-        summary.git_mirrors.append(src.name)
+        with steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}" + (" with its submodules" if src.submodules
+                                                                            else "")) as ph:
+            written = pack_git_source(src, stage / "git")
+            if len(written) > 1:
+                ph.result = f"{len(written) - 1} submodule mirror(s)"
+        summary.git_mirrors.extend(written)
     if not recipe.builds:
         return
     with steps.phase(f"builds: prebuilt wheels of {len(recipe.builds)} source build(s) from {wheel_cache}") as ph:
@@ -178,7 +194,9 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     steps = steps or Steps("", quiet=True)
     with tempfile.TemporaryDirectory(prefix=".envbuild-pack-", dir=output.parent) as tmp:
         stage = Path(tmp)
-        summary.conda_archives = _conda_part(profile, stage, steps)
+        summary.layers = bundle_layers(profile)
+        if "conda" in summary.layers:
+            summary.conda_archives = _conda_part(profile, stage, steps)
         summary.wheels = _wheel_part(profile, stage, steps)
         _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary)
         if tool_python:
@@ -191,7 +209,7 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
         shutil.copytree(profile.directory, stage / "locks" / profile.name,
                         ignore=shutil.ignore_patterns(".*", "__pycache__"))
         with steps.phase("hash the members into the manifest"):
-            extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds}
+            extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds, "layers": list(summary.layers)}
             write_manifest(stage, profile.name, extra)
         with steps.phase(f"write {output}", unit="members") as ph:
             write_tar(stage, output, ph)
