@@ -1,5 +1,10 @@
 """The offline bundle: one tar file that lets `envbuild create --bundle` run with no network.
 
+Two layouts (docs/bundles.md): the conda bundle below, and the venv bundle of a profile with only a pip
+lock (manifest `layers: ["pip"]`): the same parts without pixi-pack.json, environment.yml and the
+channels, for `create --bundle --backend venv --python PATH`. git/ also holds git/submodules/<URL path>
+mirrors for sources with `submodules = true` (envbuild/install/git_submodules.py).
+
 Layout: a pixi-pack bundle (what `pixi-unpack environment.tar` reads: pixi-pack.json, environment.yml,
 channel/<subdir>/ with repodata.json, pypi/*.whl; Quantco/pixi-pack src/lib.rs, src/unpack.rs) with the
 parts the slime stack needs beside it, which pixi-unpack ignores:
