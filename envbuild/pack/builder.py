@@ -1,6 +1,7 @@
 """Make an offline bundle for one profile from its locks (online, once; see bundle.py for the layout).
 
-Every part is fetched and verified against its lock before it goes in: conda archives through the same
+Every part is fetched and verified against its lock before it goes in (git sources first, so an
+unreachable git host fails the pack before any archive or wheel is downloaded): conda archives through the same
 fetch_and_verify create uses (sha256, also for file:// channels), wheels against the pip lock's hashes,
 git mirrors checked to hold the recipe's commit, source-built wheels re-hashed from the wheel cache. The
 staged tree is then hashed into the manifest and tarred; the output file appears only when complete.
@@ -195,10 +196,11 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     with tempfile.TemporaryDirectory(prefix=".envbuild-pack-", dir=output.parent) as tmp:
         stage = Path(tmp)
         summary.layers = bundle_layers(profile)
+        # git first: an unreachable git host fails the pack before gigabytes of archives and wheels are fetched
+        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary)
         if "conda" in summary.layers:
             summary.conda_archives = _conda_part(profile, stage, steps)
         summary.wheels = _wheel_part(profile, stage, steps)
-        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary)
         if tool_python:
             from envbuild.pack.tool import PYPI, stage_tool
 

@@ -44,13 +44,21 @@ def pack_git_source(src: object, git_dir: Path) -> List[str]:
     from envbuild.install.git_sources import mirror_source
 
     name = getattr(src, "name")
+    git_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".envbuild-pack-git-", dir=git_dir.parent) as tmp:
-        scratch = mirror_source(src, Path(tmp))
+        try:
+            scratch = mirror_source(src, Path(tmp))
+        except EnvbuildError as exc:
+            raise EnvbuildError(f"git source {name!r}: cannot mirror {getattr(src, 'url')} at "
+                                f"{getattr(src, 'commit')}: {exc}") from exc
         full = run_git(["rev-parse", f"{getattr(src, 'commit')}^{{commit}}"], scratch).stdout.strip()
         _pinned_copy(scratch, full, git_dir / f"{name}.git")
         written = [name]
         if getattr(src, "submodules", False):
-            written += _pack_submodules(scratch, full, getattr(src, "url"), git_dir, Path(tmp))
+            try:
+                written += _pack_submodules(scratch, full, getattr(src, "url"), git_dir, Path(tmp))
+            except EnvbuildError as exc:
+                raise EnvbuildError(f"git source {name!r} at {full[:12]}: {exc}") from exc
     return written
 
 
@@ -76,5 +84,7 @@ def _scratch(sub, tmp: Path) -> Path:
     from envbuild.install.git_sources import mirror_source
 
     key = hashlib.sha256(sub.url.encode()).hexdigest()[:16]
-    mirror = mirror_source(SimpleNamespace(name=key, url=sub.url, commit=sub.commit), tmp / "submodules")
-    return mirror
+    try:
+        return mirror_source(SimpleNamespace(name=key, url=sub.url, commit=sub.commit), tmp / "submodules")
+    except EnvbuildError as exc:
+        raise EnvbuildError(f"submodule {sub.path}: cannot mirror {sub.url} at {sub.commit}: {exc}") from exc

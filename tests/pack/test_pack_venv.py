@@ -213,3 +213,20 @@ def test_unlocked_pip_profile_is_told_the_lock_that_works_without_conda(tmp_path
         assert "requirements.lock.txt does not exist" in r.stderr
         assert "run `envbuild lock --profile pyonly --only pip`" in r.stderr, r.stderr
     assert not (tmp_path / "x.tar").exists() and not (tmp_path / "env").exists()
+
+
+def test_a_git_source_that_cannot_be_reached_is_one_line_and_no_bundle(world, tmp_path):
+    base = tmp_path / "lockfiles"
+    shutil.copytree(world["root"] / "lockfiles" / "pyonly", base / "pyonly")
+    toml = base / "pyonly" / "profile.toml"
+    gone = tmp_path / "no-such-repo"
+    text = toml.read_text()
+    start = text.index('name = "outer"')
+    url_line = text[start:].split("\n")[1]
+    toml.write_text(text.replace(url_line, f'url = "{gone}"'))
+    r = envbuild("pack", "--profile", "pyonly", "-o", str(tmp_path / "x.tar"),
+                 env={"ENVBUILD_LOCKFILES": str(base), "ENVBUILD_CACHE_DIR": str(world["root"] / "cache")})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
+    assert len(errors) == 1 and f"git source 'outer': cannot mirror {gone} at " in errors[0], r.stderr
+    assert not list(tmp_path.glob("x.tar*")) and not list(tmp_path.glob(".envbuild-pack-*"))
