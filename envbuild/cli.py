@@ -34,7 +34,7 @@ def cli() -> None:
 
     \b
     envbuild profiles        # which locks each profile has, what builds on this machine
-    envbuild create --profile slime-v0.3.1-cu130 --backend venv --python python3.12 --prefix ~/envs/slime
+    envbuild create --profile slime-v0.3.1-cu130 --backend venv --python 3.12 --prefix ~/envs/slime
     envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime
     """
     from envbuild.outputs import release_stdout

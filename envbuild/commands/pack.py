@@ -22,8 +22,11 @@ from envbuild import cmdoptions
                    "Python), so build_conda.sh bootstraps envbuild with no PyPI.")
 @click.option("--tool-index", "tool_index", default=None, metavar="URL",
               help="Simple index for --tool-python's wheels (default: PyPI).")
+@click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
+              help="The site's git mirror, as for create: a folder of bare repositories or a URL prefix "
+                   "(default: $ENVBUILD_GIT_MIRROR, else each source's URL).")
 @cmdoptions.quiet("No phase lines on stderr; print only the summary line.")
-def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, quiet) -> int:
+def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, git_mirror, quiet) -> int:
     """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks.
 
     A profile with only a pip lock (`envbuild lock --only pip`, no conda channel needed) gives the venv bundle:
@@ -33,7 +36,7 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
     \b
     Examples:
       envbuild pack --profile slime-v0.3.1-cu130 -o slime.tar
-      envbuild create --bundle slime.tar --backend venv --python python3.12 --prefix ~/envs/slime
+      envbuild create --bundle slime.tar --backend venv --python 3.12 --prefix ~/envs/slime
     """
     from pathlib import Path
 
@@ -52,9 +55,12 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
         profile = load_profile(select_profile(base, profile_name), base)
         # a stale bundle would be found out only on the air-gapped node
         require_fresh(profile, profile.require_recipe(), bundle_layers(profile))
+        from envbuild.install.git_mirror import mirror_from
+
+        mirror = mirror_from(git_mirror)
     s = make_bundle(profile.name, Path(output), lockfiles=str(base),
                     wheel_cache=Path(wheel_cache) if wheel_cache else None, steps=steps,
-                    tool_python=tool_python, tool_index=tool_index)
+                    tool_python=tool_python, tool_index=tool_index, git_mirror=mirror)
     tool = f", {s.tool_wheels} wheels of envbuild's dependencies for Python {tool_python}" if tool_python else ""
     conda = f"{s.conda_archives} conda archives" if "conda" in s.layers else "venv bundle (no conda layer)"
     click.echo(f"wrote {s.output} ({s.size_bytes / 1e6:.1f} MB): {conda}, {s.wheels} wheels, "

@@ -2,8 +2,8 @@
 
 Two layouts (docs/bundles.md): the conda bundle below, and the venv bundle of a profile with only a pip
 lock (manifest `layers: ["pip"]`): the same parts without pixi-pack.json, environment.yml and the
-channels, for `create --bundle --backend venv --python PATH`. git/ also holds git/submodules/<URL path>
-mirrors for sources with `submodules = true` (envbuild/install/git_submodules.py).
+channels, for `create --bundle --backend venv --python PATH`. git/ also holds git/<source>--<path>.git
+for each submodule a source lists (envbuild.install.git_mirror.bundle_repo).
 
 Layout: a pixi-pack bundle (what `pixi-unpack environment.tar` reads: pixi-pack.json, environment.yml,
 channel/<subdir>/ with repodata.json, pypi/*.whl; Quantco/pixi-pack src/lib.rs, src/unpack.rs) with the
@@ -17,7 +17,7 @@ parts the slime stack needs beside it, which pixi-unpack ignores:
     envbuild-bundle.json        format, profile, and the sha256 + size of every other member
     optional-channel/<subdir>/  the optional conda categories (cuda-compat), for `envbuild create --bundle`
     builds/<name>/<entry>/      source-built wheels, same layout as the wheel cache (entry.json + wheel)
-    git/<name>.git/             bare mirrors holding each git source's commit
+    git/<name>.git/             bare mirrors holding each git source's commit (envbuild/pack/git_part.py)
     locks/<profile>/            the profile folder: profile.toml, conda-lock.yml, the pip locks, patches
     tool/                       (with pack --tool-python) envbuild's own dependency wheels + their lock
 

@@ -40,7 +40,7 @@ def bundle_layers(profile) -> Tuple[str, ...]:
     from envbuild.lock import condalock
 
     recipe = profile.require_recipe()
-    if (profile.directory / condalock.LOCK_FILE).is_file() or not recipe.pip.requirements:
+    if (profile.directory / condalock.LOCK_FILE).is_file() or not recipe.pip_requirements:
         return ("conda", "pip")
     return ("pip",)
 
@@ -133,16 +133,16 @@ def _wheel_part(profile, stage: Path, steps: Steps) -> int:
     return len(entries)
 
 
-def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, summary: PackSummary) -> None:
-    from envbuild.pack.git_part import pack_git_source
+def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, summary: PackSummary,
+                         git_mirror: Optional[object] = None) -> None:
+    from envbuild.pack.git_part import pack_git_sources
 
-    for src in recipe.git:
-        with steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}" + (" with its submodules" if src.submodules
-                                                                            else "")) as ph:
-            written = pack_git_source(src, stage / "git")
-            if len(written) > 1:
-                ph.result = f"{len(written) - 1} submodule mirror(s)"
-        summary.git_mirrors.extend(written)
+    if recipe.git:
+        def phase_for(src):
+            subs = f" and {len(src.submodules)} submodule(s)" if src.submodules else ""
+            return steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}{subs}")
+
+        summary.git_mirrors.extend(pack_git_sources(recipe.git, stage / "git", git_mirror, phase_for))
     if not recipe.builds:
         return
     with steps.phase(f"builds: prebuilt wheels of {len(recipe.builds)} source build(s) from {wheel_cache}") as ph:
@@ -176,11 +176,13 @@ def _glibc(recipe) -> str:
 
 def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None,
                 wheel_cache: Optional[Path] = None, steps: Optional[Steps] = None,
-                tool_python: Optional[str] = None, tool_index: Optional[str] = None) -> PackSummary:
+                tool_python: Optional[str] = None, tool_index: Optional[str] = None,
+                git_mirror: Optional[object] = None) -> PackSummary:
     """Write the bundle of `profile_name` to `output`; return what went in. `steps` announces each part as
     a phase (None: silent).
 
     With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
+    `git_mirror` (an envbuild.install.git_mirror.GitMirror) is where the git sources are fetched from.
     """
     from envbuild.install.source_builds import wheel_cache_dir
     from envbuild.install.bundle import write_manifest, write_tar
@@ -197,7 +199,8 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
         stage = Path(tmp)
         summary.layers = bundle_layers(profile)
         # git first: an unreachable git host fails the pack before gigabytes of archives and wheels are fetched
-        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary)
+        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary,
+                             git_mirror)
         if "conda" in summary.layers:
             summary.conda_archives = _conda_part(profile, stage, steps)
         summary.wheels = _wheel_part(profile, stage, steps)

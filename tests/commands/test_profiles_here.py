@@ -1,22 +1,24 @@
 """A newcomer's first minutes: `envbuild profiles` (on a terminal) and `profiles show NAME` say which locks
-each profile has and what builds from them on this machine, with the command that does; `create --backend
-venv` without --python names the interpreter it would take; the `--help` examples name a backend that
-builds from a pip lock alone.
+each profile has and what builds from them on this machine, with the command that does; `--python` takes a
+command name as the shell would find it; the `--help` examples name a backend that builds from a pip lock
+alone.
 
 The profiles are real and locked for real: a conda lock from the fixture channel, pip locks from a
-loopback index. The machine is set by PATH (a folder holding `python3.11` -> the test interpreter, or
-not) and PYENV_ROOT (empty), so what is found is what the test put there.
+loopback index. The machine is set by PATH (a folder holding `python3.11` -> the test interpreter) and
+PYENV_ROOT (empty); the profile `nopython` asks for a Python 3.99, which no machine has.
 """
 from __future__ import annotations
 
 import os
 import pty
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from fixturegen.conda_channel import FIXTURE_PROFILE, build_channel
+from fixturegen.installed_wheels import wheel_of_installed
 from fixturegen.wheels import make_wheel, serve, write_simple_index
 
 PIP = """
@@ -31,6 +33,14 @@ name = "lib"
 url = "https://git.invalid/lib"
 commit = "0123456789abcdef0123456789abcdef01234567"
 install = "none"
+"""
+BUILD = """
+[[recipe.build]]
+name = "lib"
+git = "lib"
+
+[recipe.toolchain]
+cxx = "g++"
 """
 PYVER = "%d.%d" % sys.version_info[:2]
 
@@ -60,11 +70,14 @@ def envbuild(*args, env, tty=False):
 
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory):
-    """Four profiles: `both` (conda + pip locks), `pyonly` (pip lock), `notools` (pip lock without pip and
-    setuptools, but a git source), `nolock` (nothing locked yet); and a PATH with python<this version>."""
+    """Six profiles: `both` (conda + pip locks), `pyonly` (pip lock), `notools` (pip lock without pip and
+    setuptools, but a git source), `nocuda` (a source build and a [recipe.toolchain], no CUDA wheels locked),
+    `nolock` (nothing locked yet), `nopython` (pyonly's pip lock, for a Python 3.99); and a PATH with
+    python<this version>."""
     root = tmp_path_factory.mktemp("profiles-here")
     build_channel(root / "channel")
-    write_simple_index(root / "index", [make_wheel(root / "w", "alpha", "1.0")])
+    write_simple_index(root / "index", [make_wheel(root / "w", "alpha", "1.0"), wheel_of_installed(root / "w", "pip"),
+                                        wheel_of_installed(root / "w", "setuptools")])
     bindir = root / "bin"
     bindir.mkdir()
     (bindir / f"python{PYVER}").symlink_to(sys.executable)
@@ -75,6 +88,8 @@ def machine(tmp_path_factory):
         for name, tail, only in (("both", PIP.format(index=url, requirements='["alpha"]'), None),
                                  ("pyonly", PIP.format(index=url, requirements='["alpha"]'), "pip"),
                                  ("notools", PIP.format(index=url, requirements='["alpha"]') + GIT, "pip"),
+                                 ("nocuda", PIP.format(index=url, requirements='["alpha", "pip", "setuptools"]')
+                                  + GIT + BUILD, "pip"),
                                  ("nolock", PIP.format(index=url, requirements='["alpha"]'), "")):
             (base / name).mkdir(parents=True)
             channel = (root / "channel").as_uri() if name == "both" else (root / "nochannel").as_uri()
@@ -84,12 +99,16 @@ def machine(tmp_path_factory):
                 continue
             r = envbuild("lock", "--profile", name, *(["--only", only] if only else []), env=env)
             assert r.returncode == 0, r.stderr
+        shutil.copytree(base / "pyonly", base / "nopython")
+        toml = base / "nopython" / "profile.toml"
+        toml.write_text(toml.read_text().replace('name = "pyonly"', 'name = "nopython"')
+                        .replace('python = "3.11"', 'python = "3.99"'))
         yield {"root": root, "env": env, "bindir": bindir}
 
 
 def _lines(out: str) -> dict:
     return {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ln.split(":", 1)[0] in
-            ("both", "pyonly", "notools", "nolock")}
+            ("both", "pyonly", "notools", "nocuda", "nolock", "nopython")}
 
 
 def test_profiles_on_a_terminal_say_locks_and_what_builds_here_one_line_each(machine):
@@ -104,20 +123,22 @@ def test_profiles_on_a_terminal_say_locks_and_what_builds_here_one_line_each(mac
                                f"{python} · conda backends: no conda-lock.yml (`envbuild lock --profile pyonly` "
                                "needs the conda channels)")
     assert "venv: no, its pip lock pins no pip, setuptools, which its git sources and builds need" in lines["notools"]
+    assert ("venv: no, its source builds need nvcc, CCCL, CUDA runtime headers, cmake, ninja, in neither the pip "
+            "lock nor the system") in lines["nocuda"]
     assert lines["nolock"].startswith("nolock: locks none · venv: needs the pip lock first: "
                                       "`envbuild lock --profile nolock --only pip` (PyPI only)")
 
 
 def test_in_a_pipe_the_list_stays_names_only(machine):
     r = envbuild("profiles", env=machine["env"])
-    assert r.returncode == 0 and r.stdout.split() == ["both", "nolock", "notools", "pyonly"], r.stdout
+    assert r.returncode == 0 and r.stdout.split() == ["both", "nocuda", "nolock", "nopython", "notools", "pyonly"], r.stdout
 
 
 def test_without_the_python_of_the_profile_it_says_so(machine):
-    env = dict(machine["env"], PATH=str(machine["root"] / "empty"))  # no python of any version on PATH
-    r = envbuild("profiles", "show", "pyonly", env=env)
+    r = envbuild("profiles", "show", "nopython", env=machine["env"])
     assert r.returncode == 0, r.stderr
-    assert f"venv: no Python {PYVER} found here (python{PYVER} on PATH, pyenv); give --python PATH" in r.stdout
+    assert ("venv: no working Python 3.99 found here (python3.99 on PATH, pyenv, /usr/bin); give --python PATH"
+            in r.stdout)
     assert "build it here:" not in r.stdout
 
 
@@ -130,14 +151,8 @@ def test_show_prints_the_create_command_that_builds_here(machine):
                       "build it here: envbuild create --profile both --prefix DIR"]
 
 
-def test_venv_create_without_python_names_the_one_found_and_a_bare_name_works(machine):
+def test_python_given_as_a_command_name_is_found_on_path(machine):
     env = machine["env"]
-    python = machine["bindir"] / f"python{PYVER}"
-    r = envbuild("create", "--profile", "pyonly", "--backend", "venv", "--prefix", str(machine["root"] / "e1"),
-                 env=env)
-    assert r.returncode == 2
-    assert f"--backend venv needs --python PATH (a Python {PYVER} interpreter for pyonly); this machine has one: " \
-           f"--python {python}" in r.stderr
     target = machine["root"] / "e2"
     r = envbuild("create", "--profile", "pyonly", "--backend", "venv", "--python", f"python{PYVER}", "--prefix",
                  str(target), env=env)  # a bare name is looked up on PATH, as the --help examples write it
@@ -149,8 +164,8 @@ def test_venv_create_without_python_names_the_one_found_and_a_bare_name_works(ma
 
 def test_help_examples_use_the_venv_backend_on_the_cu130_profile(machine):
     top = envbuild("--help", env=machine["env"])
-    assert "envbuild create --profile slime-v0.3.1-cu130 --backend venv --python python3.12" in top.stdout
+    assert "envbuild create --profile slime-v0.3.1-cu130 --backend venv --python 3.12" in top.stdout
     for command in ("create", "pack", "lock", "doctor", "profiles"):
         r = envbuild(command, "--help", env=machine["env"])
         assert r.returncode == 0 and "Examples:" in r.stdout and "slime-v0.3.1-cu130" in r.stdout, command
-    assert "--backend venv --python python3.12" in envbuild("create", "--help", env=machine["env"]).stdout
+    assert "--backend venv --python 3.12" in envbuild("create", "--help", env=machine["env"]).stdout

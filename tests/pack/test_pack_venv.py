@@ -3,10 +3,12 @@
 The profile has no conda lock (none can be made: its channel does not exist) and every other part: a pip
 layer locked from a loopback index (alpha needs beta, plus real pip and setuptools wheels rebuilt from the
 test interpreter's own, which the env's pip needs for source builds), a git source with two patches, a git
-source with a submodule, and a C extension built from source. An online venv create fills the wheel cache;
-the bundle then carries the wheels, the prebuilt wheel, bare mirrors of both sources and the submodule, and
-the locks. The index server is stopped, every upstream deleted, pip and uv pointed at a dead index and the
-proxies at a dead port before `create --bundle` runs in a fresh cache.
+source with a submodule, and a C extension built from source. The recipe's git URLs are on a host that does
+not exist (git.invalid); the repositories are served by a site mirror folder of bare repositories
+(ENVBUILD_GIT_MIRROR), as at an air-gapped site. An online venv create fills the wheel cache; the bundle
+then carries the wheels, the prebuilt wheel, bare mirrors of the sources and the submodule, and the locks.
+The index server is stopped, every upstream and the mirror deleted, pip and uv pointed at a dead index and
+the proxies at a dead port before `create --bundle` runs in a fresh cache.
 """
 from __future__ import annotations
 
@@ -39,21 +41,21 @@ exclude_newer = "2026-06-01T00:00:00Z"
 
 [[recipe.git]]
 name = "lib"
-url = "{lib_url}"
+url = "https://git.invalid/fixture/lib"
 commit = "{lib_commit}"
 patches = ["patches/0001-answer.patch", "patches/0002-extra.patch"]
 install = "none"
 
 [[recipe.git]]
 name = "outer"
-url = "{outer_url}"
+url = "https://git.invalid/fixture/outer.git"
 commit = "{outer_commit}"
 install = "none"
-submodules = true
+submodules = ["vendor/inner"]
 
 [[recipe.git]]
 name = "fastext"
-url = "{fast_url}"
+url = "https://git.invalid/fixture/fastext"
 commit = "{fast_commit}"
 install = "build"
 
@@ -70,16 +72,25 @@ def envbuild(*args, env, offline=False):
 
 
 def make_outer_repo(root: Path):
-    """`outer` whose commit pins submodule `inner` (a local repository) at its first commit; inner has a
-    second commit on main afterwards, so the gitlink, not the branch tip, is what must be checked out."""
+    """`outer` whose commit pins submodule `inner` (.gitmodules: https://git.invalid/fixture/inner.git) at
+    inner's first commit; inner has a second commit on main afterwards, so the gitlink, not the branch tip,
+    is what must be checked out."""
     inner = init_repo(root / "inner")
-    pinned = commit(inner, {"inner_data.py": "VALUE = 'pinned'\n"}, "inner v1")
+    commit(inner, {"inner_data.py": "VALUE = 'pinned'\n"}, "inner v1")
     outer = init_repo(root / "outer")
     commit(outer, {"README": "outer\n"}, "outer v0")
     git(outer, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "vendor/inner")
+    git(outer, "config", "-f", ".gitmodules", "submodule.vendor/inner.url", "https://git.invalid/fixture/inner.git")
     head = commit(outer, {"outer.py": "X = 1\n"}, "outer with inner")
     commit(inner, {"inner_data.py": "VALUE = 'moved on'\n"}, "inner v2")
     return outer, head, inner
+
+
+def make_site_mirror(mirror: Path, repos) -> Path:
+    """A folder of bare repositories laid out as --git-mirror reads it: <mirror>/fixture/<name>.git."""
+    for name, repo in repos.items():
+        git(mirror.parent, "clone", "-q", "--bare", str(repo), str(mirror / "fixture" / f"{name}.git"))
+    return mirror
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +102,17 @@ def world(tmp_path_factory):
     lib = make_patched_repo(root / "git")
     fast = make_c_extension_repo(root / "git", functions=2)
     outer, outer_commit, inner = make_outer_repo(root / "git")
+    mirror = make_site_mirror(root / "site-mirror", {"lib": lib.path, "fastext": fast.path, "outer": outer,
+                                                     "inner": inner})
     folder = root / "lockfiles" / "pyonly"
     shutil.copytree(lib.patch_dir, folder)
-    env = {"ENVBUILD_LOCKFILES": str(root / "lockfiles"), "ENVBUILD_CACHE_DIR": str(root / "cache")}
+    env = {"ENVBUILD_LOCKFILES": str(root / "lockfiles"), "ENVBUILD_CACHE_DIR": str(root / "cache"),
+           "ENVBUILD_GIT_MIRROR": str(mirror)}
     with serve(root / "index") as base:
         (folder / "profile.toml").write_text(
             FIXTURE_PROFILE.format(name="pyonly", channel=(root / "nochannel").as_uri(), mark="v")
-            + RECIPE.format(index=base, lib_url=lib.path, lib_commit=lib.commits[0], outer_url=outer,
-                            outer_commit=outer_commit, fast_url=fast.path, fast_commit=fast.commits[0]))
+            + RECIPE.format(index=base, lib_commit=lib.commits[0], outer_commit=outer_commit,
+                            fast_commit=fast.commits[0]))
         r = envbuild("lock", "--only", "pip", env=env)
         assert r.returncode == 0, r.stderr
         online = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix",
@@ -109,7 +123,7 @@ def world(tmp_path_factory):
                         str(root / "empty-wheel-cache"), env=env)
     for r in packs + [cold]:
         assert r.returncode == 0, r.stderr
-    for upstream in (root / "index", root / "w", lib.path, fast.path, outer, inner):
+    for upstream in (root / "index", root / "w", lib.path, fast.path, outer, inner, mirror):
         shutil.rmtree(upstream)
     return {"root": root, "env": env, "bundle": root / "b1.tar", "again": root / "b2.tar", "pack": packs[0],
             "cold": cold, "cold_bundle": root / "cold.tar"}
@@ -140,7 +154,7 @@ def test_venv_bundle_layout_and_what_pack_says(world):
     assert "locks/pyonly/conda-lock.yml" not in names
     for mirror in ("git/lib.git", "git/outer.git"):
         assert any(n.startswith(f"{mirror}/objects/pack/pack-") for n in names), mirror
-    assert any(n.startswith("git/submodules/") and n.endswith("inner.git/HEAD") for n in names)
+    assert "git/outer--vendor--inner.git/HEAD" in names  # where create --bundle looks (git_mirror.bundle_repo)
     assert any(n.startswith("builds/fastext/") and n.endswith(".whl") for n in names)
     out = world["pack"].stdout
     assert "venv bundle (no conda layer)" in out and "3 wheels" not in out and "1 prebuilt source builds" in out
@@ -169,7 +183,8 @@ def _check_env(target: Path) -> None:
 
 def test_create_from_the_venv_bundle_offline(world):
     root = world["root"]
-    env = {"ENVBUILD_CACHE_DIR": str(root / "fresh-cache"), "ENVBUILD_LOCKFILES": str(root / "nowhere")}
+    env = {"ENVBUILD_CACHE_DIR": str(root / "fresh-cache"), "ENVBUILD_LOCKFILES": str(root / "nowhere"),
+           "ENVBUILD_GIT_MIRROR": ""}
     target = root / "envs" / "offline"
     r = envbuild("create", "--bundle", str(world["bundle"]), "--backend", "venv", "--python", sys.executable,
                  "--prefix", str(target), env=env, offline=True)
@@ -182,7 +197,8 @@ def test_create_from_the_venv_bundle_offline(world):
 
 def test_create_from_a_bundle_without_the_build_compiles_it_offline(world):
     root = world["root"]
-    env = {"ENVBUILD_CACHE_DIR": str(root / "cold-cache"), "ENVBUILD_LOCKFILES": str(root / "nowhere")}
+    env = {"ENVBUILD_CACHE_DIR": str(root / "cold-cache"), "ENVBUILD_LOCKFILES": str(root / "nowhere"),
+           "ENVBUILD_GIT_MIRROR": ""}
     target = root / "envs" / "offline-cold"
     r = envbuild("create", "--bundle", str(world["cold_bundle"]), "--backend", "venv", "--python", sys.executable,
                  "--prefix", str(target), env=env, offline=True)
@@ -215,18 +231,15 @@ def test_unlocked_pip_profile_is_told_the_lock_that_works_without_conda(tmp_path
     assert not (tmp_path / "x.tar").exists() and not (tmp_path / "env").exists()
 
 
-def test_a_git_source_that_cannot_be_reached_is_one_line_and_no_bundle(world, tmp_path):
-    base = tmp_path / "lockfiles"
-    shutil.copytree(world["root"] / "lockfiles" / "pyonly", base / "pyonly")
-    toml = base / "pyonly" / "profile.toml"
-    gone = tmp_path / "no-such-repo"
-    text = toml.read_text()
-    start = text.index('name = "outer"')
-    url_line = text[start:].split("\n")[1]
-    toml.write_text(text.replace(url_line, f'url = "{gone}"'))
-    r = envbuild("pack", "--profile", "pyonly", "-o", str(tmp_path / "x.tar"),
-                 env={"ENVBUILD_LOCKFILES": str(base), "ENVBUILD_CACHE_DIR": str(world["root"] / "cache")})
+def test_a_git_host_that_cannot_be_reached_is_named_with_the_mirror_option_and_no_bundle(world, tmp_path):
+    """Without the site mirror the recipe's host (git.invalid) does not answer: one line per source naming
+    the setting to use, exit 2, before any wheel is fetched, and no bundle or scratch folder left."""
+    env = dict(world["env"], ENVBUILD_GIT_MIRROR="")
+    r = envbuild("pack", "--profile", "pyonly", "-o", str(tmp_path / "x.tar"), env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
-    assert len(errors) == 1 and f"git source 'outer': cannot mirror {gone} at " in errors[0], r.stderr
+    assert len(errors) == 1, r.stderr
+    for name in ("lib", "outer", "fastext"):
+        assert f"{name}: https://git.invalid/fixture/{name}" in errors[0], errors[0]
+    assert "--git-mirror DIR|URL" in errors[0] and "pip: fetch" not in r.stderr
     assert not list(tmp_path.glob("x.tar*")) and not list(tmp_path.glob(".envbuild-pack-*"))
