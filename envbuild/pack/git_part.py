@@ -16,6 +16,7 @@ git_mirror.bundle_repo: git/<source>.git and git/<source>--<submodule path with 
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,26 +25,53 @@ from typing import List, Optional, Sequence
 from envbuild.errors import EnvbuildError
 
 
-def _run(args: List[str], cwd: Path) -> str:
-    """git `args` in `cwd`; EnvbuildError with git's last words when it fails."""
+def _git(args: List[str], cwd: Path, check: bool = True):
+    """git `args` in `cwd`; EnvbuildError with the subcommand and git's last words when `check` and it fails."""
     import subprocess
 
     from envbuild.install.git_mirror import git_env
 
     proc = subprocess.run(["git", *args], cwd=str(cwd), env=git_env(), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise EnvbuildError(f"git {args[0]} failed in {cwd}: {proc.stderr.strip()[-400:]}")
-    return proc.stdout.strip()
+    if check and proc.returncode != 0:
+        raise _failed(args, cwd, proc.stderr)
+    return proc
 
 
-def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> None:
-    """A fresh bare repository `dest` holding `full` and its history from `scratch_mirror`, reproducibly."""
+def _failed(args: List[str], cwd: Path, stderr: str) -> EnvbuildError:
+    command = next(a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c"))
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return EnvbuildError(f"git {command} failed in {cwd}: {' | '.join(lines[-3:])[-400:]}")
+
+
+def _run(args: List[str], cwd: Path) -> str:
+    return _git(args, cwd).stdout.strip()
+
+
+def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> str:
+    """A fresh bare repository `dest` holding `full` and its history from `scratch_mirror`, reproducibly.
+
+    Returns "", or why `dest` holds the commit alone (`--depth 1`: all its tree needs) when the mirror's
+    history lacks objects (a partial or damaged copy, which upload-pack refuses to serve); `create --bundle`
+    fetches such a repository with --update-shallow (git_sources._fetch)."""
     _run(["config", "pack.threads", "1"], scratch_mirror)  # read by the upload-pack that serves our fetch
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _run(["init", "--quiet", "--bare", "--template=", "--initial-branch=main", str(dest)], dest.parent)
     ref = f"refs/envbuild/{full}"
-    _run(["-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", str(scratch_mirror), f"{ref}:{ref}"], dest)
+    note = ""
+    for depth in ([], ["--depth=1"]):
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _run(["init", "--quiet", "--bare", "--template=", "--initial-branch=main", str(dest)], dest.parent)
+        args = ["-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", *depth, str(scratch_mirror), f"{ref}:{ref}"]
+        proc = _git(args, dest, check=False)
+        if proc.returncode == 0:
+            break
+        unreadable = [ln.split("unable to read", 1)[1].split()[0] for ln in proc.stderr.splitlines()
+                      if "unable to read" in ln and ln.split("unable to read", 1)[1].split()]
+        if depth or not unreadable:
+            raise _failed(args, dest, proc.stderr)
+        note = (f"the mirror's history lacks object {unreadable[0]}: commit {full[:12]} bundled without its "
+                "history (its tree is complete)")
     (dest / "FETCH_HEAD").unlink(missing_ok=True)
+    return note
 
 
 def _scratch(name: str, url: str, commit: str, tmp: Path) -> Path:
@@ -57,11 +85,12 @@ def _scratch(name: str, url: str, commit: str, tmp: Path) -> Path:
 
 
 def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[object] = None,
-                     phase_for=None) -> List[str]:
+                     phase_for=None, notes: Optional[List[str]] = None) -> List[str]:
     """Write the bundle's git/ for the recipe GitSources `sources`, from where git_mirror.locate finds them
     (`mirror`: a git_mirror.GitMirror, or None for each source's URL); return the repositories written.
 
-    `phase_for(source)` (optional) is a context manager around each source's work (a progress phase)."""
+    `phase_for(source)` (optional) is a context manager around each source's work (a progress phase);
+    `notes` collects one line per repository bundled without its history."""
     import contextlib
 
     from envbuild.install import git_mirror
@@ -79,7 +108,7 @@ def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[
                 tempfile.TemporaryDirectory(prefix=".envbuild-pack-git-", dir=git_dir.parent) as tmp:
             scratch = _scratch(origin.name, origin.url, origin.commit, Path(tmp))
             full = _run(["rev-parse", f"{origin.commit}^{{commit}}"], scratch)
-            _pinned_copy(scratch, full, git_mirror.bundle_repo(git_dir, origin.name))
+            _copy(scratch, full, git_mirror.bundle_repo(git_dir, origin.name), origin.name, notes)
             written.append(origin.name)
             subs = origin.submodules
             if getattr(src, "submodules", None) and not subs:  # a remote origin: .gitmodules is known only now
@@ -87,6 +116,16 @@ def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[
             for sub in subs:
                 path = sub.name.split("/", 1)[1]
                 sub_scratch = _scratch(sub.name, sub.url, sub.commit, Path(tmp) / "submodules")
-                _pinned_copy(sub_scratch, sub.commit, git_mirror.bundle_repo(git_dir, origin.name, path))
+                _copy(sub_scratch, sub.commit, git_mirror.bundle_repo(git_dir, origin.name, path), sub.name, notes)
                 written.append(sub.name)
     return written
+
+
+def _copy(scratch: Path, full: str, dest: Path, name: str, notes: Optional[List[str]]) -> None:
+    """_pinned_copy naming the repository in its errors; a history-less copy is noted in `notes`."""
+    try:
+        note = _pinned_copy(scratch, full, dest)
+    except EnvbuildError as exc:
+        raise EnvbuildError(f"git source {name}: cannot bundle commit {full[:12]}: {exc}") from exc
+    if note and notes is not None:
+        notes.append(f"{name}: {note}")

@@ -54,6 +54,12 @@ install = "none"
 submodules = ["vendor/inner"]
 
 [[recipe.git]]
+name = "damaged"
+url = "https://git.invalid/fixture/damaged"
+commit = "{damaged_commit}"
+install = "none"
+
+[[recipe.git]]
 name = "fastext"
 url = "https://git.invalid/fixture/fastext"
 commit = "{fast_commit}"
@@ -86,6 +92,17 @@ def make_outer_repo(root: Path):
     return outer, head, inner
 
 
+def make_damaged_repo(root: Path):
+    """`damaged`: the pinned commit removed `old.txt`, which its parent added; `drop` is that blob, which the
+    site mirror's copy then lacks (a partial or damaged mirror: its history cannot be served, the tree can)."""
+    repo = init_repo(root / "damaged")
+    commit(repo, {"old.txt": "only in the history\n"}, "old")
+    drop = git(repo, "rev-parse", "HEAD:old.txt")
+    (repo / "old.txt").unlink()
+    head = commit(repo, {"new.txt": "the pinned tree\n"}, "new")
+    return repo, head, drop
+
+
 def make_site_mirror(mirror: Path, repos) -> Path:
     """A folder of bare repositories laid out as --git-mirror reads it: <mirror>/fixture/<name>.git."""
     for name, repo in repos.items():
@@ -102,8 +119,9 @@ def world(tmp_path_factory):
     lib = make_patched_repo(root / "git")
     fast = make_c_extension_repo(root / "git", functions=2)
     outer, outer_commit, inner = make_outer_repo(root / "git")
+    damaged, damaged_commit, drop = make_damaged_repo(root / "git")
     mirror = make_site_mirror(root / "site-mirror", {"lib": lib.path, "fastext": fast.path, "outer": outer,
-                                                     "inner": inner})
+                                                     "inner": inner, "damaged": damaged})
     folder = root / "lockfiles" / "pyonly"
     shutil.copytree(lib.patch_dir, folder)
     env = {"ENVBUILD_LOCKFILES": str(root / "lockfiles"), "ENVBUILD_CACHE_DIR": str(root / "cache"),
@@ -112,21 +130,23 @@ def world(tmp_path_factory):
         (folder / "profile.toml").write_text(
             FIXTURE_PROFILE.format(name="pyonly", channel=(root / "nochannel").as_uri(), mark="v")
             + RECIPE.format(index=base, lib_commit=lib.commits[0], outer_commit=outer_commit,
-                            fast_commit=fast.commits[0]))
+                            damaged_commit=damaged_commit, fast_commit=fast.commits[0]))
         r = envbuild("lock", "--only", "pip", env=env)
         assert r.returncode == 0, r.stderr
         online = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix",
                           str(root / "envs" / "online"), env=env)
         assert online.returncode == 0, online.stderr
+        # now the mirror loses a blob of damaged's history (a loose object of the bare clone)
+        (mirror / "fixture" / "damaged.git" / "objects" / drop[:2] / drop[2:]).unlink()
         packs = [envbuild("pack", "--profile", "pyonly", "-o", str(root / f"b{i}.tar"), env=env) for i in (1, 2)]
         cold = envbuild("pack", "--profile", "pyonly", "-o", str(root / "cold.tar"), "--wheel-cache",
                         str(root / "empty-wheel-cache"), env=env)
     for r in packs + [cold]:
         assert r.returncode == 0, r.stderr
-    for upstream in (root / "index", root / "w", lib.path, fast.path, outer, inner, mirror):
+    for upstream in (root / "index", root / "w", lib.path, fast.path, outer, inner, damaged, mirror):
         shutil.rmtree(upstream)
     return {"root": root, "env": env, "bundle": root / "b1.tar", "again": root / "b2.tar", "pack": packs[0],
-            "cold": cold, "cold_bundle": root / "cold.tar"}
+            "cold": cold, "cold_bundle": root / "cold.tar", "drop": drop, "damaged_commit": damaged_commit}
 
 
 def test_two_packs_are_byte_identical_with_fixed_metadata(world):
@@ -158,8 +178,12 @@ def test_venv_bundle_layout_and_what_pack_says(world):
     assert any(n.startswith("builds/fastext/") and n.endswith(".whl") for n in names)
     out = world["pack"].stdout
     assert "venv bundle (no conda layer)" in out and "3 wheels" not in out and "1 prebuilt source builds" in out
-    assert "4 git mirrors" in out  # lib, outer, its submodule, fastext
+    assert "5 git mirrors" in out  # lib, outer, its submodule, damaged, fastext
     assert "--backend venv --python PATH" in world["pack"].stderr
+    note = " ".join(world["pack"].stderr.split())
+    assert (f"note: git damaged: the mirror's history lacks object {world['drop']}: commit "
+            f"{world['damaged_commit'][:12]} bundled without its history") in note
+    assert "git/damaged.git/shallow" in names
 
 
 def test_pack_names_the_builds_left_to_compile_on_the_target(world):
@@ -179,6 +203,7 @@ def _check_env(target: Path) -> None:
     assert probe.stdout.split() == ["1.0", "2.0", "True", str(target)], probe.stderr
     assert (target / "src" / "lib" / "pkg" / "core.py").read_text().endswith("return 42\n")  # patches applied
     assert (target / "src" / "outer" / "vendor" / "inner" / "inner_data.py").read_text() == "VALUE = 'pinned'\n"
+    assert (target / "src" / "damaged" / "new.txt").read_text() == "the pinned tree\n"  # from the history-less copy
 
 
 def test_create_from_the_venv_bundle_offline(world):
