@@ -66,6 +66,9 @@ def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> str:
             break
         unreadable = [ln.split("unable to read", 1)[1].split()[0] for ln in proc.stderr.splitlines()
                       if "unable to read" in ln and ln.split("unable to read", 1)[1].split()]
+        if depth and unreadable:
+            raise EnvbuildError(f"its repository lacks object {unreadable[0]} of the commit's own tree (a partial "
+                                "or damaged mirror): re-fetch or repair it")
         if depth or not unreadable:
             raise _failed(args, dest, proc.stderr)
         note = (f"the mirror's history lacks object {unreadable[0]}: commit {full[:12]} bundled without its "

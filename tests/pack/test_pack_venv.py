@@ -196,7 +196,7 @@ def test_pack_names_the_builds_left_to_compile_on_the_target(world):
     assert manifest["skipped_builds"] == ["fastext"]
 
 
-def _check_env(target: Path) -> None:
+def _check_env(target: Path, damaged_commit: str) -> None:
     probe = subprocess.run([str(target / "bin" / "python"), "-c",
                             "import alpha, beta, fastext, sys; print(alpha.__version__, beta.__version__, "
                             "fastext.total(2.0) > 0, sys.prefix)"], capture_output=True, text=True)
@@ -204,6 +204,9 @@ def _check_env(target: Path) -> None:
     assert (target / "src" / "lib" / "pkg" / "core.py").read_text().endswith("return 42\n")  # patches applied
     assert (target / "src" / "outer" / "vendor" / "inner" / "inner_data.py").read_text() == "VALUE = 'pinned'\n"
     assert (target / "src" / "damaged" / "new.txt").read_text() == "the pinned tree\n"  # from the history-less copy
+    log = subprocess.run(["git", "-C", str(target / "src" / "damaged"), "log", "--format=%H"], capture_output=True,
+                         text=True)
+    assert log.stdout.split() == [damaged_commit], log.stderr  # a proper shallow checkout, not a broken one
 
 
 def test_create_from_the_venv_bundle_offline(world):
@@ -214,7 +217,7 @@ def test_create_from_the_venv_bundle_offline(world):
     r = envbuild("create", "--bundle", str(world["bundle"]), "--backend", "venv", "--python", sys.executable,
                  "--prefix", str(target), env=env, offline=True)
     assert r.returncode == 0, r.stderr
-    _check_env(target)
+    _check_env(target, world["damaged_commit"])
     manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
     assert '"from": "bundle"' in json.dumps(manifest)  # the prebuilt wheel, not a rebuild
     assert not (root / "fresh-cache" / "source-wheels").exists()
@@ -228,7 +231,7 @@ def test_create_from_a_bundle_without_the_build_compiles_it_offline(world):
     r = envbuild("create", "--bundle", str(world["cold_bundle"]), "--backend", "venv", "--python", sys.executable,
                  "--prefix", str(target), env=env, offline=True)
     assert r.returncode == 0, r.stderr
-    _check_env(target)
+    _check_env(target, world["damaged_commit"])
     assert '"from": "built"' in (target / "envbuild" / "manifest.json").read_text()
 
 
