@@ -69,8 +69,6 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
         click.echo(f"note: {profile.directory.name} has no conda-lock.yml, so the bundle holds the venv path: "
                    f"create it with `envbuild create --bundle {output} --backend venv --python PATH` "
                    f"(a Python {profile.python} on the target)", err=True)
-    for note in s.git_notes:
-        click.echo(f"note: git {note}", err=True)
     if s.skipped_builds:
         click.echo(f"note: no cached wheel for {', '.join(s.skipped_builds)}; left to compile on the target: "
                    "create --bundle builds them from the bundled git mirrors (the env needs their build tools)",

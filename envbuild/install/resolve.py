@@ -33,9 +33,6 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
         from envbuild.install.bundle import open_bundle
 
         bundle_obj = open_bundle(Path(bundle))
-        if installer.USES_CONDA_LOCK and "conda" not in bundle_obj.layers:
-            raise EnvbuildError(f"{bundle} is a venv bundle (its profile had no conda lock): create it with "
-                                f"--backend venv --python PATH, not --backend {backend}")
         mirrors = list(bundle_obj.channel_dirs)
         lockfiles = lockfiles or str(bundle_obj.lock_dir)
     base = lockfiles_base(lockfiles)
@@ -43,6 +40,9 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
     recipe = profile.require_recipe()
     backend, backend_note = _backend(backend, profile.directory)
     installer = backends.require(backend)
+    if bundle_obj is not None and installer.USES_CONDA_LOCK and "conda" not in bundle_obj.layers:
+        raise EnvbuildError(f"{bundle} is a venv bundle (its profile had no conda lock): create it with "
+                            f"--backend venv --python PATH, not --backend {backend}")
     layers = ("conda", "pip") if installer.USES_CONDA_LOCK else ("pip",)
     require_fresh(profile, recipe, layers)
     platform, conda, lock_files = _locked(profile.directory, sorted(recipe.conda.optional), installer.USES_CONDA_LOCK)

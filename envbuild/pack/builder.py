@@ -31,7 +31,6 @@ class PackSummary:
     skipped_builds: List[str] = field(default_factory=list)  # builds with no cached wheel for this commit
     tool_wheels: int = 0  # envbuild's own dependency wheels (pack --tool-python)
     layers: Tuple[str, ...] = ("conda", "pip")  # ("pip",): the venv bundle (no conda-lock.yml)
-    git_notes: List[str] = field(default_factory=list)  # repositories bundled without their history, and why
 
 
 def bundle_layers(profile) -> Tuple[str, ...]:
@@ -143,8 +142,7 @@ def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, s
             subs = f" and {len(src.submodules)} submodule(s)" if src.submodules else ""
             return steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}{subs}")
 
-        summary.git_mirrors.extend(pack_git_sources(recipe.git, stage / "git", git_mirror, phase_for,
-                                                    summary.git_notes))
+        summary.git_mirrors.extend(pack_git_sources(recipe.git, stage / "git", git_mirror, phase_for))
     if not recipe.builds:
         return
     with steps.phase(f"builds: prebuilt wheels of {len(recipe.builds)} source build(s) from {wheel_cache}") as ph:

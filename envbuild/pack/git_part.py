@@ -1,5 +1,6 @@
 """The git/ part of a bundle: one bare repository per recipe git source and per submodule it lists, holding
-the pinned commit and its history under `refs/envbuild/<full commit>`, written byte-reproducibly.
+the pinned commit (without its history, as `create` fetches it) under `refs/envbuild/<full commit>`,
+written byte-reproducibly.
 
 Where each repository comes from is decided as for `create` (envbuild.install.git_mirror.locate: the
 site's mirror from --git-mirror / $ENVBUILD_GIT_MIRROR, else the recipe's URL), and every problem (an
@@ -8,7 +9,7 @@ unreachable host, a repository or commit the mirror lacks) is reported before an
 A `git clone --mirror` keeps whatever pack files the server sent plus every branch and tag of the upstream,
 so two packs of the same recipe would differ as soon as a branch moved. Here the upstream is first mirrored
 into a scratch folder (git_sources.mirror_source: it resolves a short commit and checks it is there), then
-only the pinned ref is fetched into a fresh bare repository made without hooks or a description
+only the pinned ref, depth 1, is fetched into a fresh bare repository made without hooks or a description
 (`git init --template=`), with single-threaded delta search on the serving side (the one source of
 run-to-run differences in a local fetch) and FETCH_HEAD dropped. The same scratch mirror gives the same
 pack, byte for byte; its name is the pack's checksum. Where `create --bundle` looks for each repository is
@@ -16,7 +17,6 @@ git_mirror.bundle_repo: git/<source>.git and git/<source>--<submodule path with 
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,34 +47,27 @@ def _run(args: List[str], cwd: Path) -> str:
     return _git(args, cwd).stdout.strip()
 
 
-def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> str:
-    """A fresh bare repository `dest` holding `full` and its history from `scratch_mirror`, reproducibly.
+def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> None:
+    """A fresh bare repository `dest` holding commit `full` alone (`--depth 1`, its `shallow` file naming it),
+    from `scratch_mirror`, reproducibly.
 
-    Returns "", or why `dest` holds the commit alone (`--depth 1`: all its tree needs) when the mirror's
-    history lacks objects (a partial or damaged copy, which upload-pack refuses to serve); `create --bundle`
-    fetches such a repository with --update-shallow (git_sources._fetch)."""
+    The commit alone is what `create` checks out (git_sources._fetch fetches `--depth 1` first), so a bundle
+    carries no history nobody reads: Megatron-LM's is most of its size. It also packs from a mirror whose
+    history lacks objects (a partial or damaged copy) as long as the commit's own tree is complete."""
     _run(["config", "pack.threads", "1"], scratch_mirror)  # read by the upload-pack that serves our fetch
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _run(["init", "--quiet", "--bare", "--template=", "--initial-branch=main", str(dest)], dest.parent)
     ref = f"refs/envbuild/{full}"
-    note = ""
-    for depth in ([], ["--depth=1"]):
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _run(["init", "--quiet", "--bare", "--template=", "--initial-branch=main", str(dest)], dest.parent)
-        args = ["-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", *depth, str(scratch_mirror), f"{ref}:{ref}"]
-        proc = _git(args, dest, check=False)
-        if proc.returncode == 0:
-            break
-        unreadable = [ln.split("unable to read", 1)[1].split()[0] for ln in proc.stderr.splitlines()
-                      if "unable to read" in ln and ln.split("unable to read", 1)[1].split()]
-        if depth and unreadable:
-            raise EnvbuildError(f"its repository lacks object {unreadable[0]} of the commit's own tree (a partial "
+    args = ["-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", "--depth=1", str(scratch_mirror),
+            f"{ref}:{ref}"]
+    proc = _git(args, dest, check=False)
+    if proc.returncode != 0:
+        unreadable = [ln.split("unable to read", 1)[1].split() for ln in proc.stderr.splitlines() if "unable to read" in ln]
+        if unreadable and unreadable[0]:
+            raise EnvbuildError(f"its repository lacks object {unreadable[0][0]} of the commit's own tree (a partial "
                                 "or damaged mirror): re-fetch or repair it")
-        if depth or not unreadable:
-            raise _failed(args, dest, proc.stderr)
-        note = (f"the mirror's history lacks object {unreadable[0]}: commit {full[:12]} bundled without its "
-                "history (its tree is complete)")
+        raise _failed(args, dest, proc.stderr)
     (dest / "FETCH_HEAD").unlink(missing_ok=True)
-    return note
 
 
 def _scratch(name: str, url: str, commit: str, tmp: Path) -> Path:
@@ -88,12 +81,11 @@ def _scratch(name: str, url: str, commit: str, tmp: Path) -> Path:
 
 
 def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[object] = None,
-                     phase_for=None, notes: Optional[List[str]] = None) -> List[str]:
+                     phase_for=None) -> List[str]:
     """Write the bundle's git/ for the recipe GitSources `sources`, from where git_mirror.locate finds them
     (`mirror`: a git_mirror.GitMirror, or None for each source's URL); return the repositories written.
 
-    `phase_for(source)` (optional) is a context manager around each source's work (a progress phase);
-    `notes` collects one line per repository bundled without its history."""
+    `phase_for(source)` (optional) is a context manager around each source's work (a progress phase)."""
     import contextlib
 
     from envbuild.install import git_mirror
@@ -111,7 +103,7 @@ def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[
                 tempfile.TemporaryDirectory(prefix=".envbuild-pack-git-", dir=git_dir.parent) as tmp:
             scratch = _scratch(origin.name, origin.url, origin.commit, Path(tmp))
             full = _run(["rev-parse", f"{origin.commit}^{{commit}}"], scratch)
-            _copy(scratch, full, git_mirror.bundle_repo(git_dir, origin.name), origin.name, notes)
+            _copy(scratch, full, git_mirror.bundle_repo(git_dir, origin.name), origin.name)
             written.append(origin.name)
             subs = origin.submodules
             if getattr(src, "submodules", None) and not subs:  # a remote origin: .gitmodules is known only now
@@ -119,16 +111,14 @@ def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[
             for sub in subs:
                 path = sub.name.split("/", 1)[1]
                 sub_scratch = _scratch(sub.name, sub.url, sub.commit, Path(tmp) / "submodules")
-                _copy(sub_scratch, sub.commit, git_mirror.bundle_repo(git_dir, origin.name, path), sub.name, notes)
+                _copy(sub_scratch, sub.commit, git_mirror.bundle_repo(git_dir, origin.name, path), sub.name)
                 written.append(sub.name)
     return written
 
 
-def _copy(scratch: Path, full: str, dest: Path, name: str, notes: Optional[List[str]]) -> None:
-    """_pinned_copy naming the repository in its errors; a history-less copy is noted in `notes`."""
+def _copy(scratch: Path, full: str, dest: Path, name: str) -> None:
+    """_pinned_copy naming the repository in its errors."""
     try:
-        note = _pinned_copy(scratch, full, dest)
+        _pinned_copy(scratch, full, dest)
     except EnvbuildError as exc:
         raise EnvbuildError(f"git source {name}: cannot bundle commit {full[:12]}: {exc}") from exc
-    if note and notes is not None:
-        notes.append(f"{name}: {note}")
