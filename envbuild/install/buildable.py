@@ -31,6 +31,7 @@ class Buildable:
     venv_python: Optional[Path]  # the interpreter a venv build would use here (None: none found)
     missing_tools: Tuple[str, ...] = ()  # BUILD_TOOLS the pip lock lacks though git sources/builds need them
     missing_toolchain: Tuple[str, ...] = ()  # [recipe.toolchain] pieces neither the pip lock nor the system gives
+    git_hosts: Tuple[str, ...] = ()  # one per git source: the host its URL names (not asked: no network here)
 
     @property
     def venv(self) -> bool:
@@ -71,7 +72,12 @@ class Buildable:
             venv = f"venv: builds here with --python {self.venv_python}"
         conda = ("conda backends: build here" if self.conda else
                  f"conda backends: no {CONDA_LOCK} ({relock_command(self.profile)} needs the conda channels)")
-        return f"{self.profile}: locks {locks} · {venv} · {conda}"
+        git = ""
+        if self.git_hosts:
+            hosts = ", ".join(sorted(set(self.git_hosts)))
+            git = (f" · git: {len(self.git_hosts)} source(s) from {hosts}, fetched by create (reachable, or through "
+                   "--git-mirror DIR|URL)")
+        return f"{self.profile}: locks {locks} · {venv} · {conda}{git}"
 
 
 def assess(profile) -> Buildable:
@@ -91,7 +97,10 @@ def assess(profile) -> Buildable:
             from envbuild.install.toolchain import pieces
 
             toolchain = tuple(p.what for p in pieces(recipe, pins, []) if p.layer == "missing")
-    return Buildable(profile=profile.name, python=profile.python, has_recipe=recipe is not None,
+    from envbuild.install.git_mirror import url_parts
+
+    hosts = tuple(url_parts(g.url)[0] or "this machine" for g in recipe.git) if recipe is not None else ()
+    return Buildable(profile=profile.name, python=profile.python, has_recipe=recipe is not None, git_hosts=hosts,
                      wants_pip=wants_pip, locks=locks, missing_tools=missing, missing_toolchain=toolchain,
                      venv_python=_find_interpreter(profile.python) if profile.python else None)
 

@@ -123,8 +123,10 @@ def test_profiles_on_a_terminal_say_locks_and_what_builds_here_one_line_each(mac
                                f"{python} · conda backends: no conda-lock.yml (`envbuild lock --profile pyonly` "
                                "needs the conda channels)")
     assert "venv: no, its pip lock pins no pip, setuptools, which its git sources and builds need" in lines["notools"]
-    assert ("venv: no, its source builds need nvcc, CCCL, CUDA runtime headers, cmake, ninja, in neither the pip "
-            "lock nor the system") in lines["nocuda"]
+    assert lines["notools"].endswith(" · git: 1 source(s) from git.invalid, fetched by create (reachable, or through "
+                                     "--git-mirror DIR|URL)")
+    assert "venv: no, its source builds need nvcc" in lines["nocuda"] and "in neither the pip lock nor the system" \
+        in lines["nocuda"]
     assert lines["nolock"].startswith("nolock: locks none · venv: needs the pip lock first: "
                                       "`envbuild lock --profile nolock --only pip` (PyPI only)")
 
