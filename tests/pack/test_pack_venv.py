@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.pack.bundle import MANIFEST, PARTS
+from envbuild.install.bundle import MANIFEST, PARTS
 from fixturegen.conda_channel import FIXTURE_PROFILE
 from fixturegen.gitrepos import commit, git, init_repo, make_c_extension_repo, make_patched_repo
 from fixturegen.installed_wheels import wheel_of_installed
