@@ -33,8 +33,9 @@ def cli() -> None:
     """Rebuild an RL framework's Docker image as a pinned conda env, then prove it and the node sound.
 
     \b
-    envbuild create --profile slime-v0.3.1-cu129 --prefix ~/envs/slime
-    envbuild doctor --profile slime-v0.3.1-cu129 --prefix ~/envs/slime
+    envbuild profiles        # which locks each profile has, what builds on this machine
+    envbuild create --profile slime-v0.3.1-cu130 --backend venv --python 3.12 --prefix ~/envs/slime
+    envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime
     """
     from envbuild.outputs import release_stdout
 

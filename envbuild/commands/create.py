@@ -36,7 +36,15 @@ from envbuild.install import backends
 @cmdoptions.quiet("No phase lines (stderr): only the plan, the notes, the doctor gate and the closing line.")
 def create(profile_name, prefix, env_name, bundle, dry_run, backend, python, git_mirror, without, force, lockfiles,
            quiet) -> int:
-    """Build the profile's pinned environment, atomically (resumable after any interruption)."""
+    """Build the profile's pinned environment, atomically (resumable after any interruption).
+
+    `envbuild profiles` says which backends each profile's locks allow on this machine.
+
+    \b
+    Examples:
+      envbuild create --profile slime-v0.3.1-cu130 --backend venv --python 3.12 --prefix ~/envs/slime
+      envbuild create --bundle slime.tar --backend venv --python 3.12 --prefix ~/envs/slime
+    """
     from envbuild.install import pipeline
     from envbuild.install.create_ui import CreateUI
     from envbuild.install.resolve import resolve_job

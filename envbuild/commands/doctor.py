@@ -44,6 +44,11 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
     """Prove the node and the environment sound, and name the mismatch behind CUDA error 999.
 
     Exit code: 0 no failure, 1 a failure (or a warning with --strict), 2 bad usage or input.
+
+    \b
+    Examples:
+      envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime
+      envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime --quick
     """
     from envbuild.doctor.session import run_doctor
     from envbuild.doctor.settings import resolve_doctor

@@ -25,7 +25,15 @@ from envbuild import cmdoptions
               help="Lock one layer (e.g. the pip layer where no conda channel is reachable).")
 @cmdoptions.quiet("No phase lines on stderr; only the results on stdout.")
 def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
-    """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them."""
+    """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them.
+
+    `--only pip` needs PyPI (or the profile's indexes) only, no conda channel: enough for --backend venv.
+
+    \b
+    Examples:
+      envbuild lock --profile slime-v0.3.1-cu130 --only pip
+      envbuild lock --check --profile slime-v0.3.1-cu130
+    """
     from rich.console import Console
 
     from envbuild.errors import EnvbuildError

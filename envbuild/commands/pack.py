@@ -22,13 +22,26 @@ from envbuild import cmdoptions
                    "Python), so build_conda.sh bootstraps envbuild with no PyPI.")
 @click.option("--tool-index", "tool_index", default=None, metavar="URL",
               help="Simple index for --tool-python's wheels (default: PyPI).")
+@click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
+              help="The site's git mirror, as for create: a folder of bare repositories or a URL prefix "
+                   "(default: $ENVBUILD_GIT_MIRROR, else each source's URL).")
 @cmdoptions.quiet("No phase lines on stderr; print only the summary line.")
-def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, quiet) -> int:
-    """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks."""
+def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, git_mirror, quiet) -> int:
+    """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks.
+
+    A profile with only a pip lock (`envbuild lock --only pip`, no conda channel needed) gives the venv bundle:
+    the same parts without the conda channel, for `create --bundle FILE --backend venv --python PATH`
+    (layout: docs/bundles.md).
+
+    \b
+    Examples:
+      envbuild pack --profile slime-v0.3.1-cu130 -o slime.tar
+      envbuild create --bundle slime.tar --backend venv --python 3.12 --prefix ~/envs/slime
+    """
     from pathlib import Path
 
     from envbuild.lock.freshness import require_fresh
-    from envbuild.pack.builder import make_bundle
+    from envbuild.pack.builder import bundle_layers, make_bundle
     from envbuild.outputs import check_output_file
 
     from envbuild.progress import Steps
@@ -40,14 +53,24 @@ def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, 
     base = lockfiles_base(lockfiles)
     with steps.phase("read the profile and check its locks are fresh", reads_input=True):
         profile = load_profile(select_profile(base, profile_name), base)
-        require_fresh(profile, profile.require_recipe())  # a stale bundle would be found out only on the air-gapped node
+        # a stale bundle would be found out only on the air-gapped node
+        require_fresh(profile, profile.require_recipe(), bundle_layers(profile))
+        from envbuild.install.git_mirror import mirror_from
+
+        mirror = mirror_from(git_mirror)
     s = make_bundle(profile.name, Path(output), lockfiles=str(base),
                     wheel_cache=Path(wheel_cache) if wheel_cache else None, steps=steps,
-                    tool_python=tool_python, tool_index=tool_index)
+                    tool_python=tool_python, tool_index=tool_index, git_mirror=mirror)
     tool = f", {s.tool_wheels} wheels of envbuild's dependencies for Python {tool_python}" if tool_python else ""
-    click.echo(f"wrote {s.output} ({s.size_bytes / 1e6:.1f} MB): {s.conda_archives} conda archives, {s.wheels} wheels, "
+    conda = f"{s.conda_archives} conda archives" if "conda" in s.layers else "venv bundle (no conda layer)"
+    click.echo(f"wrote {s.output} ({s.size_bytes / 1e6:.1f} MB): {conda}, {s.wheels} wheels, "
                f"{len(s.builds)} prebuilt source builds, {len(s.git_mirrors)} git mirrors{tool}")
+    if "conda" not in s.layers:
+        click.echo(f"note: {profile.directory.name} has no conda-lock.yml, so the bundle holds the venv path: "
+                   f"create it with `envbuild create --bundle {output} --backend venv --python PATH` "
+                   f"(a Python {profile.python} on the target)", err=True)
     if s.skipped_builds:
-        click.echo(f"note: no cached wheel for {', '.join(s.skipped_builds)}; create --bundle will build them from "
-                   "the bundled git mirrors (the env needs their build tools)", err=True)
+        click.echo(f"note: no cached wheel for {', '.join(s.skipped_builds)}; left to compile on the target: "
+                   "create --bundle builds them from the bundled git mirrors (the env needs their build tools)",
+                   err=True)
     return 0

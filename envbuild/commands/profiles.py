@@ -2,7 +2,9 @@
 
 Profiles are found like every other command finds them (envbuild.profile.store: --lockfiles, then
 $ENVBUILD_LOCKFILES, then envbuild's lockfiles/). In a pipe the list is the full names, one per line, so
-`for p in $(envbuild profiles)` works; on a terminal it is a table that never cuts a name.
+`for p in $(envbuild profiles)` works; on a terminal it is a table that never cuts a name, then one line
+per profile saying which locks it has and what builds from them on this machine (envbuild.install.buildable),
+which `profiles show` also prints with the exact `create` command.
 """
 from __future__ import annotations
 
@@ -17,13 +19,20 @@ from envbuild import cmdoptions
 @cmdoptions.lockfiles
 @click.pass_context
 def profiles(ctx: click.Context, lockfiles) -> int:
-    """List the reference-image profiles (<lockfiles>/<name>/profile.toml)."""
+    """List the reference-image profiles (<lockfiles>/<name>/profile.toml) and what builds here.
+
+    \b
+    Examples:
+      envbuild profiles
+      envbuild profiles show slime-v0.3.1-cu130
+    """
     ctx.obj = {"lockfiles": lockfiles}
     if ctx.invoked_subcommand is not None:
         return 0
     from rich.console import Console
     from rich.table import Table
 
+    from envbuild.install.buildable import assess
     from envbuild.profile import load_profile, lockfiles_base, profile_names
 
     base = lockfiles_base(lockfiles)
@@ -36,13 +45,18 @@ def profiles(ctx: click.Context, lockfiles) -> int:
     table.add_column("profile", no_wrap=True, overflow="fold")
     for col in ("image", "CUDA", "python", "torch", "NCCL", "description"):
         table.add_column(col)
-    for name in names:
-        p = load_profile(name, base)
+    loaded = [load_profile(name, base) for name in names]
+    for p in loaded:
         comp = p.components
-        table.add_row(name, p.image, p.cuda, p.python,
+        table.add_row(p.name, p.image, p.cuda, p.python,
                       comp["torch"].version if "torch" in comp else "-",
                       comp["nccl"].version if "nccl" in comp else "-", p.description)
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    console.print(table)
+    console.print("On this machine (the locks each profile has; what `envbuild create` builds from them here):",
+                  soft_wrap=True)
+    for p in loaded:
+        console.print(assess(p).line(), soft_wrap=True, markup=False)
     return 0
 
 
@@ -52,12 +66,14 @@ def profiles(ctx: click.Context, lockfiles) -> int:
 @cmdoptions.lockfiles
 @click.pass_context
 def show(ctx: click.Context, name: str, as_json: bool, lockfiles) -> int:
-    """Print one profile: every component with its source and whether it was read from the image."""
+    """Print one profile: its locks and what builds from them here, every component with its source and
+    whether it was read from the image."""
     import json
 
     from rich.console import Console
     from rich.table import Table
 
+    from envbuild.install.buildable import assess
     from envbuild.profile import load_profile
 
     p = load_profile(name, lockfiles or (ctx.obj or {}).get("lockfiles"))
@@ -67,6 +83,10 @@ def show(ctx: click.Context, name: str, as_json: bool, lockfiles) -> int:
     console = Console(highlight=False)
     console.print(f"[bold]{p.name}[/bold]  {p.description}\nimage {p.image} · CUDA {p.cuda} · python {p.python}"
                   f" · {p.path}")
+    here = assess(p)
+    console.print(f"on this machine: {here.line().split(': ', 1)[1]}", soft_wrap=True, markup=False)
+    for command in here.create_commands():
+        console.print(f"build it here: {command} --prefix DIR", soft_wrap=True, markup=False)
     table = Table(show_header=True, header_style="bold", title="components")
     for col in ("component", "pin", "verified", "source"):
         table.add_column(col)

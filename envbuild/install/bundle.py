@@ -1,5 +1,10 @@
 """The offline bundle: one tar file that lets `envbuild create --bundle` run with no network.
 
+Two layouts (docs/bundles.md): the conda bundle below, and the venv bundle of a profile with only a pip
+lock (manifest `layers: ["pip"]`): the same parts without pixi-pack.json, environment.yml and the
+channels, for `create --bundle --backend venv --python PATH`. git/ also holds git/<source>--<path>.git
+for each submodule a source lists (envbuild.install.git_mirror.bundle_repo).
+
 Layout: a pixi-pack bundle (what `pixi-unpack environment.tar` reads: pixi-pack.json, environment.yml,
 channel/<subdir>/ with repodata.json, pypi/*.whl; Quantco/pixi-pack src/lib.rs, src/unpack.rs) with the
 parts the slime stack needs beside it, which pixi-unpack ignores:
@@ -12,7 +17,7 @@ parts the slime stack needs beside it, which pixi-unpack ignores:
     envbuild-bundle.json        format, profile, and the sha256 + size of every other member
     optional-channel/<subdir>/  the optional conda categories (cuda-compat), for `envbuild create --bundle`
     builds/<name>/<entry>/      source-built wheels, same layout as the wheel cache (entry.json + wheel)
-    git/<name>.git/             bare mirrors holding each git source's commit
+    git/<name>.git/             bare mirrors holding each git source's commit (envbuild/pack/git_part.py)
     locks/<profile>/            the profile folder: profile.toml, conda-lock.yml, the pip locks, patches
     tool/                       (with pack --tool-python) envbuild's own dependency wheels + their lock
 
@@ -62,6 +67,7 @@ class BundleLayout:
     lock_dir: Path
     builds_dir: Path
     members: Dict[str, Dict[str, object]] = field(default_factory=dict, compare=False)
+    layers: Tuple[str, ...] = ("conda", "pip")  # ("pip",): a venv bundle, for `create --backend venv` only
 
     @property
     def channel_dirs(self) -> Tuple[Path, ...]:
@@ -198,4 +204,5 @@ def open_bundle(path: Union[str, Path], workdir: Optional[Union[str, Path]] = No
         raise InputFileError(bundle, f"the bundle has no locks/{profile}/profile.toml")
     return BundleLayout(root=root, profile=profile, channel_dir=root / "channel", wheel_dir=root / "pypi",
                         git_dir=root / "git", lock_dir=root / "locks", builds_dir=root / "builds",
-                        members=manifest.get("members", {}))
+                        members=manifest.get("members", {}),
+                        layers=tuple(manifest.get("layers") or ("conda", "pip")))

@@ -208,6 +208,12 @@ def submodule_pins(repo: str, commit: str, paths: Sequence[str]) -> Dict[str, Tu
     return out
 
 
+def bundle_repo(bundle_git_dir: Path, source: str, submodule: str = "") -> Path:
+    """The bare repository of git source `source` (or of its submodule at path `submodule`) in a bundle's
+    git/ folder, as `envbuild pack` writes it (envbuild.pack.git_part): <source>.git, <source>--<a--b>.git."""
+    return Path(bundle_git_dir) / (f"{source}--{submodule.replace('/', '--')}.git" if submodule else f"{source}.git")
+
+
 def locate(sources: Sequence[object], mirror: Optional[GitMirror], bundle_git_dir: Optional[Path] = None,
            without: Sequence[str] = ()) -> List[Origin]:
     """The Origin of every recipe git source not in `without` (and of its submodules), each checked: the
@@ -218,7 +224,7 @@ def locate(sources: Sequence[object], mirror: Optional[GitMirror], bundle_git_di
         if name in without:
             continue
         if bundle_git_dir is not None:
-            repo = Path(bundle_git_dir) / f"{name}.git"
+            repo = bundle_repo(bundle_git_dir, name)
             origin = Origin(name, commit, str(repo), "bundle")
             if not _git_dir(repo):
                 origin.problem = f"{name}: the bundle has no mirror {repo}"
@@ -245,7 +251,7 @@ def _locate_submodules(origin: Origin, paths: Sequence[str], mirror: Optional[Gi
     for path, (url, commit) in pins.items():
         name = f"{origin.name}/{path}"
         if bundle_git_dir is not None:
-            repo = Path(bundle_git_dir) / f"{origin.name}--{path.replace('/', '--')}.git"
+            repo = bundle_repo(bundle_git_dir, origin.name, path)
             sub = Origin(name, commit, str(repo), "bundle")
             if not _git_dir(repo) or not has_commit(str(repo), commit):
                 sub.problem = f"{name}: commit {_short(commit)} is not in the bundle's mirror {repo}"

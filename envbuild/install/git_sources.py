@@ -65,7 +65,8 @@ def _fetch(repo: Path, origin: str, commit: str) -> None:
         _git([*_SLOW_LINK, "fetch", "--quiet", "--depth", "1", origin, commit], repo, check=False)
         if _has_commit(repo, commit):
             return
-    _git([*_SLOW_LINK, "fetch", "--quiet", "--tags", origin, "+refs/heads/*:refs/remotes/origin/*",
+    # --update-shallow: a bundle's mirror holds the commit without its history (envbuild.pack.git_part)
+    _git([*_SLOW_LINK, "fetch", "--quiet", "--tags", "--update-shallow", origin, "+refs/heads/*:refs/remotes/origin/*",
           "+refs/envbuild/*:refs/envbuild/*"], repo)
     if not _has_commit(repo, commit) and re.fullmatch(r"[0-9a-f]{40}", commit):
         _git([*_SLOW_LINK, "fetch", "--quiet", origin, commit], repo, check=False)

@@ -40,6 +40,9 @@ def resolve_job(profile_name: Optional[str], *, prefix: Optional[str] = None, en
     recipe = profile.require_recipe()
     backend, backend_note = _backend(backend, profile.directory)
     installer = backends.require(backend)
+    if bundle_obj is not None and installer.USES_CONDA_LOCK and "conda" not in bundle_obj.layers:
+        raise EnvbuildError(f"{bundle} is a venv bundle (its profile had no conda lock): create it with "
+                            f"--backend venv --python PATH, not --backend {backend}")
     layers = ("conda", "pip") if installer.USES_CONDA_LOCK else ("pip",)
     require_fresh(profile, recipe, layers)
     platform, conda, lock_files = _locked(profile.directory, sorted(recipe.conda.optional), installer.USES_CONDA_LOCK)
@@ -97,9 +100,11 @@ def _locate_git(job: pipeline.CreateJob, option: Optional[str]) -> None:
 
 
 def _toolchain_problems(job: pipeline.CreateJob) -> List[str]:
-    """Toolchain pieces the builds need that no layer provides (the plan names each piece's layer)."""
+    """Toolchain pieces the builds need that no layer provides (the plan names each piece's layer). Only for
+    a recipe that declares [recipe.toolchain]: without one, builds (a plain C extension) run with what the
+    machine has and no CUDA variables, as source_builds._toolchain_env does."""
     builds = [b for b in job.recipe.builds if b.git not in job.without]
-    if not builds or (not job.recipe.toolchain.pip and job.backend != "venv"):
+    if not builds or not (job.recipe.toolchain.pip or job.recipe.toolchain.cxx):
         return []
     return [f"source builds need {p.what}: {p.detail}" for p in toolchain_pieces(job) if p.layer == "missing"]
 

@@ -124,4 +124,11 @@ def require_fresh(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYE
     reasons = stale_reasons(profile, recipe, layers)
     if reasons:
         raise StaleLock(f"the lock in {profile.directory} is stale against {profile.path}: {'; '.join(reasons)}; "
-                        f"run `envbuild lock --profile {profile.name}`")
+                        f"run {relock_command(profile.name, layers)}")
+
+
+def relock_command(profile: str, layers: Sequence[str] = LAYERS) -> str:
+    """The `envbuild lock` that makes the locks of `layers` fresh: `--only pip` when the conda layer is not
+    wanted, since a full lock needs the conda channels, which a PyPI-only machine cannot reach."""
+    only = " --only pip" if "conda" not in layers else ""
+    return f"`envbuild lock --profile {profile}{only}`"

@@ -1,6 +1,7 @@
 """Make an offline bundle for one profile from its locks (online, once; see bundle.py for the layout).
 
-Every part is fetched and verified against its lock before it goes in: conda archives through the same
+Every part is fetched and verified against its lock before it goes in (git sources first, so an
+unreachable git host fails the pack before any archive or wheel is downloaded): conda archives through the same
 fetch_and_verify create uses (sha256, also for file:// channels), wheels against the pip lock's hashes,
 git mirrors checked to hold the recipe's commit, source-built wheels re-hashed from the wheel cache. The
 staged tree is then hashed into the manifest and tarred; the output file appears only when complete.
@@ -13,7 +14,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from envbuild.errors import EnvbuildError
 from envbuild.progress import Steps
@@ -29,6 +30,19 @@ class PackSummary:
     size_bytes: int = 0
     skipped_builds: List[str] = field(default_factory=list)  # builds with no cached wheel for this commit
     tool_wheels: int = 0  # envbuild's own dependency wheels (pack --tool-python)
+    layers: Tuple[str, ...] = ("conda", "pip")  # ("pip",): the venv bundle (no conda-lock.yml)
+
+
+def bundle_layers(profile) -> Tuple[str, ...]:
+    """The layers a bundle of `profile` carries: conda and pip when conda-lock.yml exists; pip alone (the
+    venv bundle, for `create --bundle --backend venv`) when the profile has only a pip lock to give, as on a
+    machine that reaches PyPI but no conda channel (`envbuild lock --only pip`)."""
+    from envbuild.lock import condalock
+
+    recipe = profile.require_recipe()
+    if (profile.directory / condalock.LOCK_FILE).is_file() or not recipe.pip_requirements:
+        return ("conda", "pip")
+    return ("pip",)
 
 
 def _conda_part(profile, stage: Path, steps: Steps) -> int:
@@ -119,13 +133,16 @@ def _wheel_part(profile, stage: Path, steps: Steps) -> int:
     return len(entries)
 
 
-def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, summary: PackSummary) -> None:
-    from envbuild.install.git_sources import mirror_source
+def _git_and_build_parts(recipe, stage: Path, wheel_cache: Path, steps: Steps, summary: PackSummary,
+                         git_mirror: Optional[object] = None) -> None:
+    from envbuild.pack.git_part import pack_git_sources
 
-    for src in recipe.git:
-        with steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}"):
-            mirror_source(src, stage / "git")
-        summary.git_mirrors.append(src.name)
+    if recipe.git:
+        def phase_for(src):
+            subs = f" and {len(src.submodules)} submodule(s)" if src.submodules else ""
+            return steps.phase(f"git: mirror {src.name} @ {src.commit[:12]}{subs}")
+
+        summary.git_mirrors.extend(pack_git_sources(recipe.git, stage / "git", git_mirror, phase_for))
     if not recipe.builds:
         return
     with steps.phase(f"builds: prebuilt wheels of {len(recipe.builds)} source build(s) from {wheel_cache}") as ph:
@@ -159,11 +176,13 @@ def _glibc(recipe) -> str:
 
 def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None,
                 wheel_cache: Optional[Path] = None, steps: Optional[Steps] = None,
-                tool_python: Optional[str] = None, tool_index: Optional[str] = None) -> PackSummary:
+                tool_python: Optional[str] = None, tool_index: Optional[str] = None,
+                git_mirror: Optional[object] = None) -> PackSummary:
     """Write the bundle of `profile_name` to `output`; return what went in. `steps` announces each part as
     a phase (None: silent).
 
     With `tool_python` (the nodes' bootstrap python3 version), envbuild's own dependency wheels go in too.
+    `git_mirror` (an envbuild.install.git_mirror.GitMirror) is where the git sources are fetched from.
     """
     from envbuild.install.source_builds import wheel_cache_dir
     from envbuild.install.bundle import write_manifest, write_tar
@@ -178,9 +197,13 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
     steps = steps or Steps("", quiet=True)
     with tempfile.TemporaryDirectory(prefix=".envbuild-pack-", dir=output.parent) as tmp:
         stage = Path(tmp)
-        summary.conda_archives = _conda_part(profile, stage, steps)
+        summary.layers = bundle_layers(profile)
+        # git first: an unreachable git host fails the pack before gigabytes of archives and wheels are fetched
+        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary,
+                             git_mirror)
+        if "conda" in summary.layers:
+            summary.conda_archives = _conda_part(profile, stage, steps)
         summary.wheels = _wheel_part(profile, stage, steps)
-        _git_and_build_parts(recipe, stage, Path(wheel_cache) if wheel_cache else wheel_cache_dir(), steps, summary)
         if tool_python:
             from envbuild.pack.tool import PYPI, stage_tool
 
@@ -191,7 +214,7 @@ def make_bundle(profile_name: str, output: Path, lockfiles: Optional[str] = None
         shutil.copytree(profile.directory, stage / "locks" / profile.name,
                         ignore=shutil.ignore_patterns(".*", "__pycache__"))
         with steps.phase("hash the members into the manifest"):
-            extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds}
+            extra: Dict[str, object] = {"skipped_builds": summary.skipped_builds, "layers": list(summary.layers)}
             write_manifest(stage, profile.name, extra)
         with steps.phase(f"write {output}", unit="members") as ph:
             write_tar(stage, output, ph)

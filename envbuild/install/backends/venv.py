@@ -12,9 +12,10 @@ unlike a conda env it is not self-contained: the interpreter must stay where it 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
 from envbuild.install.backends import BaseRequest
@@ -74,6 +75,11 @@ def find_interpreter(version: str) -> Optional[Path]:
     return None
 
 
+def missing_build_tools(locked_names: Sequence[str], builds_from_source: bool) -> List[str]:
+    """Which of BUILD_TOOLS the pip lock lacks although the recipe's git sources or builds need them."""
+    return [t for t in BUILD_TOOLS if t not in set(locked_names)] if builds_from_source else []
+
+
 def check_request(python: Optional[str], want: str, profile: str, locked_names: Sequence[str],
                   builds_from_source: bool) -> Path:
     """The interpreter for a venv create, checked before anything is written: it must be Python `want`
@@ -87,12 +93,14 @@ def check_request(python: Optional[str], want: str, profile: str, locked_names: 
                                 f"pyenv, /usr/bin); give --python PATH to a Python {want} interpreter for {profile}")
         python = str(found)
     path = Path(python).expanduser()
+    if "/" not in python and shutil.which(python):  # a command (python3.12): where the shell would find it
+        path = Path(shutil.which(python))
     got = interpreter_version(path)
     if got != want:
         raise EnvbuildError(f"--python {path} is Python {got}, but profile {profile} needs Python {want}; "
                             f"nothing was built")
-    missing = [t for t in BUILD_TOOLS if t not in set(locked_names)]
-    if builds_from_source and missing:
+    missing = missing_build_tools(locked_names, builds_from_source)
+    if missing:
         raise EnvbuildError(f"--backend venv: profile {profile} installs git sources/source builds with pip, but its "
                             f"pip lock pins no {', '.join(missing)}; add them to [recipe.pip] requirements and re-lock")
     return path.absolute()
