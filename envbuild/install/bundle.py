@@ -43,6 +43,7 @@ from envbuild.hashing import sha256_file
 
 BUNDLE_FORMAT = 2  # 2: the pixi-pack layout (pypi/, pixi-pack.json, environment.yml, optional-channel/)
 MANIFEST = "envbuild-bundle.json"
+MANIFEST_MAX_BYTES = 64 * 2**20  # a manifest of 100 000 members is about 15 MB
 PIXI_PACK_METADATA = "pixi-pack.json"
 PIXI_ENV_SPEC = "environment.yml"
 ROOT_FILES = (PIXI_PACK_METADATA, PIXI_ENV_SPEC)  # hashed into the manifest like the parts' files
@@ -141,19 +142,31 @@ def _safe_members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInf
             raise InputFileError(bundle, f"member {info.name!r} points outside the bundle; refusing to extract")
         if not (info.isfile() or info.isdir()):
             raise InputFileError(bundle, f"member {info.name!r} is not a plain file or folder; refusing to extract")
+        if name.as_posix() == MANIFEST and info.size > MANIFEST_MAX_BYTES:
+            raise InputFileError(bundle, f"member {MANIFEST} is {info.size} bytes, over the {MANIFEST_MAX_BYTES} a "
+                                         f"manifest may have; refusing to extract")
         yield info
 
 
 def _verify(root: Path, bundle: Path) -> Dict[str, object]:
+    from envbuild.fsutil import InputRefused, read_bounded
+
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(read_bounded(root / MANIFEST, MANIFEST_MAX_BYTES).decode("utf-8"))
     except FileNotFoundError as exc:
         raise InputFileError(bundle, f"not an envbuild bundle (no {MANIFEST})") from exc
-    except ValueError as exc:
-        raise InputFileError(bundle, f"{MANIFEST} is not valid JSON: {exc}") from exc
+    except InputRefused as exc:
+        raise InputFileError(bundle, f"{MANIFEST}: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(bundle, f"{MANIFEST} is not valid JSON: {str(exc)[:200]}") from exc
+    if not isinstance(manifest, dict):
+        raise InputFileError(bundle, f"{MANIFEST} is not a JSON object")
     if manifest.get("format") != BUNDLE_FORMAT:
         raise InputFileError(bundle, f"bundle format {manifest.get('format')!r}; this envbuild reads {BUNDLE_FORMAT}")
     listed: Dict[str, Dict[str, object]] = manifest.get("members", {})
+    if not isinstance(listed, dict) or not all(isinstance(k, str) and isinstance(v, dict)
+                                               and isinstance(v.get("sha256"), str) for k, v in listed.items()):
+        raise InputFileError(bundle, f"{MANIFEST}: 'members' is not an object of {{name: {{sha256: ...}}}}")
     present = dict(walk_members(root))
     for name in sorted(set(present) - set(listed)):
         raise InputFileError(bundle, f"member {name} is not in the bundle manifest (added after packing?)")
