@@ -92,6 +92,14 @@ def envbuild_cmd(*args: str) -> List[str]:
     return [sys.executable, "-c", _SELF_RSS, *args]
 
 
+def envbuild_env(**extra: str) -> Dict[str, str]:
+    """envbuild's environment: this checkout first, and bytecode on, as an installed envbuild has it (pip
+    compiles a wheel's modules at install; a PYTHONDONTWRITEBYTECODE=1 shell would make every run compile
+    all of envbuild from source, which no user pays)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return dict(env, PYTHONPATH=str(REPO), **extra)
+
+
 def strip_git_and_builds(profile_toml: Path) -> None:
     """Drop the [[recipe.git]] and [[recipe.build]] tables of a profile (module docstring)."""
     out, skip = [], False
@@ -131,6 +139,8 @@ def main(argv=None) -> int:
     recipe = profile.require_recipe()
     python_version, tags = target(profile, recipe)
     tmp = Path(tempfile.mkdtemp(prefix="envbuild-bench-pip-", dir=a.work))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "envbuild"), str(REPO / "checks")],
+                   env=envbuild_env(), check=True, capture_output=True)
     try:
         lockfiles = tmp / "lockfiles"
         shutil.copytree(profile.directory, lockfiles / a.profile)
@@ -163,7 +173,7 @@ def main(argv=None) -> int:
                 else:
                     run = Run(envbuild_cmd("lock", "--only", "pip", "--profile", a.profile, "--lockfiles",
                                            str(relock), "--quiet"),
-                              dict(os.environ, ENVBUILD_CACHE_DIR=str(cache), PYTHONPATH=str(REPO)))
+                              envbuild_env(ENVBUILD_CACHE_DIR=str(cache)))
                 lock_times.setdefault((who, state), []).append(run.wall)
 
         for state in ("cold", "warm"):
@@ -193,7 +203,7 @@ def main(argv=None) -> int:
             shutil.rmtree(env_dir, ignore_errors=True)
             run = Run(envbuild_cmd("create", "--backend", "venv", "--python", a.python, "--profile", a.profile,
                                    "--lockfiles", str(lockfiles), "--prefix", str(env_dir)),
-                      dict(os.environ, ENVBUILD_CACHE_DIR=str(eb_cache), PYTHONPATH=str(REPO), COLUMNS="400"))
+                      envbuild_env(ENVBUILD_CACHE_DIR=str(eb_cache), COLUMNS="400"))
             rss.append((run.tree_rss_kb, run.self_rss_kb))
             phases.setdefault(state, []).append(create_phases(run.stderr))
             shutil.rmtree(env_dir, ignore_errors=True)
@@ -231,6 +241,9 @@ def main(argv=None) -> int:
             print(ratio_line(f"lock {state}", lock_times[("ours", state)], lock_times[("anchor", state)]))
         for state in states:
             print(ratio_line(f"create {state}", create_times[("ours", state)], create_times[("anchor", state)]))
+        for state in states:  # what the ratio would be without the doctor gate (uv has no such step)
+            ours = [w - p.get("doctor", 0.0) for w, p in zip(create_times[("ours", state)], phases[state])]
+            print("  " + ratio_line(f"create {state} without the doctor gate", ours, create_times[("anchor", state)]))
         for state in states:
             keys = sorted({k for p in phases[state] for k in p})
             print(f"  create {state} phases (median s): "

@@ -16,6 +16,7 @@ pip is not needed in the environment (a `--backend venv` env may have none).
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tempfile
@@ -205,18 +206,31 @@ def install_locked(
 def read_locked_entries(lock_file: Union[str, Path]) -> List[LockedWheel]:
     """Entries of a pip-layer lock, with every accepted file's hash when a pylock.toml is given or lies
     beside the requirements lock (the chosen file's own hash is then known)."""
-    from envbuild.lock.pylock import PYLOCK_FILE, read_pylock
+    from envbuild.lock.pylock import PYLOCK_FILE
 
     path = Path(lock_file)
+    stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None
+                   for p in (path, path.with_name(PYLOCK_FILE)))
+    return list(_read_locked_entries(str(path), stamps))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_locked_entries(path_str: str, stamps: tuple) -> tuple:
+    """read_locked_entries, parsed once per version of the files (`stamps`: their mtimes and sizes): create
+    reads the lock to check the interpreter and again to install, and a 100 KB pylock.toml takes tomllib
+    a noticeable part of a warm create."""
+    from envbuild.lock.pylock import PYLOCK_FILE, read_pylock
+
+    path = Path(path_str)
     if path.name.startswith("pylock.") and path.suffix == ".toml":
-        return read_pylock(path, require_entries=True)
+        return tuple(read_pylock(path, require_entries=True))
     entries = read_pip_lock(path, require_entries=True)
     beside = path.with_name(PYLOCK_FILE)
     if beside.is_file():
         files = {e.canonical_name: e for e in read_pylock(beside)}
         entries = [files.get(e.canonical_name, e) if files.get(e.canonical_name, e).version == e.version else e
                    for e in entries]
-    return entries
+    return tuple(entries)
 
 
 def fetch_locked_wheel(entry: LockedWheel, dest: Union[str, Path], phase=None) -> Path:

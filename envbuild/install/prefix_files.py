@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import binascii
 import csv
+import operator
 import os
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, Mapping, NamedTuple, Set, Tuple
 
 from packaging.utils import canonicalize_name, canonicalize_version
+
+_NAME = operator.attrgetter("name")
 
 
 class Recorded(NamedTuple):
@@ -30,21 +33,22 @@ def walk_files(prefix: Path) -> Iterator[Tuple[str, os.DirEntry]]:
     """(path relative to `prefix` in posix form, its DirEntry) of every non-directory under `prefix`,
     directories and names sorted, top-down (the manifest's order, os.walk's); a symlink to a directory is
     neither listed nor followed (os.walk's too)."""
+    root = os.fspath(prefix)
     stack = [""]
     while stack:
         rel_dir = stack.pop()
         try:
-            with os.scandir(prefix / rel_dir if rel_dir else prefix) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+                entries = sorted(it, key=_NAME)
         except OSError:
             continue
+        base = rel_dir + "/" if rel_dir else ""
         subdirs = []
         for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             if entry.is_dir(follow_symlinks=False):
-                subdirs.append(rel)
+                subdirs.append(base + entry.name)
             elif not (entry.is_symlink() and entry.is_dir()):
-                yield rel, entry
+                yield base + entry.name, entry
         stack.extend(reversed(subdirs))
 
 

@@ -56,11 +56,11 @@ def compute(profile: Profile, recipe: Recipe, steps: Optional[Steps] = None,
             layers: Sequence[str] = LAYERS) -> LockOutputs:
     """Solve every platform and render the outputs of `layers` (plus the rendered spec); `steps` announces
     each solve as a phase (None: silent)."""
-    from envbuild.lock.conda_solve import solve_platform
-
     steps = steps or Steps("", quiet=True)
     out = spec_outputs(profile, recipe, layers)
     if "conda" in layers:
+        from envbuild.lock.conda_solve import solve_platform  # py-rattler's solver: only for the conda layer
+
         where = spec_locations(profile, recipe)
         solved = {}
         for p in recipe.platforms:
