@@ -3,8 +3,9 @@
 Why: doctor and a later create need to know, without re-reading locks, what this env is made of and
 whether a file changed since. Conda files reuse the sha256 that the linker recorded in conda-meta
 (`sha256_in_prefix`, computed after prefix rewriting); files unpacked verbatim from a prebuilt, hash-locked
-wheel reuse the sha256 of its RECORD (envbuild.install.prefix_files), when the file's size is the recorded
-one; every other file (scripts, builds, activation, .pyc) is hashed here, streamed. The `lock_key` ties the env to the locks it was built from, so a rerun of create with the same
+wheel take the sha256 and size of its RECORD (envbuild.install.prefix_files: part of the wheel's verified
+bytes, so neither read nor stat'ed); every other file (scripts, builds, activation, .pyc) is hashed here,
+streamed. The `lock_key` ties the env to the locks it was built from, so a rerun of create with the same
 locks knows there is nothing to do.
 """
 from __future__ import annotations
@@ -111,7 +112,6 @@ def dumps(manifest: Dict[str, Any]) -> str:
     rows = json.dumps(manifest["files"]).replace('}, {"path"', '},\n  {"path"')
     rows = "[\n  " + rows[1:-1] + "\n ]" if manifest["files"] else "[]"
     return (head[:-2] + ",\n" if rest else "{\n") + f' "files": {rows}\n}}\n'
-
 
 
 def read(prefix: Path) -> Optional[Dict[str, Any]]:
