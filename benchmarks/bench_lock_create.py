@@ -1,8 +1,8 @@
 """Time `envbuild lock` and each phase of `envbuild create` on the fixture profile (offline, local channel).
 
     python benchmarks/bench_lock_create.py [--packages 200] [--size-kib 64] [--http-latency-ms 20]
-    python benchmarks/bench_lock_create.py --pip-layer --python PY3.12 [...]   # the pip layer vs uv and pip
-                                                                             # alone on real PyPI (bench_pip_layer.py)
+    python benchmarks/bench_lock_create.py --pip-layer --python PY3.12 [--pairs 3]   # the pip layer's lock and
+        # create against plain uv on real PyPI, cold and warm: the four ratios of one run (bench_pip_layer.py)
 
 The fixture channel gets N filler packages (random, incompressible payloads of --size-kib each) so that
 fetch/verify, linking and manifest hashing have real work. Anchor, measured in the same run: copying

@@ -1,20 +1,32 @@
-"""The pip layer against uv and pip alone, in one run, on the same lock (real PyPI: this benchmark uses
-the network; run it where PyPI is reachable).
+"""The pip layer's lock and create against plain uv, in one run, on real PyPI (this benchmark uses the
+network and several GB of disk: run it where PyPI is reachable, with --work on a disk that has room).
 
-    python benchmarks/bench_pip_layer.py --python /path/to/python3.12 [--profile slime-v0.3.1-cu130]
-                                         [--exclude REGEX] [--repeat 1]
-    (or: python benchmarks/bench_lock_create.py --pip-layer --python ...)
+    python benchmarks/bench_lock_create.py --pip-layer --python /path/to/python3.12 \
+        [--profile slime-v0.3.1-cu130] [--pairs 3] [--work /tmp]
+    (the same as: python benchmarks/bench_pip_layer.py --python ...)
 
-Lock: envbuild's resolution of the profile's [recipe.pip] (resolve_pip_entries: uv pip compile of a
-throw-away project, pylock parsing, rendering) vs `uv pip compile` of the same requirements with the same
-flags, written to requirements.txt (the anchor), each with a cold and a warm uv cache. Goal <= 1.2x.
+Prints four ratios, ours / anchor, each the median of --pairs interleaved pairs (anchor, then ours, then
+the next pair), every command timed as a whole process as a user runs it:
 
-Install: the committed lock, minus the packages matching --exclude (default: the multi-GB CUDA wheels,
-so a run fits a small disk; --exclude '^$' installs all), into fresh venvs on --python:
-  ours: envbuild.install.pip_layer.install_entries (direct references with --hash, uv pip install)
-  uv:   `uv pip sync --require-hashes requirements.txt` (the anchor)
-  pip:  `pip install --no-deps --require-hashes -r requirements.txt` (pip 26, its own cache)
-cold (empty caches) and warm (caches filled by the cold run). Goal: ours <= 1.2x uv.
+  lock   `envbuild lock --only pip` on a copy of the profile folder, against `uv pip compile` of the same
+         requirements with the flags envbuild gives uv (--python-version, --python-platform,
+         --generate-hashes, --only-binary :all:, --index-strategy first-index, --exclude-newer, the
+         profile's index, pylock output)
+  create `envbuild create --backend venv --python PY --profile P --prefix DIR` against `uv venv DIR
+         --python PY` + `uv pip install --python DIR/bin/python --require-hashes --no-deps -r
+         requirements.lock.txt` (the committed lock), the two uv commands timed together
+
+cold: each run on an empty cache of its own (uv's, and envbuild's whole cache dir), so each cold create
+downloads the whole layer (several GB for a CUDA stack). warm: both sides on ONE uv cache that the cold
+runs filled, which also shows that create shares uv's cache (a create that did not would download again).
+The goal is <= 1.2x for each.
+
+The profile's [[recipe.git]] and [[recipe.build]] entries are left out of the copy create runs on (the
+git sources and source builds are not pip-layer work and uv has no counterpart); the output says so. The
+profile folder's pip lock is used as committed: nothing is re-locked for the create runs.
+
+Peak memory of create is read with wait4: `tree` is the largest process of the create (envbuild, uv, the
+doctor gate's stack probe), `envbuild` the envbuild process alone (the goal: <= 300 MB).
 """
 from __future__ import annotations
 
@@ -22,123 +34,225 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.install.pip_layer import install_entries, read_locked_entries  # noqa: E402
-from envbuild.lock.pip_lock import resolve_pip_entries, uv_python_platform  # noqa: E402
+from _envbuild_cli import create_phases  # noqa: E402
+
+from envbuild.lock.pip_lock import uv_python_platform  # noqa: E402
 from envbuild.lock.pip_outputs import target  # noqa: E402
 from envbuild.lock.uv_cli import uv_bin, uv_env  # noqa: E402
 from envbuild.profile import load_profile, lockfiles_base  # noqa: E402
 
-HEAVY = r"^(nvidia-|torch|triton|cuda-|sglang-kernel|sgl-deep-gemm|ray$|xgrammar|flashinfer|cupy)"
+GOAL = 1.2
+# envbuild's own peak RSS, printed by the process itself at exit (wait4 only sees the largest process)
+_SELF_RSS = ("import atexit, resource, runpy, sys\n"
+             "atexit.register(lambda: sys.stderr.write('BENCH_SELF_RSS_KB %d\\n' % "
+             "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+             "sys.argv = ['envbuild'] + sys.argv[1:]\n"
+             "runpy.run_module('envbuild', run_name='__main__', alter_sys=True)\n")
 
 
-def timed(fn):
-    t0 = time.monotonic()
-    fn()
-    return time.monotonic() - t0
+class Run:
+    """One timed process: wall seconds, the largest RSS of its process tree (wait4), its output."""
+
+    def __init__(self, cmd: Sequence[str], env: Dict[str, str], cwd: Optional[Path] = None):
+        import threading
+
+        t0 = time.monotonic()
+        proc = subprocess.Popen([str(c) for c in cmd], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        got: Dict[str, str] = {}
+        readers = [threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, f.read()))
+                   for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+        for r in readers:
+            r.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        self.wall = time.monotonic() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        for r in readers:
+            r.join()
+        self.tree_rss_kb = usage.ru_maxrss
+        self.stdout, self.stderr, self.returncode = got.get("out", ""), got.get("err", ""), proc.returncode
+        m = re.search(r"BENCH_SELF_RSS_KB (\d+)", self.stderr)
+        self.self_rss_kb = int(m.group(1)) if m else None
+        if proc.returncode != 0:
+            raise SystemExit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{self.stderr[-3000:]}")
 
 
-def run(cmd, env=None, cwd=None):
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{proc.stderr[-2000:]}")
-    return proc
+def envbuild_cmd(*args: str) -> List[str]:
+    return [sys.executable, "-c", _SELF_RSS, *args]
 
 
-def venv(python: str, path: Path) -> Path:
-    if path.exists():
-        shutil.rmtree(path)
-    run([uv_bin(), "venv", "--no-config", "--quiet", "--python", python, str(path)], env=uv_env())
-    return path / "bin" / "python"
+def envbuild_env(**extra: str) -> Dict[str, str]:
+    """envbuild's environment: this checkout first, and bytecode on, as an installed envbuild has it (pip
+    compiles a wheel's modules at install; a PYTHONDONTWRITEBYTECODE=1 shell would make every run compile
+    all of envbuild from source, which no user pays)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return dict(env, PYTHONPATH=str(REPO), **extra)
 
 
-def ratio_line(label: str, ours: float, anchor: float, goal: float = 1.2) -> str:
-    r = ours / anchor if anchor else float("inf")
-    return f"{label}: ours {ours:.2f}s / anchor {anchor:.2f}s = {r:.2f}x (goal <= {goal}x: {'met' if r <= goal else 'NOT met'})"
+def strip_git_and_builds(profile_toml: Path) -> None:
+    """Drop the [[recipe.git]] and [[recipe.build]] tables of a profile (module docstring)."""
+    out, skip = [], False
+    for line in profile_toml.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.startswith(("[[recipe.git]]", "[[recipe.build]]")):
+            skip = True
+            continue
+        if line.startswith("["):
+            skip = False
+        if not skip:
+            out.append(line)
+    profile_toml.write_text("".join(out), encoding="utf-8")
+
+
+def median(xs: List[float]) -> float:
+    return statistics.median(xs)
+
+
+def ratio_line(label: str, ours: List[float], anchor: List[float]) -> str:
+    r = median(ours) / median(anchor)
+    spread = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    return (f"{label:<13} ours {median(ours):7.2f}s  anchor {median(anchor):7.2f}s  = {r:.2f}x  "
+            f"(goal <= {GOAL}x: {'met' if r <= GOAL else 'NOT met'}; runs ours {spread(ours)}, anchor {spread(anchor)})")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", required=True, help="an interpreter of the profile's Python version")
     ap.add_argument("--profile", default="slime-v0.3.1-cu130")
-    ap.add_argument("--exclude", default=HEAVY, help=f"packages left out of the install runs (default {HEAVY!r})")
+    ap.add_argument("--pairs", type=int, default=3, help="interleaved pairs per measurement (medians)")
+    ap.add_argument("--work", default=None, help="where caches and envs go (default: the temp dir)")
+    ap.add_argument("--skip-cold-create", action="store_true",
+                    help="leave out the cold create pairs (each downloads the whole layer twice)")
     a = ap.parse_args(argv)
-    profile = load_profile(a.profile, lockfiles_base(None))
+    base = lockfiles_base(None)
+    profile = load_profile(a.profile, base)
     recipe = profile.require_recipe()
     python_version, tags = target(profile, recipe)
-    tmp = Path(tempfile.mkdtemp(prefix="envbuild-bench-pip-"))
+    tmp = Path(tempfile.mkdtemp(prefix="envbuild-bench-pip-", dir=a.work))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "envbuild"), str(REPO / "checks")],
+                   env=envbuild_env(), check=True, capture_output=True)
     try:
+        lockfiles = tmp / "lockfiles"
+        shutil.copytree(profile.directory, lockfiles / a.profile)
+        strip_git_and_builds(lockfiles / a.profile / "profile.toml")
+        lock_file = lockfiles / a.profile / "requirements.lock.txt"
+        committed = lock_file.read_text(encoding="utf-8")
+        n_pins = sum(1 for ln in committed.splitlines() if "==" in ln and not ln.startswith((" ", "#")))
+
         # --- lock
-        def ours_lock(cache):
-            resolve_pip_entries(recipe.pip.requirements, recipe.pip.indexes, python_version, tags,
-                                exclude_newer=recipe.pip.exclude_newer or None, cache_dir=cache)
+        relock = tmp / "relock"
+        shutil.copytree(lockfiles, relock)
+        project = tmp / "uv-project"
+        project.mkdir()
+        (project / "requirements.in").write_text("\n".join(recipe.pip.requirements) + "\n", encoding="utf-8")
+        uv_lock_cmd = [uv_bin(), "pip", "compile", "--no-config", "requirements.in", "--no-header", "-o",
+                       "pylock.toml", "--python-version", python_version, "--python-platform",
+                       uv_python_platform(tags), "--generate-hashes", "--only-binary", ":all:",
+                       "--index-strategy", "first-index", "--default-index", recipe.pip.indexes[-1].url]
+        if recipe.pip.exclude_newer:
+            uv_lock_cmd += ["--exclude-newer", recipe.pip.exclude_newer]
+        lock_times: Dict[Tuple[str, str], List[float]] = {}
 
-        reqs = tmp / "requirements.in"
-        reqs.write_text("\n".join(recipe.pip.requirements) + "\n")
+        def lock_pair(state: str, i: int) -> None:
+            for who in ("anchor", "ours"):
+                cache = tmp / f"lock-cache-{who}-{i}"  # ours: $ENVBUILD_CACHE_DIR, uv's cache in its uv/
+                if state == "cold":
+                    shutil.rmtree(cache, ignore_errors=True)
+                if who == "anchor":
+                    run = Run(uv_lock_cmd, uv_env(cache), cwd=project)
+                else:
+                    run = Run(envbuild_cmd("lock", "--only", "pip", "--profile", a.profile, "--lockfiles",
+                                           str(relock), "--quiet"),
+                              envbuild_env(ENVBUILD_CACHE_DIR=str(cache)))
+                lock_times.setdefault((who, state), []).append(run.wall)
 
-        def uv_lock(cache):
-            cmd = [uv_bin(), "pip", "compile", "--no-config", str(reqs), "--quiet", "-o", str(tmp / "uv-out.txt"),
-                   "--python-version", python_version, "--python-platform", uv_python_platform(tags),
-                   "--generate-hashes", "--only-binary", ":all:", "--index-strategy", "first-index",
-                   "--default-index", recipe.pip.indexes[-1].url]
-            if recipe.pip.exclude_newer:
-                cmd += ["--exclude-newer", recipe.pip.exclude_newer]
-            run(cmd, env=uv_env(cache))
-
-        lock = {}
-        for who, fn in (("uv", uv_lock), ("ours", ours_lock)):
-            cache = tmp / f"lock-cache-{who}"
-            lock[(who, "cold")] = timed(lambda: fn(cache))
-            lock[(who, "warm")] = timed(lambda: fn(cache))
-        # --- install
-        entries = [e for e in read_locked_entries(profile.directory / "requirements.lock.txt")
-                   if not re.search(a.exclude, e.canonical_name)]
-        req = tmp / "requirements.txt"
-        req.write_text("".join(f"{e.canonical_name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes)
-                               + "\n" for e in entries))
-        index = recipe.pip.indexes[-1].url
-        pip_venv = tmp / "pip-tool"
-        run([sys.executable, "-m", "venv", str(pip_venv)])
-        run([str(pip_venv / "bin" / "python"), "-m", "pip", "install", "-q", "pip==26.3"])
-
-        def ours_install(cache, env_dir):
-            install_entries(venv(a.python, env_dir), entries, index_urls=[index], cache_dir=cache)
-
-        def uv_install(cache, env_dir):
-            py = venv(a.python, env_dir)
-            run([uv_bin(), "pip", "sync", "--no-config", "--quiet", "--python", str(py), "--require-hashes",
-                 "--default-index", index, "--python-platform", uv_python_platform(tags), str(req)], env=uv_env(cache))
-
-        def pip_install(cache, env_dir):
-            py = venv(a.python, env_dir)
-            env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_CACHE_DIR=str(cache))
-            run([str(pip_venv / "bin" / "python"), "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
-                 "--require-hashes", "--only-binary", ":all:", "--index-url", index, "-r", str(req)], env=env)
-
-        inst = {}
-        for who, fn in (("uv", uv_install), ("ours", ours_install), ("pip", pip_install)):
-            cache = tmp / f"install-cache-{who}"
-            for state in ("cold", "warm"):
-                inst[(who, state)] = timed(lambda: fn(cache, tmp / f"env-{who}"))
-        print(f"profile {a.profile}: {len(recipe.pip.requirements)} requirements, python {python_version}, "
-              f"{uv_python_platform(tags)}; install runs: {len(entries)} of the lock's packages "
-              f"(excluded: {a.exclude!r})")
         for state in ("cold", "warm"):
-            print(ratio_line(f"lock ({state} cache)", lock[("ours", state)], lock[("uv", state)]))
+            for i in range(a.pairs):
+                lock_pair(state, i)
+        for i in range(a.pairs):
+            for who in ("anchor", "ours"):
+                shutil.rmtree(tmp / f"lock-cache-{who}-{i}", ignore_errors=True)
+
+        # --- create
+        create_times: Dict[Tuple[str, str], List[float]] = {}
+        rss: List[Tuple[int, Optional[int]]] = []
+        phases: Dict[str, List[Dict[str, float]]] = {}
+        shared = tmp / "shared-uv-cache"  # the warm runs' one uv cache
+
+        def anchor_create(cache: Path) -> float:
+            env_dir = tmp / "env-anchor"
+            shutil.rmtree(env_dir, ignore_errors=True)
+            t = Run([uv_bin(), "venv", "--no-config", "--quiet", str(env_dir), "--python", a.python], uv_env(cache)).wall
+            t += Run([uv_bin(), "pip", "install", "--no-config", "--quiet", "--python", str(env_dir / "bin" / "python"),
+                      "--require-hashes", "--no-deps", "-r", str(lock_file)], uv_env(cache)).wall
+            shutil.rmtree(env_dir, ignore_errors=True)
+            return t
+
+        def ours_create(eb_cache: Path, state: str) -> float:
+            env_dir = tmp / "env-ours"
+            shutil.rmtree(env_dir, ignore_errors=True)
+            run = Run(envbuild_cmd("create", "--backend", "venv", "--python", a.python, "--profile", a.profile,
+                                   "--lockfiles", str(lockfiles), "--prefix", str(env_dir)),
+                      envbuild_env(ENVBUILD_CACHE_DIR=str(eb_cache), COLUMNS="400"))
+            rss.append((run.tree_rss_kb, run.self_rss_kb))
+            phases.setdefault(state, []).append(create_phases(run.stderr))
+            shutil.rmtree(env_dir, ignore_errors=True)
+            return run.wall
+
+        def pair(state: str, anchor_cache: Path, eb_cache: Path) -> None:
+            create_times.setdefault(("anchor", state), []).append(anchor_create(anchor_cache))
+            create_times.setdefault(("ours", state), []).append(ours_create(eb_cache, state))
+
+        states = ("warm",) if a.skip_cold_create else ("cold", "warm")
+        if "cold" in states:
+            for i in range(a.pairs):
+                anchor_cache, eb_cache = tmp / "cold-uv", tmp / "cold-envbuild"
+                for d in (anchor_cache, eb_cache):
+                    shutil.rmtree(d, ignore_errors=True)
+                pair("cold", anchor_cache, eb_cache)
+                shutil.rmtree(eb_cache, ignore_errors=True)
+                if i == a.pairs - 1:
+                    anchor_cache.rename(shared)  # the warm runs start from what the last cold anchor fetched
+                else:
+                    shutil.rmtree(anchor_cache, ignore_errors=True)
+        else:
+            anchor_create(shared)  # untimed: fills the one cache the warm runs share
+        eb_cache = tmp / "warm-envbuild"
+        eb_cache.mkdir()
+        (eb_cache / "uv").symlink_to(shared)  # envbuild's uv cache is $ENVBUILD_CACHE_DIR/uv
+        for i in range(a.pairs):
+            pair("warm", shared, eb_cache)
+
+        print(f"profile {a.profile}: {len(recipe.pip.requirements)} requirements, {n_pins} pins, python "
+              f"{python_version}, {uv_python_platform(tags)}; create runs on a copy WITHOUT its "
+              f"[[recipe.git]]/[[recipe.build]] entries (the pip layer only); --python {a.python}; "
+              f"{a.pairs} interleaved pairs, medians")
         for state in ("cold", "warm"):
-            print(ratio_line(f"install ({state} cache) vs uv pip sync", inst[("ours", state)], inst[("uv", state)]))
-            print(f"    pip alone ({state}): {inst[('pip', state)]:.2f}s = "
-                  f"{inst[('pip', state)] / inst[('uv', state)]:.2f}x uv")
-        print(f"cold/warm: lock ours {lock[('ours', 'cold')] / lock[('ours', 'warm')]:.1f}x, "
-              f"install ours {inst[('ours', 'cold')] / inst[('ours', 'warm')]:.1f}x")
+            print(ratio_line(f"lock {state}", lock_times[("ours", state)], lock_times[("anchor", state)]))
+        for state in states:
+            print(ratio_line(f"create {state}", create_times[("ours", state)], create_times[("anchor", state)]))
+        for state in states:  # what the ratio would be without the doctor gate (uv has no such step)
+            ours = [w - p.get("doctor", 0.0) for w, p in zip(create_times[("ours", state)], phases[state])]
+            print("  " + ratio_line(f"create {state} without the doctor gate", ours, create_times[("anchor", state)]))
+        for state in states:
+            keys = sorted({k for p in phases[state] for k in p})
+            print(f"  create {state} phases (median s): "
+                  + "  ".join(f"{k} {median([p.get(k, 0.0) for p in phases[state]]):.2f}" for k in keys))
+        tree = max(r[0] for r in rss) / 1024
+        own = [r[1] for r in rss if r[1] is not None]
+        print(f"create peak RSS: envbuild process {max(own) / 1024 if own else float('nan'):.0f} MB (goal <= 300 MB: "
+              f"{'met' if own and max(own) / 1024 <= 300 else 'NOT met'}); largest process of the create "
+              f"(envbuild, uv, the doctor gate's stack probe) {tree:.0f} MB")
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

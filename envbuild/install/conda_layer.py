@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from envbuild import cachelock
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import file_digest
-from envbuild.install.relocate import replace_padded, rewrite_unlinked
+from envbuild.install.relocate import relocate_file
 from envbuild.lock.condalock import LockedConda
 
 
@@ -169,13 +169,6 @@ def relocate(prefix: Path, old: Path, new: Path) -> int:
             path = prefix / entry["_path"]
             if not path.is_file() or path.is_symlink():
                 continue
-            blob = path.read_bytes()
-            if old_b not in blob:
-                continue
-            if entry.get("file_mode") == "binary":
-                blob = replace_padded(blob, old_b, new_b)
-            else:
-                blob = blob.replace(old_b, new_b)
-            rewrite_unlinked(path, blob)
-            count += 1
+            if relocate_file(path, old_b, new_b, padded=entry.get("file_mode") == "binary"):
+                count += 1
     return count

@@ -1,22 +1,30 @@
 """Install the locked pip layer into an environment with uv, every file checked against the lock's sha256.
 
-Each lock entry becomes a direct reference to the exact file the lock chose (`name @ <url> --hash=...`,
-the url a wheelhouse path when offline), installed by `uv pip install --python <env>/bin/python --no-deps
---require-hashes`: no resolution happens (nothing outside the lock can come in), uv downloads in parallel
-into its cache (a warm cache re-downloads nothing), and a file whose bytes differ from the lock is refused
-before anything is installed. uv's refusal becomes one line naming the wheel and both hashes.
+The lock's entries become a pylock.toml (PEP 751) that names, for each package, exactly the file the lock
+chose with its one sha256 and the index it came from, installed by `uv pip install -r pylock.envbuild.toml
+--python <env>/bin/python --no-deps --require-hashes`: no resolution and no index query happen (nothing
+outside the lock can come in), uv downloads in parallel, and a file whose bytes differ from the lock is
+refused before anything is installed; uv's refusal becomes one line naming the wheel and both hashes.
+
+Why a pylock and not `name @ <url>` lines: uv caches a wheel it installs from an index under that index,
+and one installed by URL under the URL, so direct references shared no cache with the user's own
+`uv pip install`/`uv pip sync` (a warm create re-downloaded the multi-GB CUDA wheels). A pylock entry with
+`index` is the index's file to uv: the same cache entry, hardlinked into the env like uv does. The
+wheelhouse files of a bundle are given by path.
 
 pip is not needed in the environment (a `--backend venv` env may have none).
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 import tempfile
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 from envbuild.errors import EnvbuildError
 from envbuild.hashing import sha256_file
@@ -43,6 +51,9 @@ class InstalledWheel:
     version: str
     sha256: str
     file: str  # the wheel's file name
+    # a published file pinned by its hash (from an index or a URL), not a wheel built on a machine like this
+    # one: the files it unpacks are its own bytes and cannot name the staging prefix (envbuild.install.prefix_files)
+    prebuilt: bool = False
 
 
 def _local_path(url: str) -> Optional[Path]:
@@ -99,6 +110,24 @@ def _chosen_sha(entry: LockedWheel, source: str) -> str:
     return got
 
 
+def _pylock_text(entries: Sequence[LockedWheel], sources: Mapping[str, str], chosen_of: Mapping[str, str],
+                 indexes: Mapping[str, str]) -> str:
+    """The pylock.toml uv installs: each entry's chosen file, its one hash, and (a file of a recipe index)
+    that index's URL, so uv files it in its cache under the index (module docstring)."""
+    q = json.dumps  # a JSON string is a TOML basic string
+    out = ['lock-version = "1.0"', 'created-by = "envbuild"', ""]
+    for e in entries:
+        source = sources[e.canonical_name]
+        local = _local_path(source)
+        where = f"path = {q(str(local))}" if local is not None else f"url = {q(source)}"
+        out += ["[[packages]]", f"name = {q(e.canonical_name)}", f"version = {q(e.version)}"]
+        if local is None and e.index in indexes:
+            out.append(f"index = {q(indexes[e.index])}")
+        out += [f"wheels = [{{ name = {q(e.filename)}, {where}, "
+                f"hashes = {{ sha256 = {q(chosen_of[e.canonical_name])} }} }}]", ""]
+    return "\n".join(out)
+
+
 def install_entries(
     python: Union[str, Path],
     entries: Sequence[LockedWheel],
@@ -107,28 +136,31 @@ def install_entries(
     offline: bool = False,
     cache_dir: Optional[Path] = None,
     phase=None,
+    indexes: Optional[Mapping[str, str]] = None,
 ) -> List[InstalledWheel]:
     """Install exactly `entries` into `python`'s environment (see the module docstring); `phase` (an
-    envbuild.progress.Phase) shows uv's progress lines as uv writes them."""
+    envbuild.progress.Phase) shows uv's progress lines as uv writes them. `indexes` maps the recipe's
+    index names to their URLs (an entry's file is then that index's to uv's cache); `index_urls` (default:
+    those URLs) are given to uv as --index so their credentials apply."""
+    indexes = dict(indexes or {})
     links = [Path(f) for f in find_links]
     sources: Dict[str, str] = {e.canonical_name: _source(e, links, offline) for e in entries}
-    lines = []
-    chosen_of: Dict[str, str] = {}
-    for e in entries:
-        chosen = chosen_of[e.canonical_name] = _chosen_sha(e, sources[e.canonical_name])
-        if chosen:  # a direct reference takes the one hash of its file (uv refuses several)
-            lines.append(f"{e.canonical_name} @ {sources[e.canonical_name]} --hash=sha256:{chosen}")
-        else:  # an old lock without per-file hashes: the pinned version from the index, any locked hash
-            lines.append(f"{e.canonical_name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes))
+    chosen_of = {e.canonical_name: _chosen_sha(e, sources[e.canonical_name]) for e in entries}
     with tempfile.TemporaryDirectory(prefix="envbuild-uvinstall-") as tmp:
-        req = Path(tmp) / "requirements.txt"
-        req.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        cmd = ["pip", "install", "--python", str(python), "--no-deps", "--require-hashes", "--only-binary", ":all:",
-               "-r", str(req)]
+        if all(chosen_of.values()):
+            req = Path(tmp) / "pylock.envbuild.toml"  # uv takes pylock.toml or pylock.<name>.toml only
+            req.write_text(_pylock_text(entries, sources, chosen_of, indexes), encoding="utf-8")
+            cmd = ["pip", "install", "--preview-features", "pylock"]
+        else:  # an old lock without per-file hashes: the pinned version from the index, any locked hash
+            req = Path(tmp) / "requirements.txt"
+            req.write_text("".join(_requirement_line(e, sources[e.canonical_name], chosen_of[e.canonical_name])
+                                   for e in entries), encoding="utf-8")
+            cmd = ["pip", "install", "--only-binary", ":all:"]
+        cmd += ["--python", str(python), "--no-deps", "--require-hashes", "-r", str(req)]
         if offline:
             cmd += ["--offline", "--no-index"]
-        else:  # direct references search no index; given so their credentials apply (and for `name==v` lines)
-            for url in index_urls:
+        else:  # given so their credentials apply (and for `name==v` lines)
+            for url in list(index_urls) or list(indexes.values()):
                 cmd += ["--index", url]
         proc = run_uv(cmd, cache_dir=cache_dir, on_line=progress_lines(phase))
     if proc.returncode != 0:
@@ -138,7 +170,16 @@ def install_entries(
             raise mismatch
         raise EnvbuildError(f"uv could not install the pip layer into {python}: {one_line(proc.stderr)}")
     return sorted((InstalledWheel(name=e.name, version=e.version, sha256=chosen_of[e.canonical_name],
-                                  file=e.filename) for e in entries), key=lambda w: w.name.lower())
+                                  file=e.filename, prebuilt=_local_path(e.url) is None and e.index != "find-links")
+                   for e in entries), key=lambda w: w.name.lower())
+
+
+def _requirement_line(entry: LockedWheel, source: str, chosen: str) -> str:
+    """A requirements line for an entry: a direct reference with its one hash, or (the chosen file's hash
+    unknown) the pinned version with every locked hash."""
+    if chosen:
+        return f"{entry.canonical_name} @ {source} --hash=sha256:{chosen}\n"
+    return f"{entry.canonical_name}=={entry.version} " + " ".join(f"--hash=sha256:{h}" for h in entry.hashes) + "\n"
 
 
 def install_locked(
@@ -149,6 +190,7 @@ def install_locked(
     offline: bool = False,
     cache_dir: Optional[Path] = None,
     phase=None,
+    indexes: Optional[Mapping[str, str]] = None,
 ) -> List[InstalledWheel]:
     """Install every entry of `lock_file` (requirements.lock.txt or pylock.toml) into `python`'s env.
 
@@ -158,24 +200,37 @@ def install_locked(
     differs from its locked hash, EnvbuildError otherwise.
     """
     entries = read_locked_entries(lock_file)
-    return install_entries(python, entries, find_links, index_urls, offline, cache_dir, phase)
+    return install_entries(python, entries, find_links, index_urls, offline, cache_dir, phase, indexes)
 
 
 def read_locked_entries(lock_file: Union[str, Path]) -> List[LockedWheel]:
     """Entries of a pip-layer lock, with every accepted file's hash when a pylock.toml is given or lies
     beside the requirements lock (the chosen file's own hash is then known)."""
-    from envbuild.lock.pylock import PYLOCK_FILE, read_pylock
+    from envbuild.lock.pylock import PYLOCK_FILE
 
     path = Path(lock_file)
+    stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None
+                   for p in (path, path.with_name(PYLOCK_FILE)))
+    return list(_read_locked_entries(str(path), stamps))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_locked_entries(path_str: str, stamps: tuple) -> tuple:
+    """read_locked_entries, parsed once per version of the files (`stamps`: their mtimes and sizes): create
+    reads the lock to check the interpreter and again to install, and a 100 KB pylock.toml takes tomllib
+    a noticeable part of a warm create."""
+    from envbuild.lock.pylock import PYLOCK_FILE, read_pylock
+
+    path = Path(path_str)
     if path.name.startswith("pylock.") and path.suffix == ".toml":
-        return read_pylock(path, require_entries=True)
+        return tuple(read_pylock(path, require_entries=True))
     entries = read_pip_lock(path, require_entries=True)
     beside = path.with_name(PYLOCK_FILE)
     if beside.is_file():
         files = {e.canonical_name: e for e in read_pylock(beside)}
         entries = [files.get(e.canonical_name, e) if files.get(e.canonical_name, e).version == e.version else e
                    for e in entries]
-    return entries
+    return tuple(entries)
 
 
 def fetch_locked_wheel(entry: LockedWheel, dest: Union[str, Path], phase=None) -> Path:

@@ -2,6 +2,9 @@
 
     fetch -> conda -> pip -> git -> builds -> doctor -> relocate -> activation -> manifest -> swap
 
+Files that prebuilt, hash-locked wheels unpacked unchanged are neither relocated nor hashed again
+(envbuild.install.prefix_files): the manifest takes their sha256 from the wheel's RECORD.
+
 The doctor's stack checks run before `relocate`: until then every path pip and the editable installs
 wrote names the staging prefix, so the checks see this env's checkouts, not the previous env's at the
 target. Each phase's result (what pip/git/builds installed) is kept in the state file for the manifest.
@@ -98,6 +101,7 @@ def already_built(job: CreateJob) -> bool:
 def run(job: CreateJob, ui) -> Dict[str, Any]:
     """Run (or resume) every phase; returns the manifest. `ui` (create_ui.CreateUI) announces each phase."""
     from envbuild.install import activation, backends, conda_layer, manifest
+    from envbuild.install.prefix_files import prebuilt_files
     from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
 
@@ -177,14 +181,18 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                                        f"{job.target} was left as it was; the staged one stays in {prefix}")
 
         phase("doctor", "doctor stack checks on the staged env", doctor)
-        phase("relocate", f"relocate paths to {job.target}", lambda ph: relocate_tree(prefix, prefix, job.target))
+        # what the prebuilt wheels unpacked as it was: neither relocated nor hashed again (prefix_files)
+        verbatim = prebuilt_files(prefix, layers["pip"] or [])
+        phase("relocate", f"relocate paths to {job.target}",
+              lambda ph: relocate_tree(prefix, prefix, job.target, verbatim=verbatim))
         phase("activation", "activation scripts",
               lambda ph: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
                                                   job.recipe.activation.env))
 
         def write_manifest(ph) -> None:
             data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
-                                  layers={k: v for k, v in layers.items() if v}, progress=ph.advance)
+                                  layers={k: v for k, v in layers.items() if v}, progress=ph.advance,
+                                  recorded=verbatim)
             manifest.write(prefix, data)
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
@@ -221,7 +229,7 @@ def _pip_layer(job: CreateJob, prefix: Path, ph) -> Any:
     wheelhouse = getattr(job.bundle, "wheel_dir", None)
     installed = mod.install_locked(prefix / "bin" / "python", job.pip_lock,
                                    find_links=[wheelhouse] if wheelhouse else [],
-                                   index_urls=[] if job.bundle else [i.url for i in job.recipe.pip.indexes],
+                                   indexes={} if job.bundle else {i.name: i.url for i in job.recipe.pip.indexes},
                                    offline=job.bundle is not None, phase=ph)
     ph.result = f"{len(installed)} wheels"
     return [dict(w.__dict__) for w in installed]

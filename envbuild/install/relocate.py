@@ -7,41 +7,89 @@ All of those name the staging prefix, which stops existing at the swap. Text fil
 replacement; ELF files get conda's null-padded in-place rewrite (the staging path is always longer than
 the target path); other binaries (.pyc: length-prefixed strings) are left alone — a .pyc's recorded
 source path only shows in tracebacks and is refreshed on the next compile.
+
+Files unpacked verbatim from a prebuilt, hash-locked wheel are not read at all (envbuild.install.prefix_files
+says why they cannot hold the staging path); every other file is read in 1 MiB chunks, and only one that
+holds the path is rewritten, streamed into a new file that replaces it: memory stays flat whatever the
+size of the file (a 1.76 GB CUDA library used to be read whole).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Set
+from typing import BinaryIO, Container, Set
 
+CHUNK = 1 << 20
 _TEXT_PROBE = 8192
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".whl", ".zip", ".tar", ".gz", ".bz2", ".zst", ".conda")
+_PARTIAL = ".envbuild-relocating"  # a rewrite in progress (a Ctrl-C removes it; a SIGKILL may leave it)
 
 
-def replace_padded(blob: bytes, old: bytes, new: bytes) -> bytes:
-    """Replace `old` by `new` inside each NUL-terminated string, padding with NULs to keep every offset."""
-    out = bytearray()
-    i = 0
-    while True:
-        j = blob.find(old, i)
-        if j < 0:
-            out += blob[i:]
-            return bytes(out)
-        end = blob.find(b"\0", j)
-        end = len(blob) if end < 0 else end
-        segment = blob[j:end]
-        replaced = segment.replace(old, new)
-        out += blob[i:j] + replaced + b"\0" * (len(segment) - len(replaced))
-        i = end
+def _holds(path: Path, needle: bytes) -> bool:
+    """Whether the file at `path` contains `needle`, read a chunk at a time (a match across two chunks counts)."""
+    keep = len(needle) - 1
+    window = b""
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            window = (window[-keep:] if keep else b"") + chunk
+            if needle in window:
+                return True
+    return False
 
 
-def rewrite_unlinked(path: Path, blob: bytes) -> None:
-    """Give `path` the content `blob` and its old mode, as a new file: the old one may be a hardlink into
+def rewrite_stream(src: BinaryIO, dst: BinaryIO, old: bytes, new: bytes, padded: bool) -> None:
+    """Copy `src` to `dst` with `old` replaced by `new`. `padded` (ELF): each NUL-terminated string that holds
+    `old` keeps its length, padded with NULs, so every offset stays; else a plain replacement."""
+    buf = b""
+    eof = False
+    while not eof:
+        chunk = src.read(CHUNK)
+        eof = not chunk
+        buf += chunk
+        out = bytearray()
+        i = 0
+        while True:
+            j = buf.find(old, i)
+            if j < 0:  # keep a tail that may be the start of a match the next chunk completes
+                keep = len(buf) if eof else max(i, len(buf) - (len(old) - 1))
+                out += buf[i:keep]
+                buf = buf[keep:]
+                break
+            if not padded:
+                out += buf[i:j] + new
+                i = j + len(old)
+                continue
+            end = buf.find(b"\0", j)
+            if end < 0 and not eof:  # the string goes on in the next chunk: take it whole then
+                out += buf[i:j]
+                buf = buf[j:]
+                break
+            end = len(buf) if end < 0 else end
+            segment = buf[j:end]
+            replaced = segment.replace(old, new)
+            out += buf[i:j] + replaced + b"\0" * (len(segment) - len(replaced))
+            i = end
+        dst.write(out)
+    dst.write(buf)
+
+
+def relocate_file(path: Path, old: bytes, new: bytes, padded: bool) -> bool:
+    """Rewrite `old` -> `new` in `path` (see rewrite_stream) when it holds `old`; False when it does not.
+
+    The result is a new file with the old mode that replaces `path`: the old one may be a hardlink into
     the package cache or another shared cache, which must never be written through."""
-    mode = path.stat().st_mode
-    path.unlink()
-    path.write_bytes(blob)
-    os.chmod(path, mode)
+    if not _holds(path, old):
+        return False
+    partial = path.with_name(path.name + _PARTIAL)
+    try:
+        with open(path, "rb") as src, open(partial, "wb") as dst:
+            rewrite_stream(src, dst, old, new, padded)
+        os.chmod(partial, path.stat().st_mode & 0o7777)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def conda_owned(prefix: Path) -> Set[str]:
@@ -51,31 +99,37 @@ def conda_owned(prefix: Path) -> Set[str]:
     return {e["_path"] for rec in conda_records(prefix) for e in (rec.get("paths_data") or {}).get("paths", [])}
 
 
-def relocate_tree(prefix: Path, old: Path, new: Path) -> int:
-    """Rewrite `old` -> `new` in every non-conda file under `prefix`; returns how many files changed."""
+def _kind(path: Path) -> str:
+    """"text", "elf" or "" (another binary: left alone), from the file's first bytes."""
+    with open(path, "rb") as fh:
+        probe = fh.read(_TEXT_PROBE)
+    if b"\0" not in probe:
+        return "text"
+    return "elf" if probe.startswith(b"\x7fELF") else ""
+
+
+def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset()) -> int:
+    """Rewrite `old` -> `new` in every non-conda file under `prefix` but those in `verbatim` (paths relative
+    to `prefix` that came unchanged from a prebuilt wheel); returns how many files changed."""
+    from envbuild.install.prefix_files import walk_files
+
     old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
     if len(new_b) > len(old_b):
         raise ValueError(f"cannot relocate {old} to the longer path {new}")
     owned = conda_owned(prefix)
     changed = 0
-    for dirpath, _dirs, files in os.walk(prefix):
-        for fn in files:
-            path = Path(dirpath) / fn
-            rel = path.relative_to(prefix).as_posix()
-            if rel in owned or path.is_symlink() or fn.endswith(_SKIP_SUFFIXES) or rel.startswith("conda-meta/"):
-                continue
-            try:
-                blob = path.read_bytes()
-            except OSError:
-                continue
-            if old_b not in blob:
-                continue
-            if b"\0" not in blob[:_TEXT_PROBE]:
-                new_blob = blob.replace(old_b, new_b)
-            elif blob.startswith(b"\x7fELF"):
-                new_blob = replace_padded(blob, old_b, new_b)
-            else:
-                continue
-            rewrite_unlinked(path, new_blob)
-            changed += 1
+    for rel, entry in walk_files(prefix):
+        if entry.name.endswith(_PARTIAL):  # left by a killed run, which this one redoes
+            os.unlink(entry.path)
+            continue
+        if (rel in verbatim or rel in owned or entry.is_symlink() or entry.name.endswith(_SKIP_SUFFIXES)
+                or rel.startswith("conda-meta/")):
+            continue
+        path = Path(entry.path)
+        try:
+            kind = _kind(path)
+            if kind and relocate_file(path, old_b, new_b, padded=kind == "elf"):
+                changed += 1
+        except OSError:
+            continue
     return changed

@@ -68,11 +68,17 @@ def _pip_seal_problem(text: str) -> Optional[str]:
     return None
 
 
-def spec_hashes(profile: Profile, recipe: Recipe) -> tuple:
-    """(rendered spec files, content hash per platform) of what the profile asks for now."""
+def spec_hashes(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYERS) -> tuple:
+    """(rendered spec files, content hash per platform) of what the profile asks for now.
+
+    The content hashes only when `layers` holds the conda layer, else {}: only conda-lock.yml carries them,
+    and conda-lock's code that computes them takes seconds to import (a pip-only lock or create waits for
+    nothing it uses)."""
+    files = render_spec(recipe, profile.name, profile_file=profile.path.name)
+    if "conda" not in layers:
+        return files, {}
     from envbuild.lock.condalock_interop import condalock_content_hashes
 
-    files = render_spec(recipe, profile.name, profile_file=profile.path.name)
     return files, condalock_content_hashes(dict(files), recipe.platforms)  # conda-lock's own content hash
 
 
@@ -81,7 +87,7 @@ def stale_reasons(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYE
 
     A lock that cannot be parsed raises InputFileError naming its file and line (bad input, not staleness).
     """
-    files, hashes = spec_hashes(profile, recipe)
+    files, hashes = spec_hashes(profile, recipe, layers)
     folder = profile.directory
     reasons = _conda_reasons(folder, hashes) if "conda" in layers else []
     for fname in sorted(files):  # environment.yml, environment.<group>.yml, virtual-packages.yml

@@ -33,9 +33,10 @@ class LockOutputs:
     hashes: Dict[str, str] = field(default_factory=dict)  # platform -> content hash
 
 
-def spec_outputs(profile: Profile, recipe: Recipe) -> LockOutputs:
-    """The rendered spec files and the content hash per platform (no solve, no network)."""
-    files, hashes = spec_hashes(profile, recipe)
+def spec_outputs(profile: Profile, recipe: Recipe, layers: Sequence[str] = LAYERS) -> LockOutputs:
+    """The rendered spec files and (when `layers` holds conda) the content hash per platform (no solve, no
+    network)."""
+    files, hashes = spec_hashes(profile, recipe, layers)
     return LockOutputs(profile=profile.name, folder=profile.directory, files=dict(files), hashes=hashes)
 
 
@@ -55,11 +56,11 @@ def compute(profile: Profile, recipe: Recipe, steps: Optional[Steps] = None,
             layers: Sequence[str] = LAYERS) -> LockOutputs:
     """Solve every platform and render the outputs of `layers` (plus the rendered spec); `steps` announces
     each solve as a phase (None: silent)."""
-    from envbuild.lock.conda_solve import solve_platform
-
     steps = steps or Steps("", quiet=True)
-    out = spec_outputs(profile, recipe)
+    out = spec_outputs(profile, recipe, layers)
     if "conda" in layers:
+        from envbuild.lock.conda_solve import solve_platform  # py-rattler's solver: only for the conda layer
+
         where = spec_locations(profile, recipe)
         solved = {}
         for p in recipe.platforms:

@@ -50,12 +50,15 @@ def render_pylock(entries: Sequence[LockedWheel], python_version: str, platform_
     return "\n".join(out) + "\n"
 
 
-def _line_of(text: str, name: str) -> int:
-    needle = f"name = {_s(name)}"
+def _name_lines(text: str) -> Dict[str, int]:
+    """The line of each `name = "..."` in `text` (the first one of a name), read in one pass: an error
+    message names the package's line."""
+    lines: Dict[str, int] = {}
     for i, line in enumerate(text.splitlines(), 1):
-        if line.strip() == needle:
-            return i
-    return 0
+        stripped = line.strip()
+        if stripped.startswith("name = "):
+            lines.setdefault(stripped, i)
+    return lines
 
 
 def parse_pylock(text: str, path: Union[str, Path] = PYLOCK_FILE) -> List[LockedWheel]:
@@ -65,9 +68,10 @@ def parse_pylock(text: str, path: Union[str, Path] = PYLOCK_FILE) -> List[Locked
     if str(data.get("lock-version", "")).split(".")[0] != "1":
         raise InputFileError(path, f"lock-version: expected 1.x (PEP 751), got {data.get('lock-version')!r}", 1)
     entries: List[LockedWheel] = []
+    name_lines = _name_lines(text)
     for pkg in data.get("packages", []):
         name, version = str(pkg.get("name", "")), str(pkg.get("version", ""))
-        line = _line_of(text, name) or None
+        line = name_lines.get(f"name = {_s(name)}")
         if not name or not version:
             raise InputFileError(path, "a [[packages]] entry without name or version", line)
         files = []

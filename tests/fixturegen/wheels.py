@@ -42,8 +42,10 @@ def make_wheel(
     tag: str = "py3-none-any",
     requires_python: Optional[str] = None,
     module_text: Optional[str] = None,
+    console_scripts: Sequence[str] = (),
 ) -> Path:
-    """Write `<name>-<version>-<tag>.whl` into `dest` holding module `<name>` with `__version__`."""
+    """Write `<name>-<version>-<tag>.whl` into `dest` holding module `<name>` with `__version__`;
+    `console_scripts` ("tool = module:function") go into its entry_points.txt."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     dist = name.replace("-", "_")
@@ -58,6 +60,8 @@ def make_wheel(
         f"{info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: envbuild-tests\nRoot-Is-Purelib: true\nTag: {tag}\n").encode(),
         f"{info}/top_level.txt": f"{dist}\n".encode(),
     }
+    if console_scripts:
+        files[f"{info}/entry_points.txt"] = ("[console_scripts]\n" + "".join(f"{c}\n" for c in console_scripts)).encode()
     record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()]
     record.append(f"{info}/RECORD,,")
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()

@@ -28,8 +28,9 @@ def envbuild(*args, env):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("venvbackend")
-    write_simple_index(root / "index", [make_wheel(root / "w", "alpha", "1.0", requires=["beta"]),
-                                        make_wheel(root / "w", "beta", "2.0")])
+    alpha = make_wheel(root / "w", "alpha", "1.0", requires=["beta"], console_scripts=["alpha-tool = alpha:main"],
+                       module_text='__version__ = "1.0"\n\n\ndef main():\n    print("alpha-tool", __version__)\n')
+    write_simple_index(root / "index", [alpha, make_wheel(root / "w", "beta", "2.0")])
     env = {"ENVBUILD_LOCKFILES": str(root / "lockfiles"), "ENVBUILD_CACHE_DIR": str(root / "cache")}
     with serve(root / "index") as base:
         folder = root / "lockfiles" / "pyonly"
@@ -39,7 +40,7 @@ def world(tmp_path_factory):
             + PIP_ONLY.format(index=base))
         r = envbuild("lock", "--only", "pip", env=env)  # no conda channel exists: only the pip layer is locked
         assert r.returncode == 0, r.stderr
-        yield {"root": root, "env": env}
+        yield {"root": root, "env": env, "index": base}
 
 
 def test_venv_env_from_the_pip_lock_alone(world):
@@ -101,3 +102,36 @@ def test_an_unusable_prefix_is_one_line_before_anything_is_built(world, prefix):
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
     assert len(lines) == 1 and f"prefix {prefix}:" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_create_shares_uvs_cache_and_its_manifest_holds_the_real_hashes(world, tmp_path):
+    """Installed as uv installs: a plain `uv pip install` of the same lock afterwards takes every wheel from the
+    cache create filled (it downloads nothing). The console script names the target's python, and every file
+    the manifest lists has the sha256 and size it records, RECORD-derived or hashed."""
+    import hashlib
+    import json
+
+    from envbuild.lock.uv_cli import uv_bin, uv_env
+
+    cache = tmp_path / "cache"
+    target = tmp_path / "env"
+    r = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix", str(target),
+                 env={**world["env"], "ENVBUILD_CACHE_DIR": str(cache)})
+    assert r.returncode == 0, r.stderr
+    tool = subprocess.run([str(target / "bin" / "alpha-tool")], capture_output=True, text=True)
+    assert tool.stdout.strip() == "alpha-tool 1.0", tool.stderr
+    manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
+    files = [f for f in manifest["files"] if "sha256" in f]
+    assert any(f["path"].endswith("site-packages/alpha/__init__.py") for f in files)
+    for f in files:
+        data = (target / f["path"]).read_bytes()
+        assert (f["sha256"], f["size"]) == (hashlib.sha256(data).hexdigest(), len(data)), f["path"]
+
+    plain = tmp_path / "plain"
+    subprocess.run([uv_bin(), "venv", "--no-config", "-q", "--python", sys.executable, str(plain)], check=True)
+    lock = world["root"] / "lockfiles" / "pyonly" / "requirements.lock.txt"
+    again = subprocess.run([uv_bin(), "pip", "install", "--no-config", "--python", str(plain / "bin" / "python"),
+                            "--require-hashes", "--no-deps", "--index-url", world["index"], "-r", str(lock)],
+                           capture_output=True, text=True, env=uv_env(cache / "uv"))
+    assert again.returncode == 0, again.stderr
+    assert "Installed 2 packages" in again.stderr and "Prepared" not in again.stderr, again.stderr
