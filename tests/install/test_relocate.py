@@ -19,7 +19,7 @@ from envbuild.install.relocate import relocate_tree
 from envbuild.lock.pip_lock import platform_tags_for, resolve_pip_entries
 from envbuild.lock.pip_lockfile import render_pip_lock
 from envbuild.lock.pylock import render_pylock
-from envbuild.lock.recipe import PipIndex
+from envbuild.profile.recipe import PipIndex
 from envbuild.lock.uv_cli import uv_bin
 from fixturegen.wheels import make_wheel, serve, write_simple_index
 
