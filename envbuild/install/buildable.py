@@ -61,7 +61,7 @@ class Buildable:
                     if self.wants_pip else "venv: the recipe has no pip layer")
         elif self.missing_tools:
             venv = (f"venv: no, its pip lock pins no {', '.join(self.missing_tools)}, which its git sources and "
-                    "builds need (add them to [recipe.pip] requirements and re-lock)")
+                    "builds need (add them to [recipe.toolchain] pip or [recipe.pip] requirements, and re-lock)")
         elif self.missing_toolchain:
             venv = (f"venv: no, its source builds need {', '.join(self.missing_toolchain)}, in neither the pip lock "
                     "nor the system ([recipe.toolchain]; re-lock)")

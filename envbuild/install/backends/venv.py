@@ -102,7 +102,8 @@ def check_request(python: Optional[str], want: str, profile: str, locked_names: 
     missing = missing_build_tools(locked_names, builds_from_source)
     if missing:
         raise EnvbuildError(f"--backend venv: profile {profile} installs git sources/source builds with pip, but its "
-                            f"pip lock pins no {', '.join(missing)}; add them to [recipe.pip] requirements and re-lock")
+                            f"pip lock pins no {', '.join(missing)}; add them to [recipe.toolchain] pip or [recipe.pip] "
+                            f"requirements, and re-lock")
     return path.absolute()
 
 
