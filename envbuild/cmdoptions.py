@@ -142,6 +142,15 @@ def lockfiles(fn: F) -> F:
     return click.option("--lockfiles", "lockfiles", default=None, metavar="DIR", help=LOCKFILES_HELP)(fn)
 
 
+def git_mirror(fn: F) -> F:
+    """--git-mirror DIR|URL: the site's git mirror (envbuild.install.git_mirror resolves it and the environment
+    variable), for every command that fetches the recipe's git sources."""
+    return click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
+                        help="The site's git mirror: a folder of bare repositories or a URL prefix; a source's path "
+                             "(NVIDIA/apex) is looked up under it (default: $ENVBUILD_GIT_MIRROR, else each "
+                             "source's URL).")(fn)
+
+
 def quiet(help: str) -> Callable[[F], F]:
     """-q/--quiet, with what this command still prints."""
     return click.option("-q", "--quiet", "quiet", is_flag=True, help=help)

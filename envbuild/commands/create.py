@@ -25,9 +25,7 @@ from envbuild.install import backends
 @click.option("--python", "python", default=None, metavar="PATH",
               help="--backend venv: the interpreter the env is built on: a path, a command or a version "
                    "(default: a Python of the profile's version found on PATH or under pyenv).")
-@click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
-              help="The site's git mirror: a folder of bare repositories or a URL prefix; a source's path "
-                   "(NVIDIA/apex) is looked up under it (default: $ENVBUILD_GIT_MIRROR, else each source's URL).")
+@cmdoptions.git_mirror
 @click.option("--without", "without", multiple=True, metavar="NAME",
               help="Leave out this git source and the builds from it (repeatable); the manifest and the doctor "
                    "show it missing.")

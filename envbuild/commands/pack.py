@@ -22,9 +22,7 @@ from envbuild import cmdoptions
                    "Python), so build_conda.sh bootstraps envbuild with no PyPI.")
 @click.option("--tool-index", "tool_index", default=None, metavar="URL",
               help="Simple index for --tool-python's wheels (default: PyPI).")
-@click.option("--git-mirror", "git_mirror", default=None, metavar="DIR|URL",
-              help="The site's git mirror, as for create: a folder of bare repositories or a URL prefix "
-                   "(default: $ENVBUILD_GIT_MIRROR, else each source's URL).")
+@cmdoptions.git_mirror
 @cmdoptions.quiet("No phase lines on stderr; print only the summary line.")
 def pack(profile_name, output, lockfiles, wheel_cache, tool_python, tool_index, git_mirror, quiet) -> int:
     """Write an offline bundle: indexed conda channel, wheelhouse, source-built wheels, git mirrors, locks.
