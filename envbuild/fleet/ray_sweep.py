@@ -108,16 +108,18 @@ GONE_IN_WORDS = {  # Ray's exception for a call whose actor is gone, said in pla
 
 
 def _why(ray, exc: BaseException) -> str:
-    """What went wrong with a call, in words an admin acts on (not Ray's exception text)."""
+    """What went wrong with a call, in words an admin acts on (not Ray's exception text). An agent that cannot
+    import envbuild dies in its creation task, so Ray reports it as a dead actor: the missing module is looked
+    for first, since it decides what the sweep does next (ship the driver's envbuild)."""
+    text = str(exc)
+    if "No module named 'envbuild" in text:
+        return f"{ENVBUILD_MISSING} (No module named 'envbuild')"
     if _actor_gone(ray, exc):
         name = type(exc).__name__
         return f"{GONE_IN_WORDS.get(name, GONE_IN_WORDS['RayActorError'])} (Ray: {name})"
     cause = getattr(exc, "cause", None)  # a RayTaskError carries the exception the call raised
     if isinstance(cause, EnvbuildError):
         return f"{USAGE}: {cause}"
-    text = str(exc)
-    if "No module named 'envbuild" in text:
-        return f"{ENVBUILD_MISSING} (No module named 'envbuild')"
     if "No module named 'torch'" in text:
         return TORCH_MISSING
     lines = [l for l in text.splitlines() if l.strip()]
