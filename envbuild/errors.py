@@ -80,7 +80,8 @@ def parse_input_json(path: Union[str, Path], text: str, what: str) -> Any:
     except RecursionError:
         raise InputFileError(path, f"{what}: JSON nested too deeply to read") from None
     except json.JSONDecodeError as exc:
-        cut = exc.pos >= len(text.rstrip())
+        # cut short: the error is at the end, or a string opened on the last line never closes
+        cut = exc.pos >= len(text.rstrip()) or (exc.msg.startswith("Unterminated string") and "\n" not in text[exc.pos:])
         why = "the file ends early (truncated?)" if cut else exc.msg
         raise InputFileError(path, f"{what}: not valid JSON: {why} at column {exc.colno}", exc.lineno) from None
 
