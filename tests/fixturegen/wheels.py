@@ -175,3 +175,13 @@ def tamper(wheel: Path) -> None:
     with zipfile.ZipFile(wheel, "a") as zf:
         zf.writestr(zipfile.ZipInfo("tampered.txt", date_time=_ZIP_DATE), b"not what was locked\n")
 
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released): an index or mirror that refuses connections."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import pytest
 
 from fixturegen.e2e import make_world
-from fixturegen.wheels import serve
+from fixturegen.wheels import closed_port, serve
 
 
 def run(args, env, **kw):
@@ -26,14 +25,6 @@ def git(*args, cwd=None):
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
                           env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                                    GIT_COMMITTER_EMAIL="t@t")).stdout
-
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +101,7 @@ def test_a_repository_missing_from_the_mirror_and_a_commit_it_lacks_are_named(si
 
 
 def test_an_unreachable_url_mirror_is_named(site, tmp_path):
-    url = f"http://127.0.0.1:{_closed_port()}/mirror/"
+    url = f"http://127.0.0.1:{closed_port()}/mirror/"
     r = run(["create", "--prefix", str(tmp_path / "env"), "--dry-run", "--git-mirror", url], site["env"])
     assert r.returncode == 2
     assert f"PROBLEM lib: the git mirror (--git-mirror {url}) does not answer for {url}acme/lib.git" in r.stderr

@@ -4,7 +4,6 @@ lock that pins nothing. Each bad case is one line naming the file, package or in
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -17,18 +16,10 @@ from envbuild.lock.pip_lockfile import find_entry, parse_pip_lock
 from envbuild.lock.pylock import parse_pylock
 from envbuild.profile.recipe import PipIndex
 from fixturegen.e2e import make_world
-from fixturegen.wheels import make_wheel, serve, write_simple_index
+from fixturegen.wheels import closed_port, make_wheel, serve, write_simple_index
 
 TAGS = platform_tags_for("linux-64", "2.28")
 PYVER = "%d.%d" % sys.version_info[:2]
-
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_exclude_newer_keeps_the_lock_when_a_newer_version_is_uploaded(tmp_path):
@@ -56,7 +47,7 @@ def test_wheel_missing_for_the_platform_names_the_package(tmp_path):
 
 def test_lock_against_an_unreachable_index_is_one_line_exit_2(tmp_path):
     world = make_world(tmp_path, c_functions=2)
-    world.write_profile(f"http://127.0.0.1:{_closed_port()}/")
+    world.write_profile(f"http://127.0.0.1:{closed_port()}/")
     r = subprocess.run([sys.executable, "-m", "envbuild", "lock", "--only", "pip", "--lockfiles", str(world.lockfiles)],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="300"))
     assert r.returncode == 2, r.stderr
