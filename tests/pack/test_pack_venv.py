@@ -206,30 +206,22 @@ def _check_env(target: Path, damaged_commit: str) -> None:
     assert log.stdout.split() == [damaged_commit], log.stderr  # a proper shallow checkout, not a broken one
 
 
-def test_create_from_the_venv_bundle_offline(world):
+@pytest.mark.parametrize("bundle, built_from", [("bundle", "bundle"), ("cold_bundle", "built")],
+                         ids=["prebuilt-wheel", "compiled-on-target"])
+def test_create_from_the_venv_bundle_offline(world, bundle, built_from):
+    """A bundle with the prebuilt wheel installs it; one without it compiles the build offline from its mirror."""
     root = world["root"]
-    env = {"ENVBUILD_CACHE_DIR": str(root / "fresh-cache"), "ENVBUILD_LOCKFILES": str(root / "nowhere"),
-           "ENVBUILD_GIT_MIRROR": ""}
-    target = root / "envs" / "offline"
-    r = envbuild("create", "--bundle", str(world["bundle"]), "--backend", "venv", "--python", sys.executable,
+    cache = root / f"cache-{bundle}"
+    env = {"ENVBUILD_CACHE_DIR": str(cache), "ENVBUILD_LOCKFILES": str(root / "nowhere"), "ENVBUILD_GIT_MIRROR": ""}
+    target = root / "envs" / f"offline-{bundle}"
+    r = envbuild("create", "--bundle", str(world[bundle]), "--backend", "venv", "--python", sys.executable,
                  "--prefix", str(target), env=env, offline=True)
     assert r.returncode == 0, r.stderr
     _check_env(target, world["damaged_commit"])
     manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
-    assert '"from": "bundle"' in json.dumps(manifest)  # the prebuilt wheel, not a rebuild
-    assert not (root / "fresh-cache" / "source-wheels").exists()
-
-
-def test_create_from_a_bundle_without_the_build_compiles_it_offline(world):
-    root = world["root"]
-    env = {"ENVBUILD_CACHE_DIR": str(root / "cold-cache"), "ENVBUILD_LOCKFILES": str(root / "nowhere"),
-           "ENVBUILD_GIT_MIRROR": ""}
-    target = root / "envs" / "offline-cold"
-    r = envbuild("create", "--bundle", str(world["cold_bundle"]), "--backend", "venv", "--python", sys.executable,
-                 "--prefix", str(target), env=env, offline=True)
-    assert r.returncode == 0, r.stderr
-    _check_env(target, world["damaged_commit"])
-    assert '"from": "built"' in (target / "envbuild" / "manifest.json").read_text()
+    assert f'"from": "{built_from}"' in json.dumps(manifest)
+    if built_from == "bundle":  # the prebuilt wheel, not a rebuild
+        assert not (cache / "source-wheels").exists()
 
 
 def test_a_venv_bundle_with_a_conda_backend_says_which_backend(world, tmp_path):
