@@ -196,6 +196,9 @@ def main(argv=None) -> int:
                 if state == "cold":
                     shutil.rmtree(cache, ignore_errors=True)
                 if who == "anchor":
+                    # no pylock.toml left from the previous pair: uv reads an existing output file as version
+                    # preferences, which envbuild's compile (a fresh folder each run) never has
+                    (project / "pylock.toml").unlink(missing_ok=True)
                     run = Run(uv_lock_cmd, uv_env(cache), cwd=project)
                 else:
                     run = Run(envbuild_cmd("lock", "--only", "pip", "--profile", a.profile, "--lockfiles",
