@@ -7,6 +7,7 @@
 #   pure-python deps the machine lacks, as in s6-faults.sh); one call, timeout 560:
 #     LIMIT=530 bash docs/gpu-runs/s7-doctor.sh
 #   DRY=1 bash docs/gpu-runs/s7-doctor.sh   prints the steps it would run (no GPU, no wheels needed)
+#   SKIP="full" ...                          leaves the named steps out (room for all 20 stops)
 #
 # Steps in order; one is skipped (and says so) when fewer seconds are left than it needs:
 #   static-cold   bench_doctor static, the first doctor run on the fresh machine (page cache not dropped: the
@@ -32,6 +33,7 @@ say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $(( LIMIT - (SECONDS - start) )); }
 step() {  # step NAME MIN_SECONDS_LEFT COMMAND...: run one step with its log, or skip it
   local name=$1 need=$2; shift 2
+  case " ${SKIP:-} " in *" $name "*) say "$name: not run (SKIP)"; return;; esac
   if [ "$(left)" -lt "$need" ]; then say "$name: not run, $(left) s left (needs $need)"; return; fi
   if [ "$DRY" = 1 ]; then say "$name: would run: $*"; return; fi
   local t0=$SECONDS
