@@ -14,6 +14,11 @@ which they would blame on M1/D8, C9/M5 and C5/C3. Two ways tie a failure to its 
   under node.net_interfaces), and a probe's own finding can be a root (comm.weight_sync [nccl_env], whose
   transfer fails because of what it found); the signature way folds only the probes, as before.
 
+A probe's own finding that names no cause beyond a static root's (comm.weight_sync [libnccl] seeing in its rank
+the two libnccl copies stack.nccl_copies found in the env) is the same fault seen twice: it folds under the
+static check, and what it explains folds there too, so the run shows one root (the f09 fault of
+docs/gpu-runs/s7/f09.json).
+
 A folded result's causes become the root's and its summary says "consequence of ...". The verdict then names one
 root cause and shows the rest as consequences. Statuses and the exit code are unchanged: a consequence still
 failed.
@@ -97,6 +102,16 @@ def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Si
         found = _explained_by(r, [e for e in explainers if id(e) not in ties])
         if found is not None:
             ties[id(r)] = found
+    # the same fault seen twice: a probe root whose causes a static root already names folds under that static root
+    seen_twice: Dict[int, "Result"] = {}
+    static = [r for r in roots if r.category in ROOT_CATEGORIES and id(r) not in ties]
+    for r in roots:
+        if r.category in ROOT_CATEGORIES or id(r) in ties or any(tie[0] is r for tie in ties.values()):
+            continue
+        same = next((s for s in static if set(r.causes) <= set(s.causes)), None)
+        if same is not None:
+            ties[id(r)] = (same, "same cause: " + ", ".join(r.causes))
+            seen_twice[id(r)] = same
     standing = [r for r in roots if id(r) not in ties]
     root_ids = {id(r) for r in roots}
     need_signatures = any(r.status in (Status.FAIL, Status.ERROR) and id(r) not in root_ids for r in results)
@@ -107,8 +122,11 @@ def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Si
     for r in results:
         if r.status not in (Status.FAIL, Status.ERROR) or id(r) in root_ids:
             continue
-        found = _explained_by(r, [s for s in standing if _explains(s)]) or \
+        found = _explained_by(r, [s for s in standing if _explains(s)] + [roots_r for roots_r in roots
+                                                                          if id(roots_r) in seen_twice]) or \
             _signature_root(r, standing, signatures or ())
+        if found is not None and id(found[0]) in seen_twice:  # explained by a finding folded under a static root
+            found = (seen_twice[id(found[0])], found[1])
         if found is not None:
             ties[id(r)] = found
     folded: Dict[int, List[str]] = {}

@@ -49,3 +49,34 @@ def test_doctor_json_report_carries_the_fold(tmp_path):
     data = report_to_dict(Report(host={}, gpus=[], results=results))
     root = next(r for r in data["results"] if r["check_id"] == "stack.libcuda_compat")
     assert root["evidence"]["consequences"] == ["cumem.ipc", "offload.cycle", "weight.sync"]
+
+
+def test_a_probe_finding_the_static_root_already_names_folds_under_it():
+    """f09 on the H200 (docs/gpu-runs/s7/f09.json, the system libnccl preloaded): stack.nccl_copies and
+    comm.weight_sync [libnccl] both failed naming C3; the probe saw the same two copies in its rank, so the run
+    has one root, the static check, and what the probe's finding explains folds there too."""
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "s7" / "f09.json"
+    data = json.loads(run.read_text())
+    for r in data["results"]:  # the run as the doctor wrote it before folding
+        (r.get("evidence") or {}).pop("consequence_of", None)
+    results = report_from_dict(data).results
+    nccl_error = Result("comm.weight_sync", "comm", Status.FAIL, "broadcast failed: DistBackendError: NCCL error",
+                        causes=["C5"], subject="transfer")
+    results.append(nccl_error)
+    fold_consequences(results)
+    roots = root_causes(results)
+    assert [(cid, causes) for cid, causes, _ in roots] == [("stack.nccl_copies", ["C3"])]
+    assert sorted(roots[0][2]) == ["comm.weight_sync [libnccl]", "comm.weight_sync [transfer]"]
+    probe = next(r for r in results if r.subject == "libnccl")
+    assert probe.status == Status.FAIL and probe.summary.startswith("consequence of stack.nccl_copies (C3): ")
+    assert nccl_error.causes == ["C3"]
+
+
+def test_a_probe_finding_with_a_cause_of_its_own_stays_a_root():
+    results = [Result("stack.nccl_copies", "stack", Status.FAIL, "two libnccl copies", causes=["C3"]),
+               Result("comm.weight_sync", "comm", Status.FAIL, "NCCL_CUMEM_ENABLE differs", causes=["C5"],
+                      subject="nccl_env", evidence={"explains": ["NCCL error"]})]
+    fold_consequences(results)
+    assert "consequence_of" not in results[1].evidence and results[1].causes == ["C5"]
