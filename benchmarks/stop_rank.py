@@ -32,7 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -106,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--parallel", type=int, default=1, help="doctor mode: stops run this many at a time (each a "
                     "whole doctor of its own; on one GPU 4-5 fit: a stopped probe holds little)")
+    ap.add_argument("--tries", type=int, default=4, help="a stop that came after the rank ended is drawn again at "
+                    "half its moment, up to this many runs in all")
     ap.add_argument("--json", default=None)
     ap.add_argument("doctor_args", nargs=argparse.REMAINDER, help="after --: the doctor's arguments")
     args = ap.parse_args(argv)
@@ -125,18 +127,31 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"anchor (no stop): {anchor_s:.1f} s, {anchor['status']}"
               + (f": {anchor['summary']}" if anchor["summary"] else ""), flush=True)
         moments = [rng.uniform(0.0, max(0.5, anchor_s * 0.9)) for _ in range(args.stops)]
-        logs = [Path(workdir) / f"stops{k}.jsonl" for k in range(args.stops)]
+        tries = [0] * args.stops
+
+        def landed(k: int) -> Tuple[Dict[str, object], List[Dict[str, object]]]:
+            """One stop; a moment after the rank had already ended is drawn again at half of it (the doctor's
+            whole run, the anchor, outlasts its ranks' lives), up to --tries times, so every stop lands."""
+            while True:
+                tries[k] += 1
+                log = Path(workdir) / f"stops{k}-{tries[k]}.jsonl"
+                out = one(k, _hook_env(k, moments[k], log))
+                logged = _stops_logged(log)
+                if logged or k == 0 or tries[k] >= args.tries:
+                    return out, logged
+                moments[k] *= 0.5
+
         if args.cpu or args.parallel <= 1:
-            outs = [one(k, _hook_env(k, moments[k], logs[k])) for k in range(args.stops)]
+            outs = [landed(k) for k in range(args.stops)]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-                outs = list(pool.map(lambda k: one(k, _hook_env(k, moments[k], logs[k])), range(args.stops)))
-        for k, out in enumerate(outs):
+                outs = list(pool.map(landed, range(args.stops)))
+        for k, (out, logged) in enumerate(outs):
             moment = moments[k]
-            logged = _stops_logged(logs[k])
-            row: Dict[str, object] = {"stop": k, "asked_s": None if k == 0 else round(moment, 2), **out}
+            row: Dict[str, object] = {"stop": k, "asked_s": None if k == 0 else round(moment, 2), "tries": tries[k],
+                                      **out}
             if logged:
                 first = min(logged, key=lambda e: float(e["t"]))
                 row.update(where=first["where"], how=first["how"], rank=first["rank"],
