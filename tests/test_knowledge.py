@@ -13,7 +13,8 @@ from envbuild.knowledge import CAUSES_FILE, load_causes
 RESEARCH_IDS = ([f"C{i}" for i in range(1, 11)] + [f"M{i}" for i in range(1, 6)] + [f"N{i}" for i in range(1, 4)]
                 + [f"D{i}" for i in range(1, 11)] + [f"O{i}" for i in range(1, 5)]
                 + [f"U{i}" for i in range(1, 6)]  # U: not the node's fault (envbuild explain names them)
-                + ["C11"])  # the process sees no GPU (CUDA_VISIBLE_DEVICES): added for explain, issue 25
+                + ["C11"]  # the process sees no GPU (CUDA_VISIBLE_DEVICES): added for explain, issue 25
+                + ["U6", "U7"])  # a process or node gone first: read from a recorded run dir (issue 22)
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "envbuild" / "doctor" / "checks"
 
 

@@ -59,11 +59,12 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         extra.extend(logs)
         if report is None and bundle_report is not None:
             report, origin = bundle_report, "bundle"
-    scan, problems = scan_paths(opts.paths, extra, opts.held_out)
-    if scan.bytes == 0 and not extra:
+    paths, record_adj, run_section = _run_dirs(opts.paths, extra)
+    scan, problems = _scan(paths, extra, opts.held_out)
+    if scan.bytes == 0 and not extra and run_section is None:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
-    adjustments: List[rank.Adjustment] = context.log_adjustments(scan)
+    adjustments: List[rank.Adjustment] = context.log_adjustments(scan) + record_adj
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
     facts = node.from_bundle(opts.root) if opts.root else node.NodeFacts()
@@ -82,7 +83,46 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
     result["node_facts"] = facts.to_dict() if facts else None
     result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
+    if run_section is not None:
+        result["run"] = run_section
+        result["missing"] = run_section["missing"]
     return result
+
+
+def _scan(paths: Sequence[str], extra: Sequence[tuple], held_out: Optional[str]) -> tuple:
+    if not paths:
+        scanner = new_scanner(held_out)
+        for name, text in extra:
+            scanner.feed_source(name, [text.encode("utf-8", "replace")])
+        return scanner.result(), []
+    return scan_paths(paths, extra, held_out)
+
+
+def _run_dirs(paths: Sequence[str], extra: List[tuple]) -> tuple:
+    """Paths with every `envbuild record` run dir replaced by its NCCL and faulthandler logs; the recorded
+    exceptions join `extra` (so the text scanner reads them too); the run's findings and its 'run' section."""
+    from envbuild.explain import rundir, runjudge
+
+    out: List[str] = []
+    adj: List[rank.Adjustment] = []
+    section: Optional[Dict[str, Any]] = None
+    for raw in paths:
+        p = Path(raw)
+        if raw == "-" or not p.is_dir() or not rundir.is_run_dir(p):
+            out.append(raw)
+            continue
+        run = rundir.read(p)
+        out.extend(str(f) for f in run.text_files)
+        for proc in run.procs:
+            texts = [str(e.get("traceback") or "") + f"\n{e.get('type', '')}: {e.get('message', '')}"
+                     for e in proc.of_kind("exception")[:2]]
+            if proc.failure and proc.failure.get("traceback"):
+                texts.append(str(proc.failure["traceback"]))
+            if texts:
+                extra.append((f"{proc.host}/proc/{proc.key} ({proc.role})", "\n".join(texts)[:200000]))
+        a, section = runjudge.judge(run)
+        adj.extend(a)
+    return out, adj, section
 
 
 def named_by_evidence(rc: rank.RankedCause) -> bool:

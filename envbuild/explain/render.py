@@ -44,6 +44,15 @@ def render(result: Dict[str, Any]) -> str:
             out.append(f"cross-check: {c['says']}")
     for p in inp["problems"]:
         out.append(f"note: {p['source']}: {p['message']}")
+    run = result.get("run")
+    if run:
+        out.append(f"run dir: {len(run['processes'])} process(es) on {len(run['nodes'])} node(s)")
+        for r in run["first_failures"][:8]:
+            out.append(f"  {'*' if r['first'] else ' '} t={r['t']:.3f} {r['who']}: {r['what'][:140]}  [{r['file']}]")
+        for v in run["flight_recorder"]:
+            out.append(f"  flight recorder: {v['says']}")
+    for m in result.get("missing") or []:
+        out.append(f"missing: {m['file']}: {m['message']}")
     verdict = result["verdict"]
     if verdict == "ok":
         out.append("verdict: no failure recognised in the logs (nothing recognised as an error)")
