@@ -60,7 +60,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         if report is None and bundle_report is not None:
             report, origin = bundle_report, "bundle"
     paths, record_adj, run_section = _run_dirs(opts.paths, extra)
-    scan, problems = _scan(paths, extra, opts.held_out)
+    scan, problems = _scan(paths, extra, opts.held_out, given=bool(opts.paths))
     if scan.bytes == 0 and not extra and run_section is None:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
@@ -89,8 +89,10 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     return result
 
 
-def _scan(paths: Sequence[str], extra: Sequence[tuple], held_out: Optional[str]) -> tuple:
-    if not paths:
+def _scan(paths: Sequence[str], extra: Sequence[tuple], held_out: Optional[str], given: bool) -> tuple:
+    """A run dir with no log files of its own is scanned from its recorded texts alone; no path at all is still
+    bad usage (scan_paths says so)."""
+    if not paths and given:
         scanner = new_scanner(held_out)
         for name, text in extra:
             scanner.feed_source(name, [text.encode("utf-8", "replace")])
