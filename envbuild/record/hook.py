@@ -36,6 +36,7 @@ SCHEMA_NODE = "envbuild.record.node/1"
 EVENTS_MAX = int(os.environ.get("ENVBUILD_RECORD_EVENTS_MAX", str(1 << 20)))  # bytes; essential kinds get 2x
 PROCS_MAX = int(os.environ.get("ENVBUILD_RECORD_MAX_PROCS", "4000"))  # process dirs per host
 HANG_DUMPS_MAX = 6
+HANG_ANY = os.environ.get("ENVBUILD_RECORD_HANG_ANY") == "1"  # watch processes outside a torch.distributed group too
 ESSENTIAL = frozenset({"exception", "signal", "exit", "hang", "gpu_memory", "truncated"})
 FR_BUFFER = "2000"
 _state: Optional["Recorder"] = None
@@ -178,11 +179,13 @@ class Recorder:
         self.set_here = want
 
     def _faulthandler(self) -> None:
-        if faulthandler.is_enabled() and self.origin != "fork":
-            self.fh_file = None  # the user's own faulthandler stays where they pointed it
-            return
+        """Fatal-signal stacks into faulthandler.log. Ray enables faulthandler into the worker's log (which dies
+        with the node): taken over in Ray workers; a faulthandler the user enabled elsewhere is kept (the hang
+        dumps still come here)."""
         self.fh_file = open(os.path.join(self.dir, "faulthandler.log"), "a", buffering=1)
-        faulthandler.enable(file=self.fh_file, all_threads=True)
+        self.fh_user = faulthandler.is_enabled() and self.origin == "sitecustomize"
+        if not self.fh_user:
+            faulthandler.enable(file=self.fh_file, all_threads=True)
         try:
             import signal
 
@@ -287,11 +290,11 @@ class Recorder:
                 libs = snapshot.mapped_libs()
                 if snapshot.libs_key(libs) != self.libs_key:
                     self.libs("change")
-                if self.hang_s > 0:
+                if self.hang_s > 0 and (_in_process_group() or HANG_ANY):
                     frame = _main_frame()
                     if frame is None or frame != last_frame:
                         last_frame, since = frame, time.monotonic()
-                    elif time.monotonic() - since >= self.hang_s * (2 ** max(0, self.hang_dumps - 1)):
+                    elif time.monotonic() - since >= self.hang_s * (2 ** self.hang_dumps):
                         self._hang(time.monotonic() - since)
             except Exception as exc:
                 self.event("recorder_error", where="beat", error=repr(exc)[:300])
@@ -371,6 +374,14 @@ def _count_at_least(folder: str, n: int) -> bool:
             if i >= n:
                 return True
     return False
+
+
+def _in_process_group() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:
+        return False
 
 
 def _main_frame() -> Any:
