@@ -24,6 +24,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "capture": ("envbuild.commands.capture", "capture", "Save the node's facts (--node) or an image's stack (--env)."),
     "explain": ("envbuild.commands.explain", "explain", "Rank the likely causes of a failed run from its logs."),
     "report": ("envbuild.commands.report", "report", "Work on written reports: merge node reports, render HTML."),
+    "record": ("envbuild.commands.record", "record", "Record every process of a Ray job into a run dir; collect it."),
 }
 
 

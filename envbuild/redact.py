@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Tuple
 REDACTED = "<redacted>"
 
 # names whose values are kept (checks read them; they hold paths, numbers, switches)
-_KEEP_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", "TORCH_CUDA_", "TORCHINDUCTOR_",
+_KEEP_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_FR_", "TORCH_SYMM_MEM_", "TORCH_CUDA_", "TORCHINDUCTOR_",
                   "TMS_", "SGLANG_", "NVIDIA_", "NVTE_", "CUBLAS_", "CUDNN_", "CUBLASLT_", "GLOO_", "UCX_", "NV_",
                   "OMPI_MCA_", "LC_", "ENVBUILD_")
 _KEEP_NAMES = frozenset({

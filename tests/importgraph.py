@@ -24,7 +24,7 @@ ORDER = [
     # inputs as data (the train arithmetic, the profile, the causes) under the facts read against them; the result
     # model and its renderers under the doctor that fills them
     "train", "profile", "knowledge", "facts", "report", "lock", "doctor",
-    "explain", "fleet", "install", "pack",
+    "explain", "fleet", "record", "install", "pack",
     "commands", "cli", "__main__",
 ]
 LAYERS = {name: rank for rank, name in enumerate(ORDER)}
