@@ -140,22 +140,20 @@ def _read_json(run: Run, p: Path, what: str) -> Optional[Dict[str, Any]]:
     rel = _rel(run, p)
     try:
         size = p.stat().st_size
+        raw = p.read_bytes() if size <= JSON_MAX else None
     except FileNotFoundError:
         run.note(rel, f"missing: no {what}")
         return None
     except OSError as exc:
         run.note(rel, f"cannot read ({exc.strerror or exc})")
         return None
-    if size > JSON_MAX:
+    if raw is None:
         run.note(rel, f"not read: {size} bytes, over the {JSON_MAX >> 20} MiB a record file may have")
         return None
     try:
-        data = json.loads(p.read_bytes().decode("utf-8", "replace"))
+        data = json.loads(raw.decode("utf-8", "replace"))
     except ValueError:
         run.note(rel, f"cut short or damaged: the {what} is not whole JSON (written while the process or node died?)")
-        return None
-    except OSError as exc:
-        run.note(rel, f"cannot read ({exc.strerror or exc})")
         return None
     if not isinstance(data, dict):
         run.note(rel, f"not a JSON object: the {what} is ignored")
