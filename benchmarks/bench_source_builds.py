@@ -80,7 +80,8 @@ def main() -> int:
             dest = prefix / "src" / src.name
             git_sources.fetch_source(src, dest, recipe.profile_dir, origin=origin.url)
             for sub in origin.submodules:
-                git_sources.checkout_submodule(dest, sub.name.split("/", 1)[1], sub.url, sub.commit)
+                path = sub.name.split("/", 1)[1]
+                git_sources.checkout_submodule(dest, path, sub.url, sub.commit, src.sparse.get(path, []))
             facts = source_builds.env_key_facts(python, prefix, build, recipe.activation.env)
             extra = {"CONDA_PREFIX": str(prefix), "PREFIX": str(prefix), "VIRTUAL_ENV": str(prefix), **env}
             print(f"{build.name}: compiling {src.url}@{src.commit[:12]}{note} for {facts} ...", flush=True)

@@ -80,6 +80,7 @@ class CreateUI:
             else:
                 where = f"from {o.via} {o.url or '(nothing answered)'}"
             subs = f", {len(g.submodules)} submodule(s)" if g.submodules else ""
+            subs += "".join(f" ({path} sparse: {', '.join(folders)})" for path, folders in g.sparse.items())
             c.print(f"  git {g.name}: {g.url} @ {g.commit[:12]}, {len(g.patches)} patch(es){subs}, install "
                     f"{g.install}, {where}", markup=False)
         builds = [b for b in r.builds if b.git not in job.without]

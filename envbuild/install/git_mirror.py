@@ -12,8 +12,11 @@ repository; under a URL prefix, the first of `<prefix>NVIDIA/apex.git` and `<pre
 answers `git ls-remote`.
 
 Everything is checked before a create starts (and shown by --dry-run): an unreachable mirror, a repository
-missing from it, a pinned commit (or a submodule's commit) it does not hold. Each problem is one line that
-names the source, the place looked at and the setting to change, never a failure halfway through a build.
+missing from it, a pinned commit (or a submodule's commit) it does not hold, and, where the repository is on
+this machine, an object of the commit's tree that the checkout needs and the repository lacks (a mirror that
+left out large files, a damaged copy: `git checkout` would stop halfway with "unable to read"). Each problem is
+one line that names the source, the place looked at and the setting to change, never a failure halfway through
+a build.
 """
 from __future__ import annotations
 
@@ -141,6 +144,55 @@ def has_commit(repo: str, commit: str) -> bool:
     return _run_git(["-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0
 
 
+def checkout_blobs(repo: str, commit: str, folders: Sequence[str] = ()) -> Tuple[Dict[str, str], str]:
+    """({blob id: path}, error) of what a checkout of `commit` reads: the whole tree, or with `folders` what
+    git's cone-mode sparse checkout takes: everything under each folder, plus the files directly in each of
+    their parent directories and at the top. `error` is set (and the map empty) where a tree is unreadable."""
+    if folders:
+        parents = {""} | {"/".join(Path(f).parts[:k]) for f in folders for k in range(1, len(Path(f).parts))}
+        runs = [["ls-tree", "-r", "--full-tree", commit, "--", *folders]]
+        runs += [["ls-tree", "--full-tree", commit, *(["--", d + "/"] if d else [])] for d in sorted(parents)]
+    else:
+        runs = [["ls-tree", "-r", "--full-tree", commit]]
+    blobs: Dict[str, str] = {}
+    for args in runs:
+        listing = _run_git(["-C", repo, *args])
+        if listing.returncode != 0:  # a tree object itself is missing
+            return {}, f"(a tree of {_short(commit)}: {(listing.stderr.strip().splitlines() or ['unreadable'])[-1][:160]})"
+        for line in listing.stdout.splitlines():
+            meta, _, path = line.partition("\t")
+            parts = meta.split()
+            if len(parts) == 3 and parts[1] == "blob":
+                blobs.setdefault(parts[2], path)
+    return blobs, ""
+
+
+def missing_objects(repo: str, commit: str, folders: Sequence[str] = ()) -> List[str]:
+    """Paths of `commit`'s tree whose objects `repo` lacks, limited to what the checkout reads (checkout_blobs).
+    One `cat-file --batch-check` after the listing: under a second for tens of thousands of files."""
+    blobs, error = checkout_blobs(repo, commit, folders)
+    if error:
+        return [error]
+    if not blobs:
+        return []
+    try:
+        check = subprocess.run(["git", "-C", repo, "cat-file", "--batch-check"], input="\n".join(blobs) + "\n",
+                               capture_output=True, text=True, env=git_env())
+    except OSError as exc:
+        return [f"(cannot run git: {exc.strerror or exc})"]
+    return sorted(blobs[ln.split()[0]] for ln in check.stdout.splitlines() if ln.endswith(" missing"))
+
+
+def _gaps_problem(name: str, repo: str, commit: str, folders: Sequence[str], fix: str) -> str:
+    """One plan line for a repository that lacks objects the checkout of `commit` needs ('' when none)."""
+    gaps = missing_objects(repo, commit, folders)
+    if not gaps:
+        return ""
+    shown = ", ".join(gaps[:3]) + (f" and {len(gaps) - 3} more" if len(gaps) > 3 else "")
+    return (f"{name}: {repo} holds commit {_short(commit)} but lacks {len(gaps)} file(s) of its tree that the "
+            f"checkout{' of ' + ', '.join(folders) if folders else ''} needs ({shown}); {fix}")
+
+
 def _answers(url: str) -> Tuple[bool, str]:
     proc = _run_git(["ls-remote", "--exit-code", "-q", url, "HEAD"], timeout=LS_REMOTE_SECONDS)
     # --exit-code gives 2 for "no matching ref": the repository answered (a mirror with no HEAD)
@@ -154,8 +206,9 @@ def _short(commit: str) -> str:
     return commit[:12]
 
 
-def _locate_one(name: str, url: str, commit: str, mirror: Optional[GitMirror]) -> Origin:
-    """The Origin of one repository at `commit`, through `mirror` when one is set."""
+def _locate_one(name: str, url: str, commit: str, mirror: Optional[GitMirror], folders: Sequence[str] = ()) -> Origin:
+    """The Origin of one repository at `commit`, through `mirror` when one is set; `folders`: the sparse
+    checkout the recipe asks for (empty: the whole tree), which is what a local repository must hold."""
     if mirror is not None:
         cands = mirror.candidates(url)
         if mirror.is_dir:
@@ -166,7 +219,8 @@ def _locate_one(name: str, url: str, commit: str, mirror: Optional[GitMirror]) -
             if not has_commit(found, commit):
                 return Origin(name, commit, found, "mirror", f"{name}: commit {_short(commit)} is not in {found} "
                               f"(the mirror lags behind {url}? update it, or point {mirror.setting} elsewhere)")
-            return Origin(name, commit, found, "mirror")
+            return Origin(name, commit, found, "mirror", _gaps_problem(
+                name, found, commit, folders, f"re-mirror {url} whole, or point {mirror.setting} elsewhere"))
         why = ""
         for c in cands:
             ok, why = _answers(c)
@@ -180,7 +234,8 @@ def _locate_one(name: str, url: str, commit: str, mirror: Optional[GitMirror]) -
             return Origin(name, commit, "", "source", f"{name}: {url} is not a git repository")
         if not has_commit(str(path), commit):
             return Origin(name, commit, str(path), "source", f"{name}: commit {_short(commit)} is not in {url}")
-        return Origin(name, commit, str(path), "source")
+        return Origin(name, commit, str(path), "source",
+                      _gaps_problem(name, str(path), commit, folders, "repair or re-clone it"))
     ok, why = _answers(url)
     if not ok:
         return Origin(name, commit, "", "source", f"{name}: {url} cannot be reached ({why}); at a site without "
@@ -230,17 +285,19 @@ def locate(sources: Sequence[object], mirror: Optional[GitMirror], bundle_git_di
                 origin.problem = f"{name}: the bundle has no mirror {repo}"
             elif not has_commit(str(repo), commit):
                 origin.problem = f"{name}: commit {_short(commit)} is not in the bundle's mirror {repo}"
+            else:
+                origin.problem = _gaps_problem(name, str(repo), commit, (), "pack it again")
         else:
             origin = _locate_one(name, url, commit, mirror)
         subs = list(getattr(src, "submodules", []) or [])
         if subs and not origin.problem:
-            origin.submodules = _locate_submodules(origin, subs, mirror, bundle_git_dir)
+            origin.submodules = _locate_submodules(origin, subs, mirror, bundle_git_dir, getattr(src, "sparse", {}))
         out.append(origin)
     return out
 
 
 def _locate_submodules(origin: Origin, paths: Sequence[str], mirror: Optional[GitMirror],
-                       bundle_git_dir: Optional[Path]) -> List[Origin]:
+                       bundle_git_dir: Optional[Path], sparse: Optional[Dict[str, List[str]]] = None) -> List[Origin]:
     if not is_local(origin.url):  # a remote repository: its .gitmodules is read after the fetch
         return []
     try:
@@ -255,18 +312,20 @@ def _locate_submodules(origin: Origin, paths: Sequence[str], mirror: Optional[Gi
             sub = Origin(name, commit, str(repo), "bundle")
             if not _git_dir(repo) or not has_commit(str(repo), commit):
                 sub.problem = f"{name}: commit {_short(commit)} is not in the bundle's mirror {repo}"
+            else:
+                sub.problem = _gaps_problem(name, str(repo), commit, (sparse or {}).get(path, []), "pack it again")
         else:
-            sub = _locate_one(name, url, commit, mirror)
+            sub = _locate_one(name, url, commit, mirror, (sparse or {}).get(path, []))
         subs.append(sub)
     return subs
 
 
 def locate_submodules_of_checkout(checkout: Path, origin: Origin, paths: Sequence[str],
-                                  mirror: Optional[GitMirror]) -> List[Origin]:
+                                  mirror: Optional[GitMirror], sparse: Optional[Dict[str, List[str]]] = None) -> List[Origin]:
     """The submodule Origins of a source fetched from a remote: its .gitmodules read from the checkout made
     (EnvbuildError listing what cannot be fetched)."""
     local = Origin(origin.name, origin.commit, str(checkout), origin.via)
-    subs = _locate_submodules(local, paths, mirror, None)
+    subs = _locate_submodules(local, paths, mirror, None, sparse)
     problems = [p for s in subs for p in s.all_problems()]
     if problems:
         raise EnvbuildError("; ".join(problems))

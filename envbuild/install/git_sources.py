@@ -185,13 +185,44 @@ def mirror_source(src: object, mirror_root: Union[str, Path], checkout: Optional
     return mirror
 
 
-def checkout_submodule(checkout: Union[str, Path], path: str, origin: str, commit: str) -> Path:
+def _allow_filtered_fetch(repo: Path, origin: str) -> None:
+    """Make a blob-less fetch from `origin` into `repo` work: a repository on this machine is served by a local
+    upload-pack, which refuses filters unless told (`uploadpack.allowFilter`) and, from a shallow copy such as a
+    bundle's, the blobs the checkout then asks for by id (`uploadpack.allowAnySHA1InWant`); a server decides for
+    itself (and sends every blob where it ignores the filter, which only costs time)."""
+    from envbuild.install.git_mirror import is_local
+
+    if is_local(origin):
+        _git(["config", "remote.origin.uploadpack",
+              "git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true upload-pack"], repo)
+
+
+def _sparse_submodule(checkout: Path, path: str, origin: str, commit: str, folders: Sequence[str]) -> None:
+    """Check out submodule `path` at `commit` with only `folders` (cone mode): fetch the commit without blobs,
+    set the sparse cone, check out (git fetches the cone's blobs from `origin` as it goes), then move the
+    repository under the parent's .git/modules, as `git submodule update` would have put it."""
+    dest = checkout / path
+    dest.mkdir(parents=True, exist_ok=True)
+    if not (dest / ".git").exists():
+        _git(["init", "--quiet"], dest)
+    _git(["config", "remote.origin.url", origin], dest)
+    _allow_filtered_fetch(dest, origin)
+    if not _has_commit(dest, commit):
+        _git([*_SLOW_LINK, "fetch", "--quiet", "--depth", "1", "--filter=blob:none", "origin", commit], dest)
+    _git(["sparse-checkout", "set", "--cone", "--", *folders], dest)
+    _git(["-c", "advice.detachedHead=false", *_SLOW_LINK, "checkout", "--quiet", "--force", "--detach", commit], dest)
+    _git(["submodule", "absorbgitdirs", "--", path], checkout)
+
+
+def checkout_submodule(checkout: Union[str, Path], path: str, origin: str, commit: str,
+                       folders: Sequence[str] = ()) -> Path:
     """Check out the submodule at `path` of `checkout` at `commit` (its gitlink), cloned from `origin`.
 
     A registered submodule, as `git submodule update --init` makes it, but from `origin` (the site's mirror
     when one is set) instead of the URL in .gitmodules: build scripts that run `git submodule status` or
     `update` (Transformer Engine's setup.py does) then find it initialised at the right commit and fetch
-    nothing. Idempotent: a submodule already at `commit` is left as it is."""
+    nothing. With `folders` (the recipe's `sparse`), only those folders are checked out. Idempotent: a
+    submodule already at `commit` is left as it is."""
     checkout = Path(checkout).absolute()
     dest = checkout / path
     listed = _git(["config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"], checkout, check=False)
@@ -205,6 +236,9 @@ def checkout_submodule(checkout: Union[str, Path], path: str, origin: str, commi
         return dest
     _git(["submodule", "init", "--", path], checkout)
     _git(["config", f"submodule.{name}.url", origin], checkout)
+    if folders:
+        _sparse_submodule(checkout, path, origin, commit, folders)
+        return dest
     _git(["-c", "protocol.file.allow=always", *_SLOW_LINK, "submodule", "update", "--checkout", "--force",
           "--depth", "1", "--", path], checkout)
     return dest

@@ -249,11 +249,13 @@ def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
         if src.submodules and not subs:  # a remote origin: its .gitmodules is known only now
             from envbuild.install.git_mirror import locate_submodules_of_checkout
 
-            subs = locate_submodules_of_checkout(dest, origin, src.submodules, job.git_mirror)
+            subs = locate_submodules_of_checkout(dest, origin, src.submodules, job.git_mirror, src.sparse)
         for sub in subs:
             path = sub.name.split("/", 1)[1]
-            ph.detail(f"git {src.name}: submodule {path} @ {sub.commit[:12]} from {sub.url}")
-            mod.checkout_submodule(dest, path, sub.url, sub.commit)
+            folders = src.sparse.get(path, [])
+            ph.detail(f"git {src.name}: submodule {path} @ {sub.commit[:12]} from {sub.url}"
+                      + (f" (sparse: {', '.join(folders)})" if folders else ""))
+            mod.checkout_submodule(dest, path, sub.url, sub.commit, folders)
         if src.install == "editable":
             _editable_install(prefix, src.name, dest / src.subdir)
         ph.advance()
@@ -261,7 +263,8 @@ def _git_layer(job: CreateJob, prefix: Path, ph) -> Any:
                f"{len(subs)} submodule(s), install {src.install}")
         out.append({"name": src.name, "url": src.url, "commit": src.commit, "patches": list(src.patches),
                     "install": src.install, "path": f"src/{src.name}", "fetched_from": origin.url,
-                    "via": origin.via, "submodules": {s.name.split("/", 1)[1]: s.commit for s in subs}})
+                    "via": origin.via, "submodules": {s.name.split("/", 1)[1]: s.commit for s in subs},
+                    "sparse": {p: list(f) for p, f in src.sparse.items()}})
     return out
 
 

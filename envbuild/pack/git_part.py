@@ -47,19 +47,27 @@ def _run(args: List[str], cwd: Path) -> str:
     return _git(args, cwd).stdout.strip()
 
 
-def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> None:
+def _pinned_copy(scratch_mirror: Path, full: str, dest: Path, folders: Sequence[str] = ()) -> None:
     """A fresh bare repository `dest` holding commit `full` alone (`--depth 1`, its `shallow` file naming it),
     from `scratch_mirror`, reproducibly.
 
     The commit alone is what `create` checks out (git_sources._fetch fetches `--depth 1` first), so a bundle
     carries no history nobody reads: Megatron-LM's is most of its size. It also packs from a mirror whose
-    history lacks objects (a partial or damaged copy) as long as the commit's own tree is complete."""
+    history lacks objects (a partial or damaged copy) as long as the commit's own tree is complete. With
+    `folders` (a sparse submodule) the commit and its trees come without blobs, then only the blobs that
+    create's sparse checkout of `folders` reads (git_mirror.checkout_blobs)."""
     _run(["config", "pack.threads", "1"], scratch_mirror)  # read by the upload-pack that serves our fetch
+    if folders:
+        _run(["config", "uploadpack.allowFilter", "true"], scratch_mirror)
     dest.parent.mkdir(parents=True, exist_ok=True)
     _run(["init", "--quiet", "--bare", "--template=", "--initial-branch=main", str(dest)], dest.parent)
     ref = f"refs/envbuild/{full}"
-    args = ["-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", "--depth=1", str(scratch_mirror),
-            f"{ref}:{ref}"]
+    source = str(scratch_mirror)
+    if folders:  # a blob-less fetch needs a named remote: `dest` is a partial repository for the while
+        source = "scratch"
+        _run(["config", "remote.scratch.url", str(scratch_mirror)], dest)
+    args = ["-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", "--depth=1",
+            *(["--filter=blob:none"] if folders else []), source, f"{ref}:{ref}"]
     proc = _git(args, dest, check=False)
     if proc.returncode != 0:
         unreadable = [ln.split("unable to read", 1)[1].split() for ln in proc.stderr.splitlines() if "unable to read" in ln]
@@ -67,7 +75,32 @@ def _pinned_copy(scratch_mirror: Path, full: str, dest: Path) -> None:
             raise EnvbuildError(f"its repository lacks object {unreadable[0][0]} of the commit's own tree (a partial "
                                 "or damaged mirror): re-fetch or repair it")
         raise _failed(args, dest, proc.stderr)
+    if folders:
+        _fetch_checkout_blobs(full, dest, folders)
+        # the scratch mirror is gone after packing: the bundle names no remote (its config stays reproducible)
+        _run(["config", "--remove-section", "remote.scratch"], dest)
+        _git(["config", "--unset", "extensions.partialclone"], dest, check=False)
     (dest / "FETCH_HEAD").unlink(missing_ok=True)
+
+
+def _fetch_checkout_blobs(full: str, dest: Path, folders: Sequence[str]) -> None:
+    """Fetch into `dest` (its trees are there already) the blobs that a sparse checkout of `folders` at commit
+    `full` reads, by id from its `scratch` remote, as git's own lazy fetch of a partial clone asks for them."""
+    import subprocess
+
+    from envbuild.install.git_mirror import checkout_blobs, git_env
+
+    blobs, error = checkout_blobs(str(dest), full, folders)
+    if error:
+        raise EnvbuildError(error)
+    if not blobs:
+        return
+    args = ["-c", "fetch.unpackLimit=1", "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",
+            "--no-write-fetch-head", "--filter=blob:none", "--stdin", "scratch"]
+    proc = subprocess.run(["git", *args], cwd=str(dest), env=git_env(), capture_output=True, text=True,
+                          input="\n".join(sorted(blobs)) + "\n")
+    if proc.returncode != 0:
+        raise _failed(args, dest, proc.stderr)
 
 
 def _scratch(name: str, url: str, commit: str, tmp: Path) -> Path:
@@ -107,18 +140,20 @@ def pack_git_sources(sources: Sequence[object], git_dir: Path, mirror: Optional[
             written.append(origin.name)
             subs = origin.submodules
             if getattr(src, "submodules", None) and not subs:  # a remote origin: .gitmodules is known only now
-                subs = git_mirror.locate_submodules_of_checkout(scratch, origin, src.submodules, mirror)
+                subs = git_mirror.locate_submodules_of_checkout(scratch, origin, src.submodules, mirror,
+                                                                getattr(src, "sparse", {}))
             for sub in subs:
                 path = sub.name.split("/", 1)[1]
                 sub_scratch = _scratch(sub.name, sub.url, sub.commit, Path(tmp) / "submodules")
-                _copy(sub_scratch, sub.commit, git_mirror.bundle_repo(git_dir, origin.name, path), sub.name)
+                _copy(sub_scratch, sub.commit, git_mirror.bundle_repo(git_dir, origin.name, path), sub.name,
+                      getattr(src, "sparse", {}).get(path, []))
                 written.append(sub.name)
     return written
 
 
-def _copy(scratch: Path, full: str, dest: Path, name: str) -> None:
+def _copy(scratch: Path, full: str, dest: Path, name: str, folders: Sequence[str] = ()) -> None:
     """_pinned_copy naming the repository in its errors."""
     try:
-        _pinned_copy(scratch, full, dest)
+        _pinned_copy(scratch, full, dest, folders)
     except EnvbuildError as exc:
         raise EnvbuildError(f"git source {name}: cannot bundle commit {full[:12]}: {exc}") from exc

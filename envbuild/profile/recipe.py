@@ -12,7 +12,7 @@ TOML shape (all under [recipe]):
     [recipe.conda]      channels = [...] (priority order), specs = [...], optional = {compat = [...]}
     [recipe.pip]        indexes = [{name, url, packages}], requirements = [...]
     [[recipe.git]]      name, url, commit, patches = [...], install = "editable"|"build"|"none", subdir,
-                        submodules = [paths]
+                        submodules = [paths], sparse = {"<submodule path>" = [paths the build reads]}
     [[recipe.build]]    name, git, env = {...}, pip_args = [...]
     [recipe.toolchain]  pip = [...] (locked with the pip layer), cxx = "g++" (the host compiler, from PATH)
     [recipe.activation] env = {...}
@@ -35,7 +35,7 @@ RECIPE_KEYS = ("platforms", "virtual_packages", "conda", "pip", "git", "build", 
 CONDA_KEYS = ("channels", "specs", "optional")
 PIP_KEYS = ("indexes", "requirements", "exclude_newer")
 PIP_INDEX_KEYS = ("name", "url", "packages")
-GIT_KEYS = ("name", "url", "commit", "patches", "install", "subdir", "submodules")
+GIT_KEYS = ("name", "url", "commit", "patches", "install", "subdir", "submodules", "sparse")
 TOOLCHAIN_KEYS = ("pip", "cxx")
 BUILD_KEYS = ("name", "git", "env", "pip_args")
 ACTIVATION_KEYS = ("env",)
@@ -74,6 +74,10 @@ class GitSource:
     install: str = "editable"  # "editable" | "build" | "none"
     subdir: str = ""
     submodules: List[str] = field(default_factory=list)  # paths checked out at the commit's gitlinks
+    # {submodule path: the folders of it the build reads}: only those are checked out (git's cone-mode sparse
+    # checkout over a blob-less fetch), so a submodule whose history carries large media or data the build never
+    # opens costs a fraction of its size, and builds from a mirror that left such files out
+    sparse: Dict[str, List[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -238,11 +242,31 @@ def _git(r: Reader, raw: Dict[str, Any]) -> List[GitSource]:
             if Path(p).is_absolute() or ".." in Path(p).parts or not p.strip("/"):
                 raise r.fail(table, "submodules", f"git source {name!r}: submodule path {p!r} must be relative "
                                                   "to the checkout")
+        submodules = [p.strip("/") for p in submodules]
         out.append(GitSource(name=name, url=r.string(g, table, "url"), commit=commit, patches=patches,
                              install=install, subdir=r.string(g, table, "subdir", required=False),
-                             submodules=[p.strip("/") for p in submodules]))
+                             submodules=submodules, sparse=_sparse(r, g, table, name, submodules)))
     if len({g.name for g in out}) != len(out):
         raise r.fail(("recipe", "git"), "name", "git source names must be unique")
+    return out
+
+
+def _sparse(r: Reader, g: Dict[str, Any], table: tuple, name: str, submodules: List[str]) -> Dict[str, List[str]]:
+    """`sparse = {"<submodule path>" = ["include", ...]}`: each key a listed submodule, each value a non-empty
+    list of folders relative to that submodule (git's cone mode takes folders; the files at its top come too)."""
+    raw = r.get(g, table, "sparse", dict, required=False, default={})
+    out: Dict[str, List[str]] = {}
+    for path, folders in raw.items():
+        where = table + ("sparse",)
+        if path.strip("/") not in submodules:
+            raise r.fail(where, path, f"git source {name!r}: {path!r} is not one of its submodules "
+                                      f"({', '.join(submodules) or 'it lists none'})")
+        if not isinstance(folders, list) or not folders or not all(isinstance(f, str) and f.strip("/") for f in folders):
+            raise r.fail(where, path, f"git source {name!r}: expected a non-empty list of folders, got {folders!r}")
+        for f in folders:
+            if Path(f).is_absolute() or ".." in Path(f).parts:
+                raise r.fail(where, path, f"git source {name!r}: folder {f!r} must be relative to the submodule")
+        out[path.strip("/")] = [f.strip("/") for f in folders]
     return out
 
 

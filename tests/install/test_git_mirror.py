@@ -131,13 +131,15 @@ def test_without_leaves_a_source_and_its_build_out(site, tmp_path):
         in typo.stderr
 
 
-def test_submodules_come_from_the_mirror_and_are_registered(site, tmp_path):
-    """A source with a submodule whose .gitmodules URL is unreachable: create checks the submodule out of the
-    mirror at the gitlink's commit, registered, so `git submodule status` shows it initialised (' ')."""
+def _parent_with_submodule(tmp_path, sub_files):
+    """A `sub` repository holding `sub_files` ({path: text}) and a `parent` whose vendor/sub is that submodule,
+    its .gitmodules URL unreachable; returns (parent, sub, parent's commit)."""
     sub = tmp_path / "sub"
     git("init", "--quiet", str(sub))
-    (sub / "kernel.h").write_text("#define KERNEL 1\n")
-    git("add", "kernel.h", cwd=sub)
+    for rel, text in sub_files.items():
+        (sub / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sub / rel).write_text(text)
+    git("add", ".", cwd=sub)
     git("commit", "--quiet", "-m", "sub", cwd=sub)
     parent = tmp_path / "parent"
     git("init", "--quiet", str(parent))
@@ -147,12 +149,11 @@ def test_submodules_come_from_the_mirror_and_are_registered(site, tmp_path):
     git("config", "-f", ".gitmodules", "submodule.vendor/sub.url", "https://git.invalid/acme/sub", cwd=parent)
     git("add", ".gitmodules", cwd=parent)
     git("commit", "--quiet", "-m", "parent with a submodule", cwd=parent)
-    commit = git("rev-parse", "HEAD", cwd=parent).strip()
-    mirror = tmp_path / "m"
-    for repo, name in ((parent, "parent"), (sub, "sub")):
-        git("clone", "--quiet", "--mirror", str(repo), str(mirror / "acme" / f"{name}.git"))
-    for repo in (site["mirror"] / "acme").iterdir():
-        os.symlink(repo, mirror / "acme" / repo.name)
+    return parent, sub, git("rev-parse", "HEAD", cwd=parent).strip()
+
+
+def _with_parent_source(site, tmp_path, commit, extra=""):
+    """The fixture profile plus a git source `parent` at `commit` (install none, vendor/sub listed); its env."""
     profile = site["world"].lockfiles / "fx" / "profile.toml"
     lockfiles = tmp_path / "lockfiles"
     shutil.copytree(profile.parent, lockfiles / "fx")
@@ -163,8 +164,26 @@ url = "https://git.invalid/acme/parent"
 commit = "{commit}"
 install = "none"
 submodules = ["vendor/sub"]
-""")
-    env = {**site["env"], "ENVBUILD_LOCKFILES": str(lockfiles)}
+{extra}""")
+    return {**site["env"], "ENVBUILD_LOCKFILES": str(lockfiles)}
+
+
+def _mirror_of(tmp_path, name, repos, site):
+    """A mirror folder `name` with bare copies of `repos` ({mirror name: repo}) plus the fixture's sources."""
+    mirror = tmp_path / name
+    for mname, repo in repos.items():
+        git("clone", "--quiet", "--mirror", str(repo), str(mirror / "acme" / f"{mname}.git"))
+    for repo in (site["mirror"] / "acme").iterdir():
+        os.symlink(repo, mirror / "acme" / repo.name)
+    return mirror
+
+
+def test_submodules_come_from_the_mirror_and_are_registered(site, tmp_path):
+    """A source with a submodule whose .gitmodules URL is unreachable: create checks the submodule out of the
+    mirror at the gitlink's commit, registered, so `git submodule status` shows it initialised (' ')."""
+    parent, sub, commit = _parent_with_submodule(tmp_path, {"kernel.h": "#define KERNEL 1\n"})
+    mirror = _mirror_of(tmp_path, "m", {"parent": parent, "sub": sub}, site)
+    env = _with_parent_source(site, tmp_path, commit)
     target = tmp_path / "env"
     r = run(["create", "--prefix", str(target), "--git-mirror", str(mirror), "--without", "fastext"], env)
     assert r.returncode == 0, r.stderr
@@ -174,9 +193,59 @@ submodules = ["vendor/sub"]
     manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
     parent_rec = next(g for g in manifest["layers"]["git"] if g["name"] == "parent")
     assert parent_rec["submodules"] == {"vendor/sub": git("rev-parse", "HEAD", cwd=sub).strip()}
-    missing = tmp_path / "m2"
-    git("clone", "--quiet", "--mirror", str(parent), str(missing / "acme" / "parent.git"))
-    for repo in (site["mirror"] / "acme").iterdir():
-        os.symlink(repo, missing / "acme" / repo.name)
+    missing = _mirror_of(tmp_path, "m2", {"parent": parent}, site)
     r2 = run(["create", "--prefix", str(tmp_path / "env2"), "--dry-run", "--git-mirror", str(missing)], env)
     assert r2.returncode == 2 and "PROBLEM parent/vendor/sub: not in the git mirror" in r2.stderr, r2.stderr
+
+
+def _drop_blob(bare_repo, path_in_tree):
+    """Delete the loose object of `path_in_tree` (on branch main) from `bare_repo`, as a mirror that left large
+    files out would lack it; returns its id."""
+    oid = git("rev-parse", f"refs/heads/main:{path_in_tree}", cwd=bare_repo).strip()
+    (bare_repo / "objects" / oid[:2] / oid[2:]).unlink()
+    return oid
+
+
+def test_a_sparse_submodule_builds_from_a_mirror_that_lacks_files_outside_its_folders(site, tmp_path):
+    """`sparse = {"vendor/sub" = ["include"]}`: only include/ (and the files at the submodule's top) are
+    checked out, fetched without the other blobs, so a mirror lacking media/big.png (outside the folders)
+    serves it; the same mirror without `sparse` is one PROBLEM line naming the missing file, before any work."""
+    parent, sub, commit = _parent_with_submodule(tmp_path, {"include/k.h": "#define K 1\n", "CMakeLists.txt": "x\n",
+                                                            "media/big.png": "not really a png\n"})
+    mirror = tmp_path / "gappy"
+    git("clone", "--quiet", "--mirror", str(parent), str(mirror / "acme" / "parent.git"))
+    git("init", "--quiet", "--bare", str(mirror / "acme" / "sub.git"))
+    git("push", "--quiet", str(mirror / "acme" / "sub.git"), "HEAD:refs/heads/main", cwd=sub)  # loose objects
+    _drop_blob(mirror / "acme" / "sub.git", "media/big.png")
+    for repo in (site["mirror"] / "acme").iterdir():
+        os.symlink(repo, mirror / "acme" / repo.name)
+
+    whole = run(["create", "--prefix", str(tmp_path / "whole"), "--dry-run", "--git-mirror", str(mirror)],
+                _with_parent_source(site, tmp_path / "w", commit))
+    assert whole.returncode == 2, whole.stderr
+    line = next(ln.strip() for ln in whole.stderr.splitlines() if "PROBLEM parent/vendor/sub" in ln)
+    assert "lacks 1 file(s) of its tree that the checkout needs (media/big.png)" in line, whole.stderr
+    assert "Traceback" not in whole.stderr
+
+    env = _with_parent_source(site, tmp_path / "s", commit, 'sparse = { "vendor/sub" = ["include"] }\n')
+    target = tmp_path / "env"
+    r = run(["create", "--prefix", str(target), "--git-mirror", str(mirror), "--without", "fastext"], env)
+    assert r.returncode == 0, r.stderr
+    assert "(vendor/sub sparse: include)" in r.stderr
+    checked_out = target / "src" / "parent" / "vendor" / "sub"
+    assert (checked_out / "include" / "k.h").read_text() == "#define K 1\n"
+    assert (checked_out / "CMakeLists.txt").is_file() and not (checked_out / "media").exists()
+    status = git("submodule", "status", cwd=target / "src" / "parent")
+    assert status.startswith(" ") and "vendor/sub" in status, status  # registered, at the gitlink
+    assert (checked_out / ".git").read_text().startswith("gitdir: ../../.git/modules/")  # survives the swap
+    manifest = json.loads((target / "envbuild" / "manifest.json").read_text())
+    parent_rec = next(g for g in manifest["layers"]["git"] if g["name"] == "parent")
+    assert parent_rec["sparse"] == {"vendor/sub": ["include"]}
+
+
+def test_a_sparse_key_that_is_not_a_listed_submodule_is_refused_with_its_line(site, tmp_path):
+    env = _with_parent_source(site, tmp_path, "0" * 40, 'sparse = { "vendor/other" = ["include"] }\n')
+    r = run(["create", "--prefix", str(tmp_path / "env"), "--dry-run"], env)
+    assert r.returncode == 2
+    assert "profile.toml:" in r.stderr and "'vendor/other' is not one of its submodules (vendor/sub)" in r.stderr
+    assert "Traceback" not in r.stderr
