@@ -33,12 +33,16 @@ def conda_records(prefix: Path) -> List[Dict[str, Any]]:
     return out
 
 
-def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
-          layers: Optional[Dict[str, Any]] = None, progress=None,
-          recorded: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The manifest dict of the staged `prefix` (paths relative, `target` recorded as the prefix).
+def build_text(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
+               layers: Optional[Dict[str, Any]] = None, progress=None,
+               recorded: Optional[Mapping[str, Any]] = None) -> str:
+    """The manifest's JSON text for the staged `prefix` (paths relative, `target` recorded as the prefix).
     `recorded`: path -> (sha256, size) of the files that came verbatim from prebuilt wheels
-    (envbuild.install.prefix_files.prebuilt_files)."""
+    (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed.
+
+    Each file's line is written as text, never built as a dict first: a torch stack lists about 90,000
+    files, and a dict per file (then json's encoder over them) cost more time and memory than the rest of
+    the manifest (`_row` writes exactly what json.dumps of the dict writes)."""
     from envbuild.install.prefix_files import walk_files
 
     owner: Dict[str, str] = {}
@@ -56,23 +60,23 @@ def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[
             if entry.get("sha256_in_prefix") or entry.get("sha256"):
                 known[entry["_path"]] = entry.get("sha256_in_prefix") or entry["sha256"]
     recorded = recorded or {}
-    files = []
+    rows: List[str] = []
     for rel, found in walk_files(prefix):
         if rel in _SKIP:
             continue
-        entry: Dict[str, Any] = {"path": rel, "owner": owner.get(rel, _owner_of(rel))}
+        who = owner.get(rel) or _owner_of(rel)
         wheel = recorded.get(rel)
         if found.is_symlink():
-            entry["link"] = os.readlink(found.path)
-        elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 28,000 files)
-            entry["sha256"], entry["size"] = wheel[0], wheel[1]
+            rows.append(_row(rel, who, link=os.readlink(found.path)))
+        elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 87,000 files)
+            rows.append(_row(rel, who, wheel[0], wheel[1]))
         else:
-            entry["sha256"] = known.get(rel) or sha256_file(found.path)
-            entry["size"] = found.stat().st_size
-        files.append(entry)
-        if progress:
-            progress()
-    return {
+            rows.append(_row(rel, who, known.get(rel) or sha256_file(found.path), found.stat().st_size))
+        if progress and len(rows) % 1024 == 0:
+            progress(1024)
+    if progress:
+        progress(len(rows) % 1024)
+    head = {
         "schema": SCHEMA,
         "prefix": str(target),
         "profile": profile,
@@ -80,8 +84,20 @@ def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "conda": sorted(packages, key=lambda p: p["name"]),
         "layers": layers or {},
-        "files": files,
     }
+    return _render(head, rows)
+
+
+def _row(path: str, owner: str, sha256: str = "", size: int = 0, link: Optional[str] = None) -> str:
+    """One file's entry as json.dumps writes the dict {"path", "owner", "link"} or {"path", "owner",
+    "sha256", "size"}."""
+    q = _quote
+    if link is not None:
+        return f'{{"path": {q(path)}, "owner": {q(owner)}, "link": {q(link)}}}'
+    return f'{{"path": {q(path)}, "owner": {q(owner)}, "sha256": "{sha256}", "size": {int(size)}}}'
+
+
+_quote = json.encoder.encode_basestring_ascii  # json.dumps's own string writer (ensure_ascii)
 
 
 def _owner_of(rel: str) -> str:
@@ -92,26 +108,21 @@ def _owner_of(rel: str) -> str:
     return "unowned"
 
 
-def write(prefix: Path, manifest: Dict[str, Any]) -> Path:
+def write(prefix: Path, text: str) -> Path:
+    """Write the manifest text (build_text) into the staged prefix, atomically."""
     path = prefix / MANIFEST
-    atomic_write_text(path, dumps(manifest))
+    atomic_write_text(path, text)
     return path
 
 
-def dumps(manifest: Dict[str, Any]) -> str:
-    """The manifest's JSON text: the other keys indented, one line per file.
+def _render(head: Dict[str, Any], rows: List[str]) -> str:
+    """The other keys indented, then the files, one line each.
 
     Why not json.dumps(indent=1) of it all: with an indent, json runs its pure-Python encoder, over a
-    second for the 28,000 files of a torch env. The file list goes through the C encoder in one call; each
-    entry starts with `{"path"`, and `}, {"path"` cannot occur inside a JSON string (a quote in one is
-    escaped), so that is where the lines break."""
-    rest = {k: v for k, v in manifest.items() if k != "files"}
-    head = json.dumps(rest, indent=1)
-    if "files" not in manifest:
-        return head + "\n"
-    rows = json.dumps(manifest["files"]).replace('}, {"path"', '},\n  {"path"')
-    rows = "[\n  " + rows[1:-1] + "\n ]" if manifest["files"] else "[]"
-    return (head[:-2] + ",\n" if rest else "{\n") + f' "files": {rows}\n}}\n'
+    second for the 90,000 files of a torch env."""
+    text = json.dumps(head, indent=1)
+    body = "[\n  " + ",\n  ".join(rows) + "\n ]" if rows else "[]"
+    return (text[:-2] + ",\n" if head else "{\n") + f' "files": {body}\n}}\n'
 
 
 def read(prefix: Path) -> Optional[Dict[str, Any]]:

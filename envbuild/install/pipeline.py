@@ -98,8 +98,9 @@ def already_built(job: CreateJob) -> bool:
     return True
 
 
-def run(job: CreateJob, ui) -> Dict[str, Any]:
-    """Run (or resume) every phase; returns the manifest. `ui` (create_ui.CreateUI) announces each phase."""
+def run(job: CreateJob, ui) -> None:
+    """Run (or resume) every phase. `ui` (create_ui.CreateUI) announces each phase. The manifest is not read
+    back: the target's envbuild/manifest.json is what this run wrote (90,000 files' lines for a torch stack)."""
     from envbuild.install import activation, backends, conda_layer, manifest
     from envbuild.install.prefix_files import prebuilt_files
     from envbuild.install.relocate import relocate_tree
@@ -169,9 +170,10 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                                  unit="builds")
 
         def doctor(ph) -> None:
-            from envbuild.install.doctor_gate import run_stack_checks
+            from envbuild.install.doctor_gate import gate_inputs, run_stack_checks
 
-            gate = run_stack_checks(prefix, job.profile)
+            inputs = gate_inputs(prefix, job.target, job.profile, job.key, layers, job.interpreter)
+            gate = run_stack_checks(prefix, job.profile, inputs)
             ph.result = ui.gate(gate)
             if not gate.ok:
                 from envbuild.install.doctor_gate import DoctorGateFailed
@@ -181,19 +183,26 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                                        f"{job.target} was left as it was; the staged one stays in {prefix}")
 
         phase("doctor", "doctor stack checks on the staged env", doctor)
-        # what the prebuilt wheels unpacked as it was: neither relocated nor hashed again (prefix_files)
-        verbatim = prebuilt_files(prefix, layers["pip"] or [])
+        kept: Dict[str, Any] = {}
+
+        def verbatim() -> Dict[str, Any]:
+            """What the prebuilt wheels unpacked as it was: neither relocated nor hashed again (prefix_files);
+            worked out once, in the first phase that needs it (its seconds count there)."""
+            if "files" not in kept:
+                kept["files"] = prebuilt_files(prefix, layers["pip"] or [])
+            return kept["files"]
+
         phase("relocate", f"relocate paths to {job.target}",
-              lambda ph: relocate_tree(prefix, prefix, job.target, verbatim=verbatim))
+              lambda ph: relocate_tree(prefix, prefix, job.target, verbatim=verbatim()))
         phase("activation", "activation scripts",
               lambda ph: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
                                                   job.recipe.activation.env))
 
         def write_manifest(ph) -> None:
-            data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
-                                  layers={k: v for k, v in layers.items() if v}, progress=ph.advance,
-                                  recorded=verbatim)
-            manifest.write(prefix, data)
+            text = manifest.build_text(prefix, job.target, job.profile.name, job.key, job.conda,
+                                       layers={k: v for k, v in layers.items() if v}, progress=ph.advance,
+                                       recorded=verbatim())
+            manifest.write(prefix, text)
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
 
@@ -206,7 +215,6 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
             staging.swap(kill_hook=swapped)
             job.swapped = True
         job.timings["swap"] = time.monotonic() - t0
-        return manifest.read(job.target) or {}
     finally:
         staging.release()
 

@@ -22,6 +22,7 @@ from typing import Dict, Iterable, Iterator, Mapping, NamedTuple, Set, Tuple
 from packaging.utils import canonicalize_name, canonicalize_version
 
 _NAME = operator.attrgetter("name")
+_CACHE_KIND = "prebuilt-files"
 
 
 class Recorded(NamedTuple):
@@ -100,6 +101,53 @@ def _installer(info: Path) -> str:
 
 
 def prebuilt_files(prefix: Path, installed: Iterable[Mapping]) -> Dict[str, Recorded]:
+    """`_prebuilt_files`, kept in envbuild.install.rerun_cache by what decides it (`_record_inputs`): parsing
+    the RECORDs of a torch stack (87,000 rows) is a noticeable part of a warm create, and a rerun with the
+    same locked wheels reads the same rows."""
+    import json
+
+    from envbuild.install import rerun_cache
+
+    installed = list(installed)
+    inputs = _record_inputs(prefix, installed)
+    if inputs is None:
+        return {}
+    key = rerun_cache.key_of(_CACHE_KIND, inputs)
+    kept = rerun_cache.get(_CACHE_KIND, key)
+    if kept is not None:
+        try:
+            return {rel: Recorded(sha, size) for rel, sha, size in json.loads(kept)}
+        except (ValueError, TypeError):
+            pass  # an unreadable entry: parse afresh
+    out = _prebuilt_files(prefix, installed)
+    rerun_cache.put(_CACHE_KIND, key, json.dumps([[rel, rec.sha256, rec.size] for rel, rec in out.items()]))
+    return out
+
+
+def _record_inputs(prefix: Path, installed: Iterable[Mapping]) -> "list | None":
+    """What `_prebuilt_files` reads, named without reading the RECORDs: each distribution folder with its
+    INSTALLER; for a prebuilt wheel installed by uv, the wheel's locked sha256 (its RECORD rows inside
+    site-packages are that wheel's own files); for any other distribution, the sha256 of its RECORD. None
+    when no wheel is prebuilt (nothing to parse)."""
+    import hashlib
+
+    wanted = {_key(w["name"], w["version"]): w.get("sha256", "") for w in installed if w.get("prebuilt")}
+    if not wanted:
+        return None
+    rows = []
+    for site, info in _dist_infos(prefix):
+        name, _, version = info.name[: -len(".dist-info")].partition("-")
+        installer, sha = _installer(info), wanted.get(_key(name, version))
+        if not (sha and installer == "uv"):
+            try:
+                sha = "record:" + hashlib.sha256((info / "RECORD").read_bytes()).hexdigest()
+            except OSError:
+                sha = "record:none"
+        rows.append([site.relative_to(prefix).as_posix(), info.name, installer, sha])
+    return rows
+
+
+def _prebuilt_files(prefix: Path, installed: Iterable[Mapping]) -> Dict[str, Recorded]:
     """Path (relative to `prefix`) -> its RECORD sha256 and size, for every file that the pip layer's
     prebuilt wheels (`installed`: the pip phase's InstalledWheel dicts) unpacked into site-packages as it
     was in the wheel.
