@@ -14,7 +14,8 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+import operator
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from envbuild.fsutil import atomic_write_text
 from envbuild.hashing import sha256_file
@@ -22,6 +23,7 @@ from envbuild.hashing import sha256_file
 MANIFEST = "envbuild/manifest.json"
 SCHEMA = 1
 _SKIP = ("envbuild/manifest.json", "envbuild/.create-state.json")
+_PATH = operator.itemgetter(0)
 
 
 def conda_records(prefix: Path) -> List[Dict[str, Any]]:
@@ -33,17 +35,22 @@ def conda_records(prefix: Path) -> List[Dict[str, Any]]:
     return out
 
 
-def build_text(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
-               layers: Optional[Dict[str, Any]] = None, progress=None,
-               recorded: Optional[Mapping[str, Any]] = None) -> str:
-    """The manifest's JSON text for the staged `prefix` (paths relative, `target` recorded as the prefix).
-    `recorded`: path -> (sha256, size) of the files that came verbatim from prebuilt wheels
-    (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed.
+def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
+           layers: Optional[Dict[str, Any]] = None, progress=None,
+           recorded: Optional[Mapping[str, Any]] = None,
+           files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None) -> Iterator[str]:
+    """The manifest's JSON text, in pieces, for the staged `prefix` (paths relative, `target` recorded as the prefix),
+    its files sorted by path. `recorded`: path -> (sha256, size) of the files that came verbatim from
+    prebuilt wheels (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed.
+    `files`: the prefix as prefix_files.walk_files lists it, when the caller has that listing already
+    (create's relocation walked it; a relocation leftover in it, which relocation removed, is skipped).
 
-    Each file's line is written as text, never built as a dict first: a torch stack lists about 90,000
-    files, and a dict per file (then json's encoder over them) cost more time and memory than the rest of
-    the manifest (`_row` writes exactly what json.dumps of the dict writes)."""
+    The other keys come first, indented, then one line per file. Each file's line is written as text,
+    never built as a dict first, and streamed to the file: a torch stack lists about 90,000 files, and a
+    dict per file (then json's encoder over them, then the whole text) cost more time and memory than the
+    rest of the manifest (`_row` writes exactly what json.dumps of the dict writes)."""
     from envbuild.install.prefix_files import walk_files
+    from envbuild.install.relocate import PARTIAL as _RELOCATING
 
     owner: Dict[str, str] = {}
     known: Dict[str, str] = {}
@@ -59,23 +66,6 @@ def build_text(prefix: Path, target: Path, profile: str, lock_key: str, locked: 
             owner[entry["_path"]] = pkg_id
             if entry.get("sha256_in_prefix") or entry.get("sha256"):
                 known[entry["_path"]] = entry.get("sha256_in_prefix") or entry["sha256"]
-    recorded = recorded or {}
-    rows: List[str] = []
-    for rel, found in walk_files(prefix):
-        if rel in _SKIP:
-            continue
-        who = owner.get(rel) or _owner_of(rel)
-        wheel = recorded.get(rel)
-        if found.is_symlink():
-            rows.append(_row(rel, who, link=os.readlink(found.path)))
-        elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 87,000 files)
-            rows.append(_row(rel, who, wheel[0], wheel[1]))
-        else:
-            rows.append(_row(rel, who, known.get(rel) or sha256_file(found.path), found.stat().st_size))
-        if progress and len(rows) % 1024 == 0:
-            progress(1024)
-    if progress:
-        progress(len(rows) % 1024)
     head = {
         "schema": SCHEMA,
         "prefix": str(target),
@@ -85,7 +75,28 @@ def build_text(prefix: Path, target: Path, profile: str, lock_key: str, locked: 
         "conda": sorted(packages, key=lambda p: p["name"]),
         "layers": layers or {},
     }
-    return _render(head, rows)
+    text = json.dumps(head, indent=1)
+    yield text[:-2] + ',\n "files": ['
+    recorded = recorded or {}
+    n = 0
+    for rel, found in sorted(walk_files(prefix) if files is None else files, key=_PATH):
+        if rel in _SKIP or rel.endswith(_RELOCATING):
+            continue
+        who = owner.get(rel) or _owner_of(rel)
+        wheel = recorded.get(rel)
+        if found.is_symlink():
+            row = _row(rel, who, link=os.readlink(found.path))
+        elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 87,000 files)
+            row = _row(rel, who, wheel[0], wheel[1])
+        else:
+            row = _row(rel, who, known.get(rel) or sha256_file(found.path), found.stat().st_size)
+        yield ("\n  " if n == 0 else ",\n  ") + row
+        n += 1
+        if progress and n % 1024 == 0:
+            progress(1024)
+    if progress:
+        progress(n % 1024)
+    yield "\n ]\n}\n" if n else "]\n}\n"
 
 
 def _row(path: str, owner: str, sha256: str = "", size: int = 0, link: Optional[str] = None) -> str:
@@ -108,21 +119,11 @@ def _owner_of(rel: str) -> str:
     return "unowned"
 
 
-def write(prefix: Path, text: str) -> Path:
-    """Write the manifest text (build_text) into the staged prefix, atomically."""
+def write(prefix: Path, text: Iterable[str]) -> Path:
+    """Write the manifest text (`render`'s pieces) into the staged prefix, atomically."""
     path = prefix / MANIFEST
     atomic_write_text(path, text)
     return path
-
-
-def _render(head: Dict[str, Any], rows: List[str]) -> str:
-    """The other keys indented, then the files, one line each.
-
-    Why not json.dumps(indent=1) of it all: with an indent, json runs its pure-Python encoder, over a
-    second for the 90,000 files of a torch env."""
-    text = json.dumps(head, indent=1)
-    body = "[\n  " + ",\n  ".join(rows) + "\n ]" if rows else "[]"
-    return (text[:-2] + ",\n" if head else "{\n") + f' "files": {body}\n}}\n'
 
 
 def read(prefix: Path) -> Optional[Dict[str, Any]]:

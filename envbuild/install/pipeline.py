@@ -26,7 +26,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from envbuild.errors import EnvbuildError
 
@@ -102,7 +102,7 @@ def run(job: CreateJob, ui) -> None:
     """Run (or resume) every phase. `ui` (create_ui.CreateUI) announces each phase. The manifest is not read
     back: the target's envbuild/manifest.json is what this run wrote (90,000 files' lines for a torch stack)."""
     from envbuild.install import activation, backends, conda_layer, manifest
-    from envbuild.install.prefix_files import prebuilt_files
+    from envbuild.install.prefix_files import prebuilt_files, walk_files
     from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
 
@@ -192,17 +192,27 @@ def run(job: CreateJob, ui) -> None:
                 kept["files"] = prebuilt_files(prefix, layers["pip"] or [])
             return kept["files"]
 
-        phase("relocate", f"relocate paths to {job.target}",
-              lambda ph: relocate_tree(prefix, prefix, job.target, verbatim=verbatim()))
-        phase("activation", "activation scripts",
-              lambda ph: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
-                                                  job.recipe.activation.env))
+        def relocate(ph) -> None:
+            """One walk of the prefix, kept for the manifest (with what activation adds) when both phases
+            run in this process: walking a torch env's 90,000 files is a noticeable part of a warm create."""
+            files = list(walk_files(prefix))
+            relocate_tree(prefix, prefix, job.target, verbatim=verbatim(), files=files)
+            kept["walked"] = files
+
+        def write_activation(ph) -> None:
+            written = activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
+                                               job.recipe.activation.env)
+            if "walked" in kept:
+                kept["walked"] = _with_files(kept["walked"], prefix, written.values())
+
+        phase("relocate", f"relocate paths to {job.target}", relocate)
+        phase("activation", "activation scripts", write_activation)
 
         def write_manifest(ph) -> None:
-            text = manifest.build_text(prefix, job.target, job.profile.name, job.key, job.conda,
-                                       layers={k: v for k, v in layers.items() if v}, progress=ph.advance,
-                                       recorded=verbatim())
-            manifest.write(prefix, text)
+            manifest.write(prefix, manifest.render(prefix, job.target, job.profile.name, job.key, job.conda,
+                                                   layers={k: v for k, v in layers.items() if v},
+                                                   progress=ph.advance, recorded=verbatim(),
+                                                   files=kept.get("walked")))
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
 
@@ -217,6 +227,18 @@ def run(job: CreateJob, ui) -> None:
         job.timings["swap"] = time.monotonic() - t0
     finally:
         staging.release()
+
+
+def _with_files(files: List[Any], prefix: Path, paths: Iterable[Path]) -> List[Any]:
+    """`files` (walk_files' listing of `prefix`) with `paths` written since: each one's directory entry
+    replaces any it had in the listing."""
+    added = {}
+    for path in paths:
+        with os.scandir(path.parent) as it:
+            for entry in it:
+                if entry.name == path.name:
+                    added[Path(path).relative_to(prefix).as_posix()] = entry
+    return [(rel, e) for rel, e in files if rel not in added] + list(added.items())
 
 
 def _layer_module(name: str):

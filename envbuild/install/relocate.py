@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import BinaryIO, Container, Set
+from typing import BinaryIO, Container, Iterable, Optional, Set, Tuple
 
 CHUNK = 1 << 20
 _TEXT_PROBE = 8192
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".whl", ".zip", ".tar", ".gz", ".bz2", ".zst", ".conda")
-_PARTIAL = ".envbuild-relocating"  # a rewrite in progress (a Ctrl-C removes it; a SIGKILL may leave it)
+PARTIAL = ".envbuild-relocating"  # a rewrite in progress (a Ctrl-C removes it; a SIGKILL may leave it)
 
 
 def _holds(path: Path, needle: bytes) -> bool:
@@ -80,7 +80,7 @@ def relocate_file(path: Path, old: bytes, new: bytes, padded: bool) -> bool:
     the package cache or another shared cache, which must never be written through."""
     if not _holds(path, old):
         return False
-    partial = path.with_name(path.name + _PARTIAL)
+    partial = path.with_name(path.name + PARTIAL)
     try:
         with open(path, "rb") as src, open(partial, "wb") as dst:
             rewrite_stream(src, dst, old, new, padded)
@@ -99,18 +99,25 @@ def conda_owned(prefix: Path) -> Set[str]:
     return {e["_path"] for rec in conda_records(prefix) for e in (rec.get("paths_data") or {}).get("paths", [])}
 
 
-def _kind(path: Path) -> str:
-    """"text", "elf" or "" (another binary: left alone), from the file's first bytes."""
+def _kind(path: Path, needle: bytes = b"") -> str:
+    """"text", "elf" or "" (another binary: left alone), from the file's first bytes; also "" when the
+    file is no longer than those bytes and does not hold `needle` (most files relocation reads are small
+    scripts and dist-info files: one read, no second open to look for the path)."""
     with open(path, "rb") as fh:
         probe = fh.read(_TEXT_PROBE)
+    if needle and len(probe) < _TEXT_PROBE and needle not in probe:
+        return ""
     if b"\0" not in probe:
         return "text"
     return "elf" if probe.startswith(b"\x7fELF") else ""
 
 
-def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset()) -> int:
+def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset(),
+                  files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None) -> int:
     """Rewrite `old` -> `new` in every non-conda file under `prefix` but those in `verbatim` (paths relative
-    to `prefix` that came unchanged from a prebuilt wheel); returns how many files changed."""
+    to `prefix` that came unchanged from a prebuilt wheel); returns how many files changed. `files`: the
+    prefix as prefix_files.walk_files lists it, when the caller walked it already (create walks a torch
+    env's 90,000 files once for relocation and the manifest)."""
     from envbuild.install.prefix_files import walk_files
 
     old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
@@ -118,8 +125,8 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
         raise ValueError(f"cannot relocate {old} to the longer path {new}")
     owned = conda_owned(prefix)
     changed = 0
-    for rel, entry in walk_files(prefix):
-        if entry.name.endswith(_PARTIAL):  # left by a killed run, which this one redoes
+    for rel, entry in (walk_files(prefix) if files is None else files):
+        if entry.name.endswith(PARTIAL):  # left by a killed run, which this one redoes
             os.unlink(entry.path)
             continue
         if (rel in verbatim or rel in owned or entry.is_symlink() or entry.name.endswith(_SKIP_SUFFIXES)
@@ -127,7 +134,7 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
             continue
         path = Path(entry.path)
         try:
-            kind = _kind(path)
+            kind = _kind(path, old_b)
             if kind and relocate_file(path, old_b, new_b, padded=kind == "elf"):
                 changed += 1
         except OSError:
