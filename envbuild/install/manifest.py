@@ -38,12 +38,14 @@ def conda_records(prefix: Path) -> List[Dict[str, Any]]:
 def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
            layers: Optional[Dict[str, Any]] = None, progress=None,
            recorded: Optional[Mapping[str, Any]] = None,
-           files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None) -> Iterator[str]:
+           files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
+           read: Optional[Mapping[str, Tuple[str, int]]] = None) -> Iterator[str]:
     """The manifest's JSON text, in pieces, for the staged `prefix` (paths relative, `target` recorded as the prefix),
     its files sorted by path. `recorded`: path -> (sha256, size) of the files that came verbatim from
     prebuilt wheels (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed.
     `files`: the prefix as prefix_files.walk_files lists it, when the caller has that listing already
     (create's relocation walked it; a relocation leftover in it, which relocation removed, is skipped).
+    `read`: path -> (sha256, size) of files relocation read whole and left as they were (hashed as it read).
 
     The other keys come first, indented, then one line per file. Each file's line is written as text,
     never built as a dict first, and streamed to the file: a torch stack lists about 90,000 files, and a
@@ -77,13 +79,13 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
     }
     text = json.dumps(head, indent=1)
     yield text[:-2] + ',\n "files": ['
-    recorded = recorded or {}
+    recorded, read = recorded or {}, read or {}
     n = 0
     for rel, found in sorted(walk_files(prefix) if files is None else files, key=_PATH):
         if rel in _SKIP or rel.endswith(_RELOCATING):
             continue
         who = owner.get(rel) or _owner_of(rel)
-        wheel = recorded.get(rel)
+        wheel = recorded.get(rel) or read.get(rel)
         if found.is_symlink():
             row = _row(rel, who, link=os.readlink(found.path))
         elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 87,000 files)

@@ -194,16 +194,20 @@ def run(job: CreateJob, ui) -> None:
 
         def relocate(ph) -> None:
             """One walk of the prefix, kept for the manifest (with what activation adds) when both phases
-            run in this process: walking a torch env's 90,000 files is a noticeable part of a warm create."""
-            files = list(walk_files(prefix))
-            relocate_tree(prefix, prefix, job.target, verbatim=verbatim(), files=files)
-            kept["walked"] = files
+            run in this process, with the sha256 of each file relocation read whole and left as it was:
+            walking a torch env's 90,000 files, and reading its 55 MB of scripts and dist-info files, are
+            each a noticeable part of a warm create."""
+            files, digests = list(walk_files(prefix)), {}
+            relocate_tree(prefix, prefix, job.target, verbatim=verbatim(), files=files, digests=digests)
+            kept["walked"], kept["read"] = files, digests
 
         def write_activation(ph) -> None:
             written = activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
                                                job.recipe.activation.env)
             if "walked" in kept:
                 kept["walked"] = _with_files(kept["walked"], prefix, written.values())
+                for path in written.values():  # rewritten: hashed by the manifest
+                    kept["read"].pop(path.relative_to(prefix).as_posix(), None)
 
         phase("relocate", f"relocate paths to {job.target}", relocate)
         phase("activation", "activation scripts", write_activation)
@@ -212,7 +216,7 @@ def run(job: CreateJob, ui) -> None:
             manifest.write(prefix, manifest.render(prefix, job.target, job.profile.name, job.key, job.conda,
                                                    layers={k: v for k, v in layers.items() if v},
                                                    progress=ph.advance, recorded=verbatim(),
-                                                   files=kept.get("walked")))
+                                                   files=kept.get("walked"), read=kept.get("read")))
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
 
