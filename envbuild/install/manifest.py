@@ -50,7 +50,7 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
     The other keys come first, indented, then one line per file. Each file's line is written as text,
     never built as a dict first, and streamed to the file: a torch stack lists about 90,000 files, and a
     dict per file (then json's encoder over them, then the whole text) cost more time and memory than the
-    rest of the manifest (`_row` writes exactly what json.dumps of the dict writes)."""
+    rest of the manifest."""
     from envbuild.install.prefix_files import walk_files
     from envbuild.install.relocate import PARTIAL as _RELOCATING
 
@@ -80,34 +80,27 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
     text = json.dumps(head, indent=1)
     yield text[:-2] + ',\n "files": ['
     recorded, read = recorded or {}, read or {}
+    q = _quote
+    quoted: Dict[str, str] = {}  # owner -> its JSON string (a few owners, 90,000 rows)
     n = 0
     for rel, found in sorted(walk_files(prefix) if files is None else files, key=_PATH):
         if rel in _SKIP or rel.endswith(_RELOCATING):
             continue
         who = owner.get(rel) or _owner_of(rel)
+        qwho = quoted.get(who) or quoted.setdefault(who, q(who))
         wheel = recorded.get(rel) or read.get(rel)
         if found.is_symlink():
-            row = _row(rel, who, link=os.readlink(found.path))
-        elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 87,000 files)
-            row = _row(rel, who, wheel[0], wheel[1])
-        else:
-            row = _row(rel, who, known.get(rel) or sha256_file(found.path), found.stat().st_size)
-        yield ("\n  " if n == 0 else ",\n  ") + row
+            row = f'{{"path": {q(rel)}, "owner": {qwho}, "link": {q(os.readlink(found.path))}}}'
+        else:  # a wheel's file as its verified RECORD says (no read, no stat of 87,000 files), else hashed
+            sha, size = wheel or (known.get(rel) or sha256_file(found.path), found.stat().st_size)
+            row = f'{{"path": {q(rel)}, "owner": {qwho}, "sha256": "{sha}", "size": {size:d}}}'
+        yield ("\n  " if n == 0 else ",\n  ") + row  # each row exactly what json.dumps writes of its dict
         n += 1
         if progress and n % 1024 == 0:
             progress(1024)
     if progress:
         progress(n % 1024)
     yield "\n ]\n}\n" if n else "]\n}\n"
-
-
-def _row(path: str, owner: str, sha256: str = "", size: int = 0, link: Optional[str] = None) -> str:
-    """One file's entry as json.dumps writes the dict {"path", "owner", "link"} or {"path", "owner",
-    "sha256", "size"}."""
-    q = _quote
-    if link is not None:
-        return f'{{"path": {q(path)}, "owner": {q(owner)}, "link": {q(link)}}}'
-    return f'{{"path": {q(path)}, "owner": {q(owner)}, "sha256": "{sha256}", "size": {int(size)}}}'
 
 
 _quote = json.encoder.encode_basestring_ascii  # json.dumps's own string writer (ensure_ascii)
