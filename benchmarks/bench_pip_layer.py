@@ -95,7 +95,8 @@ class Run:
         self.stdout, self.stderr, self.returncode = got.get("out", ""), got.get("err", ""), proc.returncode
         m = re.search(r"BENCH_SELF_RSS_KB (\d+)", self.stderr)
         self.self_rss_kb = int(m.group(1)) if m else None
-        _progress(f"{self.wall:6.2f}s  {' '.join(os.path.basename(str(c)) for c in cmd[:3])} ...")
+        words = [os.path.basename(str(c)) for c in cmd if not str(c).startswith("import ")]  # not _SELF_RSS
+        _progress(f"{self.wall:6.2f}s  {' '.join(words[:4])} ...")
         if proc.returncode != 0:
             raise SystemExit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{self.stderr[-3000:]}")
 
