@@ -107,6 +107,8 @@ class CreateUI:
         for r in gate.results:
             counts[r.status.value] = counts.get(r.status.value, 0) + 1
         summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no stack checks registered"
+        if getattr(gate, "cached", False):
+            summary += "; kept from an earlier create with the same inputs"
         self.console.print(f"  doctor stack checks: {summary}", markup=False)
         for r in gate.results:
             if r.status.value in ("fail", "warn", "error"):

@@ -4,17 +4,33 @@ Why here and not after: a stack that contradicts its profile (two NCCLs, a CPU t
 never replace a working env. The checks run with the staged prefix's python, static mode (no GPU work),
 against the profile. Only `fail` results close the gate; warn/skip/error are reported and let it pass,
 because a check that cannot run on this node (no GPU, no torch yet) is no verdict on the env.
+
+A passing verdict is kept (envbuild.install.rerun_cache) under the hash of every input it depends on
+(`gate_inputs`), and a create with the same inputs reuses it instead of running the stack probe again: the
+probe loads torch's native libraries in the staged env's python (about 1 s and 460 MB of memory on a torch
+cu130 stack), and on a rerun it would load the same bytes through the same loader on the same node and be
+judged by the same checks against the same profile. What the gate proves is unchanged: a staged env whose
+inputs differ in anything the verdict depends on is probed afresh, a failing verdict is never kept, and
+`envbuild doctor` on the built env always runs the probe (it judges the node the training runs on).
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from envbuild.profile import Profile
+
+CACHE_KIND = "doctor-gate"
+# Environment variables that can change what the probe's loader maps or what the stack checks read
+# (a superset of what checks/stack_probe.py records: a variable too many only costs a cache miss).
+_ENV_PREFIXES = ("LD_", "CUDA", "NCCL_", "PYTORCH_", "TORCH", "TMS_", "SGLANG_", "NVTE_", "RAY_", "VLLM_",
+                 "CUBLAS_", "NVSHMEM_", "NVIDIA_", "CONDA", "PYTHON", "VIRTUAL_ENV", "PATH")
 
 
 class DoctorGateFailed(EnvbuildError):
@@ -27,24 +43,80 @@ class DoctorGateFailed(EnvbuildError):
 class GateResult:
     results: list
     failed: list
+    cached: bool = False  # the verdict of an earlier create with the same inputs (gate_inputs)
 
     @property
     def ok(self) -> bool:
         return not self.failed
 
 
-def run_stack_checks(prefix: Path, profile: Profile) -> GateResult:
+def gate_inputs(prefix: Path, target: Path, profile: "Profile", lock_key: str, layers: Dict[str, Any],
+                interpreter: Optional[Path]) -> Dict[str, Any]:
+    """Everything the gate's verdict depends on, for the rerun cache's key:
+
+    what is installed (`lock_key`: the locks, git commits and patches, builds, activation, --without; and
+    `layers`: what the pip, git and build phases installed, with the wheels' sha256), the interpreter a venv
+    env links to, the paths the checks see (staging prefix and target), the profile judged against (its
+    bytes), the checks themselves (the payload programs, envbuild's stack checks and facts, envbuild's
+    version), and what the loader sees on this node (its cache and preload file, the driver's version file,
+    the environment variables above, the host)."""
+    from envbuild import __version__
+    from envbuild.install.rerun_cache import file_identity, tree_digest
+    from envbuild.paths import payload_dir
+
+    pkg = Path(__file__).resolve().parent.parent
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        driver = None
+    return {
+        "lock_key": lock_key,
+        "layers": layers,
+        "interpreter": file_identity(interpreter) if interpreter else None,
+        "prefix": str(prefix),
+        "target": str(target),
+        "profile": hashlib.sha256(Path(profile.path).read_bytes()).hexdigest(),
+        "checks": [__version__, tree_digest(payload_dir(), pkg / "doctor" / "checks", pkg / "facts")],
+        "loader": [file_identity("/etc/ld.so.cache"), file_identity("/etc/ld.so.preload"), driver],
+        "env": sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)),
+        "host": list(os.uname()),
+    }
+
+
+def run_stack_checks(prefix: Path, profile: Profile, inputs: Optional[Dict[str, Any]] = None) -> GateResult:
     """The doctor's static stack checks against `prefix`'s python, run as one doctor session (the same
     selection, runner and report `envbuild doctor --check stack --prefix P --profile F` gives), so the
-    runner's skip/error handling applies and only a real FAIL lands in `failed`."""
+    runner's skip/error handling applies and only a real FAIL lands in `failed`.
+
+    `inputs` (gate_inputs): a passing verdict is kept under their hash, and a verdict kept for the same
+    inputs is returned (cached=True) without running the checks."""
+    import json
+
+    from envbuild.install import rerun_cache
+
+    key = rerun_cache.key_of(CACHE_KIND, inputs) if inputs is not None else None
+    kept = rerun_cache.get(CACHE_KIND, key) if key else None
+    if kept is not None:
+        try:
+            results = _results(json.loads(kept))
+            return GateResult(results=results, failed=_failed(results), cached=True)
+        except (ValueError, KeyError, TypeError):
+            pass  # an unreadable entry: judge afresh
+    text = _run_doctor(prefix, profile)
+    results = _results(json.loads(text))
+    gate = GateResult(results=results, failed=_failed(results))
+    if key and gate.ok:
+        rerun_cache.put(CACHE_KIND, key, text)
+    return gate
+
+
+def _run_doctor(prefix: Path, profile: "Profile") -> str:
+    """The JSON report text of `envbuild doctor --check stack --mode static` on the staged prefix."""
     import contextlib
     import io
-    import json
     import tempfile
 
     from envbuild.doctor.session import DoctorOptions, run_doctor
-    from envbuild.report.json_report import report_from_dict
-    from envbuild.report.model import Status
 
     with tempfile.TemporaryDirectory(prefix="envbuild-gate-") as tmp:
         out = Path(tmp) / "report.json"
@@ -52,6 +124,16 @@ def run_stack_checks(prefix: Path, profile: Profile) -> GateResult:
                              quiet=True, json_path=str(out))
         with contextlib.redirect_stdout(io.StringIO()):  # create keeps stdout clean; the UI prints the verdict
             run_doctor(opts)
-        results = report_from_dict(json.loads(out.read_text(encoding="utf-8"))).results
-    failed: List = [r for r in results if r.status == Status.FAIL]
-    return GateResult(results=results, failed=failed)
+        return out.read_text(encoding="utf-8")
+
+
+def _results(report: Dict[str, Any]) -> list:
+    from envbuild.report.json_report import report_from_dict
+
+    return report_from_dict(report).results
+
+
+def _failed(results: list) -> List:
+    from envbuild.report.model import Status
+
+    return [r for r in results if r.status == Status.FAIL]

@@ -14,7 +14,8 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+import operator
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from envbuild.fsutil import atomic_write_text
 from envbuild.hashing import sha256_file
@@ -22,6 +23,7 @@ from envbuild.hashing import sha256_file
 MANIFEST = "envbuild/manifest.json"
 SCHEMA = 1
 _SKIP = ("envbuild/manifest.json", "envbuild/.create-state.json")
+_PATH = operator.itemgetter(0)
 
 
 def conda_records(prefix: Path) -> List[Dict[str, Any]]:
@@ -33,13 +35,24 @@ def conda_records(prefix: Path) -> List[Dict[str, Any]]:
     return out
 
 
-def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
-          layers: Optional[Dict[str, Any]] = None, progress=None,
-          recorded: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The manifest dict of the staged `prefix` (paths relative, `target` recorded as the prefix).
-    `recorded`: path -> (sha256, size) of the files that came verbatim from prebuilt wheels
-    (envbuild.install.prefix_files.prebuilt_files)."""
+def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[Any],
+           layers: Optional[Dict[str, Any]] = None, progress=None,
+           recorded: Optional[Mapping[str, Any]] = None,
+           files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
+           read: Optional[Mapping[str, Tuple[str, int]]] = None) -> Iterator[str]:
+    """The manifest's JSON text, in pieces, for the staged `prefix` (paths relative, `target` recorded as the prefix),
+    its files sorted by path. `recorded`: path -> (sha256, size) of the files that came verbatim from
+    prebuilt wheels (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed.
+    `files`: the prefix as prefix_files.walk_files lists it, when the caller has that listing already
+    (create's relocation walked it; a relocation leftover in it, which relocation removed, is skipped).
+    `read`: path -> (sha256, size) of files relocation read whole and left as they were (hashed as it read).
+
+    The other keys come first, indented, then one line per file. Each file's line is written as text,
+    never built as a dict first, and streamed to the file: a torch stack lists about 90,000 files, and a
+    dict per file (then json's encoder over them, then the whole text) cost more time and memory than the
+    rest of the manifest."""
     from envbuild.install.prefix_files import walk_files
+    from envbuild.install.relocate import PARTIAL as _RELOCATING
 
     owner: Dict[str, str] = {}
     known: Dict[str, str] = {}
@@ -55,24 +68,7 @@ def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[
             owner[entry["_path"]] = pkg_id
             if entry.get("sha256_in_prefix") or entry.get("sha256"):
                 known[entry["_path"]] = entry.get("sha256_in_prefix") or entry["sha256"]
-    recorded = recorded or {}
-    files = []
-    for rel, found in walk_files(prefix):
-        if rel in _SKIP:
-            continue
-        entry: Dict[str, Any] = {"path": rel, "owner": owner.get(rel, _owner_of(rel))}
-        wheel = recorded.get(rel)
-        if found.is_symlink():
-            entry["link"] = os.readlink(found.path)
-        elif wheel is not None:  # as its verified wheel's RECORD says (no read, no stat of 28,000 files)
-            entry["sha256"], entry["size"] = wheel[0], wheel[1]
-        else:
-            entry["sha256"] = known.get(rel) or sha256_file(found.path)
-            entry["size"] = found.stat().st_size
-        files.append(entry)
-        if progress:
-            progress()
-    return {
+    head = {
         "schema": SCHEMA,
         "prefix": str(target),
         "profile": profile,
@@ -80,8 +76,34 @@ def build(prefix: Path, target: Path, profile: str, lock_key: str, locked: List[
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "conda": sorted(packages, key=lambda p: p["name"]),
         "layers": layers or {},
-        "files": files,
     }
+    text = json.dumps(head, indent=1)
+    yield text[:-2] + ',\n "files": ['
+    recorded, read = recorded or {}, read or {}
+    q = _quote
+    quoted: Dict[str, str] = {}  # owner -> its JSON string (a few owners, 90,000 rows)
+    n = 0
+    for rel, found in sorted(walk_files(prefix) if files is None else files, key=_PATH):
+        if rel in _SKIP or rel.endswith(_RELOCATING):
+            continue
+        who = owner.get(rel) or _owner_of(rel)
+        qwho = quoted.get(who) or quoted.setdefault(who, q(who))
+        wheel = recorded.get(rel) or read.get(rel)
+        if found.is_symlink():
+            row = f'{{"path": {q(rel)}, "owner": {qwho}, "link": {q(os.readlink(found.path))}}}'
+        else:  # a wheel's file as its verified RECORD says (no read, no stat of 87,000 files), else hashed
+            sha, size = wheel or (known.get(rel) or sha256_file(found.path), found.stat().st_size)
+            row = f'{{"path": {q(rel)}, "owner": {qwho}, "sha256": "{sha}", "size": {size:d}}}'
+        yield ("\n  " if n == 0 else ",\n  ") + row  # each row exactly what json.dumps writes of its dict
+        n += 1
+        if progress and n % 1024 == 0:
+            progress(1024)
+    if progress:
+        progress(n % 1024)
+    yield "\n ]\n}\n" if n else "]\n}\n"
+
+
+_quote = json.encoder.encode_basestring_ascii  # json.dumps's own string writer (ensure_ascii)
 
 
 def _owner_of(rel: str) -> str:
@@ -92,26 +114,11 @@ def _owner_of(rel: str) -> str:
     return "unowned"
 
 
-def write(prefix: Path, manifest: Dict[str, Any]) -> Path:
+def write(prefix: Path, text: Iterable[str]) -> Path:
+    """Write the manifest text (`render`'s pieces) into the staged prefix, atomically."""
     path = prefix / MANIFEST
-    atomic_write_text(path, dumps(manifest))
+    atomic_write_text(path, text)
     return path
-
-
-def dumps(manifest: Dict[str, Any]) -> str:
-    """The manifest's JSON text: the other keys indented, one line per file.
-
-    Why not json.dumps(indent=1) of it all: with an indent, json runs its pure-Python encoder, over a
-    second for the 28,000 files of a torch env. The file list goes through the C encoder in one call; each
-    entry starts with `{"path"`, and `}, {"path"` cannot occur inside a JSON string (a quote in one is
-    escaped), so that is where the lines break."""
-    rest = {k: v for k, v in manifest.items() if k != "files"}
-    head = json.dumps(rest, indent=1)
-    if "files" not in manifest:
-        return head + "\n"
-    rows = json.dumps(manifest["files"]).replace('}, {"path"', '},\n  {"path"')
-    rows = "[\n  " + rows[1:-1] + "\n ]" if manifest["files"] else "[]"
-    return (head[:-2] + ",\n" if rest else "{\n") + f' "files": {rows}\n}}\n'
 
 
 def read(prefix: Path) -> Optional[Dict[str, Any]]:

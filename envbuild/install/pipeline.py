@@ -26,7 +26,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from envbuild.errors import EnvbuildError
 
@@ -98,10 +98,11 @@ def already_built(job: CreateJob) -> bool:
     return True
 
 
-def run(job: CreateJob, ui) -> Dict[str, Any]:
-    """Run (or resume) every phase; returns the manifest. `ui` (create_ui.CreateUI) announces each phase."""
+def run(job: CreateJob, ui) -> None:
+    """Run (or resume) every phase. `ui` (create_ui.CreateUI) announces each phase. The manifest is not read
+    back: the target's envbuild/manifest.json is what this run wrote (90,000 files' lines for a torch stack)."""
     from envbuild.install import activation, backends, conda_layer, manifest
-    from envbuild.install.prefix_files import prebuilt_files
+    from envbuild.install.prefix_files import prebuilt_files, walk_files
     from envbuild.install.relocate import relocate_tree
     from envbuild.install.staging import Staging
 
@@ -169,9 +170,10 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                                  unit="builds")
 
         def doctor(ph) -> None:
-            from envbuild.install.doctor_gate import run_stack_checks
+            from envbuild.install.doctor_gate import gate_inputs, run_stack_checks
 
-            gate = run_stack_checks(prefix, job.profile)
+            inputs = gate_inputs(prefix, job.target, job.profile, job.key, layers, job.interpreter)
+            gate = run_stack_checks(prefix, job.profile, inputs)
             ph.result = ui.gate(gate)
             if not gate.ok:
                 from envbuild.install.doctor_gate import DoctorGateFailed
@@ -181,19 +183,40 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
                                        f"{job.target} was left as it was; the staged one stays in {prefix}")
 
         phase("doctor", "doctor stack checks on the staged env", doctor)
-        # what the prebuilt wheels unpacked as it was: neither relocated nor hashed again (prefix_files)
-        verbatim = prebuilt_files(prefix, layers["pip"] or [])
-        phase("relocate", f"relocate paths to {job.target}",
-              lambda ph: relocate_tree(prefix, prefix, job.target, verbatim=verbatim))
-        phase("activation", "activation scripts",
-              lambda ph: activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
-                                                  job.recipe.activation.env))
+        kept: Dict[str, Any] = {}
+
+        def verbatim() -> Dict[str, Any]:
+            """What the prebuilt wheels unpacked as it was: neither relocated nor hashed again (prefix_files);
+            worked out once, in the first phase that needs it (its seconds count there)."""
+            if "files" not in kept:
+                kept["files"] = prebuilt_files(prefix, layers["pip"] or [])
+            return kept["files"]
+
+        def relocate(ph) -> None:
+            """One walk of the prefix, kept for the manifest (with what activation adds) when both phases
+            run in this process, with the sha256 of each file relocation read whole and left as it was:
+            walking a torch env's 90,000 files, and reading its 55 MB of scripts and dist-info files, are
+            each a noticeable part of a warm create."""
+            files, digests = list(walk_files(prefix)), {}
+            relocate_tree(prefix, prefix, job.target, verbatim=verbatim(), files=files, digests=digests)
+            kept["walked"], kept["read"] = files, digests
+
+        def write_activation(ph) -> None:
+            written = activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
+                                               job.recipe.activation.env)
+            if "walked" in kept:
+                kept["walked"] = _with_files(kept["walked"], prefix, written.values())
+                for path in written.values():  # rewritten: hashed by the manifest
+                    kept["read"].pop(path.relative_to(prefix).as_posix(), None)
+
+        phase("relocate", f"relocate paths to {job.target}", relocate)
+        phase("activation", "activation scripts", write_activation)
 
         def write_manifest(ph) -> None:
-            data = manifest.build(prefix, job.target, job.profile.name, job.key, job.conda,
-                                  layers={k: v for k, v in layers.items() if v}, progress=ph.advance,
-                                  recorded=verbatim)
-            manifest.write(prefix, data)
+            manifest.write(prefix, manifest.render(prefix, job.target, job.profile.name, job.key, job.conda,
+                                                   layers={k: v for k, v in layers.items() if v},
+                                                   progress=ph.advance, recorded=verbatim(),
+                                                   files=kept.get("walked"), read=kept.get("read")))
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
 
@@ -206,9 +229,20 @@ def run(job: CreateJob, ui) -> Dict[str, Any]:
             staging.swap(kill_hook=swapped)
             job.swapped = True
         job.timings["swap"] = time.monotonic() - t0
-        return manifest.read(job.target) or {}
     finally:
         staging.release()
+
+
+def _with_files(files: List[Any], prefix: Path, paths: Iterable[Path]) -> List[Any]:
+    """`files` (walk_files' listing of `prefix`) with `paths` written since: each one's directory entry
+    replaces any it had in the listing."""
+    added = {}
+    for path in paths:
+        with os.scandir(path.parent) as it:
+            for entry in it:
+                if entry.name == path.name:
+                    added[Path(path).relative_to(prefix).as_posix()] = entry
+    return [(rel, e) for rel, e in files if rel not in added] + list(added.items())
 
 
 def _layer_module(name: str):

@@ -22,6 +22,7 @@ from typing import Dict, Iterable, Iterator, Mapping, NamedTuple, Set, Tuple
 from packaging.utils import canonicalize_name, canonicalize_version
 
 _NAME = operator.attrgetter("name")
+_CACHE_KIND = "prebuilt-files"
 
 
 class Recorded(NamedTuple):
@@ -100,6 +101,55 @@ def _installer(info: Path) -> str:
 
 
 def prebuilt_files(prefix: Path, installed: Iterable[Mapping]) -> Dict[str, Recorded]:
+    """`_prebuilt_files`, kept in envbuild.install.rerun_cache by what decides it (`_record_inputs`): parsing
+    the RECORDs of a torch stack (87,000 rows) is a noticeable part of a warm create, and a rerun with the
+    same locked wheels reads the same rows."""
+    from envbuild.install import rerun_cache
+
+    installed = list(installed)
+    inputs = _record_inputs(prefix, installed)
+    if inputs is None:
+        return {}
+    key = rerun_cache.key_of(_CACHE_KIND, inputs)
+    kept = rerun_cache.get(_CACHE_KIND, key)
+    if kept is not None:
+        try:  # three columns, one line per file each: split and zipped in C (a JSON list of rows is slower)
+            rels, shas, sizes = (col.split("\n") for col in kept.split("\0"))
+            if len(rels) == len(shas) == len(sizes):
+                return dict(zip(rels, map(Recorded._make, zip(shas, map(int, sizes)))))
+        except ValueError:
+            pass  # an unreadable entry: parse afresh
+    out = _prebuilt_files(prefix, installed)
+    if out:
+        rerun_cache.put(_CACHE_KIND, key, "\0".join(["\n".join(out), "\n".join(r.sha256 for r in out.values()),
+                                                     "\n".join(str(r.size) for r in out.values())]))
+    return out
+
+
+def _record_inputs(prefix: Path, installed: Iterable[Mapping]) -> "list | None":
+    """What `_prebuilt_files` reads, named without reading the RECORDs: each distribution folder with its
+    INSTALLER; for a prebuilt wheel installed by uv, the wheel's locked sha256 (its RECORD rows inside
+    site-packages are that wheel's own files); for any other distribution, the sha256 of its RECORD. None
+    when no wheel is prebuilt (nothing to parse)."""
+    import hashlib
+
+    wanted = {_key(w["name"], w["version"]): w.get("sha256", "") for w in installed if w.get("prebuilt")}
+    if not wanted:
+        return None
+    rows = []
+    for site, info in _dist_infos(prefix):
+        name, _, version = info.name[: -len(".dist-info")].partition("-")
+        installer, sha = _installer(info), wanted.get(_key(name, version))
+        if not (sha and installer == "uv"):
+            try:
+                sha = "record:" + hashlib.sha256((info / "RECORD").read_bytes()).hexdigest()
+            except OSError:
+                sha = "record:none"
+        rows.append([site.relative_to(prefix).as_posix(), info.name, installer, sha])
+    return rows
+
+
+def _prebuilt_files(prefix: Path, installed: Iterable[Mapping]) -> Dict[str, Recorded]:
     """Path (relative to `prefix`) -> its RECORD sha256 and size, for every file that the pip layer's
     prebuilt wheels (`installed`: the pip phase's InstalledWheel dicts) unpacked into site-packages as it
     was in the wheel.

@@ -15,22 +15,26 @@ size of the file (a 1.76 GB CUDA library used to be read whole).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
-from typing import BinaryIO, Container, Set
+from typing import BinaryIO, Container, Dict, Iterable, Optional, Set, Tuple
 
 CHUNK = 1 << 20
 _TEXT_PROBE = 8192
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".whl", ".zip", ".tar", ".gz", ".bz2", ".zst", ".conda")
-_PARTIAL = ".envbuild-relocating"  # a rewrite in progress (a Ctrl-C removes it; a SIGKILL may leave it)
+PARTIAL = ".envbuild-relocating"  # a rewrite in progress (a Ctrl-C removes it; a SIGKILL may leave it)
 
 
-def _holds(path: Path, needle: bytes) -> bool:
-    """Whether the file at `path` contains `needle`, read a chunk at a time (a match across two chunks counts)."""
+def _holds(path: Path, needle: bytes, digest: "Optional[hashlib._Hash]" = None) -> bool:
+    """Whether the file at `path` contains `needle`, read a chunk at a time (a match across two chunks counts).
+    `digest` is fed every chunk read: when the answer is False, it has seen the whole file."""
     keep = len(needle) - 1
     window = b""
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(CHUNK), b""):
+            if digest is not None:
+                digest.update(chunk)
             window = (window[-keep:] if keep else b"") + chunk
             if needle in window:
                 return True
@@ -73,14 +77,16 @@ def rewrite_stream(src: BinaryIO, dst: BinaryIO, old: bytes, new: bytes, padded:
     dst.write(buf)
 
 
-def relocate_file(path: Path, old: bytes, new: bytes, padded: bool) -> bool:
-    """Rewrite `old` -> `new` in `path` (see rewrite_stream) when it holds `old`; False when it does not.
+def relocate_file(path: Path, old: bytes, new: bytes, padded: bool,
+                  digest: "Optional[hashlib._Hash]" = None) -> bool:
+    """Rewrite `old` -> `new` in `path` (see rewrite_stream) when it holds `old`; False when it does not (then
+    `digest`, when given, has been fed the whole file).
 
     The result is a new file with the old mode that replaces `path`: the old one may be a hardlink into
     the package cache or another shared cache, which must never be written through."""
-    if not _holds(path, old):
+    if not _holds(path, old, digest):
         return False
-    partial = path.with_name(path.name + _PARTIAL)
+    partial = path.with_name(path.name + PARTIAL)
     try:
         with open(path, "rb") as src, open(partial, "wb") as dst:
             rewrite_stream(src, dst, old, new, padded)
@@ -99,18 +105,26 @@ def conda_owned(prefix: Path) -> Set[str]:
     return {e["_path"] for rec in conda_records(prefix) for e in (rec.get("paths_data") or {}).get("paths", [])}
 
 
-def _kind(path: Path) -> str:
-    """"text", "elf" or "" (another binary: left alone), from the file's first bytes."""
+def _kind(path: Path) -> Tuple[str, Optional[bytes]]:
+    """"text", "elf" or "" (another binary: left alone), from the file's first bytes; and those bytes when
+    they are the whole file (most files relocation reads are small scripts and dist-info files: one read)."""
     with open(path, "rb") as fh:
         probe = fh.read(_TEXT_PROBE)
+    whole = probe if len(probe) < _TEXT_PROBE else None
     if b"\0" not in probe:
-        return "text"
-    return "elf" if probe.startswith(b"\x7fELF") else ""
+        return "text", whole
+    return ("elf" if probe.startswith(b"\x7fELF") else ""), whole
 
 
-def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset()) -> int:
+def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset(),
+                  files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
+                  digests: Optional[Dict[str, Tuple[str, int]]] = None) -> int:
     """Rewrite `old` -> `new` in every non-conda file under `prefix` but those in `verbatim` (paths relative
-    to `prefix` that came unchanged from a prebuilt wheel); returns how many files changed."""
+    to `prefix` that came unchanged from a prebuilt wheel); returns how many files changed. `files`: the
+    prefix as prefix_files.walk_files lists it, when the caller walked it already (create walks a torch
+    env's 90,000 files once for relocation and the manifest). `digests`: filled with path -> (sha256, size)
+    of every file read whole and left as it was, so the manifest need not read it again (a torch stack's
+    bin/ and dist-info folders hold 55 MB that relocation must read)."""
     from envbuild.install.prefix_files import walk_files
 
     old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
@@ -118,8 +132,8 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
         raise ValueError(f"cannot relocate {old} to the longer path {new}")
     owned = conda_owned(prefix)
     changed = 0
-    for rel, entry in walk_files(prefix):
-        if entry.name.endswith(_PARTIAL):  # left by a killed run, which this one redoes
+    for rel, entry in (walk_files(prefix) if files is None else files):
+        if entry.name.endswith(PARTIAL):  # left by a killed run, which this one redoes
             os.unlink(entry.path)
             continue
         if (rel in verbatim or rel in owned or entry.is_symlink() or entry.name.endswith(_SKIP_SUFFIXES)
@@ -127,9 +141,16 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
             continue
         path = Path(entry.path)
         try:
-            kind = _kind(path)
-            if kind and relocate_file(path, old_b, new_b, padded=kind == "elf"):
+            kind, whole = _kind(path)
+            if whole is not None and (not kind or old_b not in whole):
+                if digests is not None:
+                    digests[rel] = (hashlib.sha256(whole).hexdigest(), len(whole))
+                continue
+            digest = hashlib.sha256() if digests is not None and kind else None
+            if kind and relocate_file(path, old_b, new_b, padded=kind == "elf", digest=digest):
                 changed += 1
+            elif digest is not None:
+                digests[rel] = (digest.hexdigest(), entry.stat().st_size)
         except OSError:
             continue
     return changed

@@ -40,7 +40,7 @@ def health_check() -> Optional[str]:
 def interpreter_version(python: Path) -> str:
     """`major.minor` of the interpreter at `python` (EnvbuildError naming it when it cannot run)."""
     try:
-        proc = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        proc = subprocess.run([str(python), "-E", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                               capture_output=True, text=True, timeout=60)
     except OSError as exc:
         raise EnvbuildError(f"--python {python}: cannot run it ({exc.strerror or exc})") from exc
