@@ -23,6 +23,8 @@
 #                 comm.offload_cycle; the static ones read stack.torch): f01-f04, f07-f11, f13-f15 (f15 = a rank
 #                 SIGSTOPped in offload's 'pause 1', docs/faults.md's s4/s5 row), then with time left f05, f06, f12
 #                 (their checks did not change)
+#   cold-ab       with the page cache dropped before each run: the stack probe alone, plain and with torch's (or
+#                 all) libraries read ahead beside it, twice each: what the static first run could gain
 # Comes back as 7 files: $OUT/s8-summary.txt (read this: each goal met or MISSED against the numbers before, where
 # the offload and static seconds went, each fault "as expected" or "DIFFERS"), bench-static-cold.json,
 # bench-static-warm.json, bench-quick.json, bench-full.json, s8-faults.json ({run: fault, command, exit, report}),
@@ -145,6 +147,53 @@ fault f06-sigstop-compute-timer 45 "a gpu.compute rank SIGSTOPped 1.5 s after it
   ENVBUILD_TEST_SIGSTOP_AFTER_S=1.5 -- $Q --check gpu.compute
 fault f12-m3-pidfd-blocked 25 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True + pidfd_getfd blocked (seccomp)" \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ENVBUILD_FAULT_IPC_BLOCK_PTRACE=seccomp -- $Q --check gpu.cumem_ipc
+
+# What a cold start costs and whether reading the libraries ahead would help (no product code: an experiment for the
+# next change): with the page cache dropped before each run (root on the lent VM; skipped when not allowed), the stack
+# probe alone, plain and with its libraries read ahead by a parallel process started with it, twice each.
+if skipped cold-ab; then say "cold-ab: not run (SKIP)"
+elif [ "$(left)" -lt 40 ]; then say "cold-ab: not run, $(left) s left (needs 40)"
+elif [ "$DRY" = 1 ]; then say "cold-ab: would run: drop_caches; python3 checks/stack_probe.py [with readahead of torch/lib, of all libs] x2"
+elif ! (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then say "cold-ab: not run, cannot drop the page cache here"
+else
+  t0=$SECONDS
+  timeout $(( $(left) - 5 )) python3 - "$R/cold-ab.json" >> "$SUMMARY" 2>&1 <<'PY'
+import glob, importlib.util, json, os, subprocess, sys, threading, time
+site = os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin))
+sets = {"plain": [], "torch/lib": glob.glob(site + "/torch/lib/*.so*") + glob.glob(site + "/torch/_C*.so"),
+        "all libs": glob.glob(site + "/torch/lib/*.so*") + glob.glob(site + "/torch/_C*.so")
+                    + glob.glob(site + "/nvidia/*/lib/*.so*")}
+READ = "import os, sys, threading\n" \
+       "def ra(p):\n fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED); os.close(fd)\n" \
+       "ts = [threading.Thread(target=ra, args=(p,)) for p in sys.argv[1:]]\n[t.start() for t in ts]; [t.join() for t in ts]\n"
+rows = []
+print("== cold A/B: the stack probe alone after dropping the page cache (s: its elapsed_s; phases of its main thread)")
+for round_ in (1, 2):
+    for name, files in sets.items():
+        subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+        t0 = time.monotonic()
+        helper = subprocess.Popen([sys.executable, "-c", READ] + files) if files else None
+        out = subprocess.run([sys.executable, "checks/stack_probe.py"], capture_output=True, text=True, timeout=120)
+        wall = time.monotonic() - t0
+        if helper:
+            helper.wait()
+        try:
+            data = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            data = {}
+        mib = sum(os.path.getsize(f) for f in files) / 2 ** 20
+        rows.append({"round": round_, "readahead": name, "readahead_mib": round(mib), "wall_s": round(wall, 2),
+                     "elapsed_s": data.get("elapsed_s"), "phase_s": data.get("phase_s"),
+                     "inventory_s": data.get("inventory_s")})
+        ph = data.get("phase_s") or {}
+        print(f"  round {round_} readahead {name:<9} ({mib:6.0f} MiB): wall {wall:.2f} s, probe {data.get('elapsed_s')} s"
+              f" [load libs {ph.get('load torch libraries')}, cuda tensor {ph.get('cuda tensor')}, nccl "
+              f"{ph.get('nccl process group')}, waited for inventory {ph.get('inventory')}]; inventory thread "
+              f"{data.get('inventory_s')} s")
+json.dump(rows, open(sys.argv[1], "w"), indent=1)
+PY
+  say "cold-ab: exit $? after $(( SECONDS - t0 )) s"
+fi
 
 [ "$DRY" = 1 ] && exit 0
 python3 docs/gpu-runs/s8_summary.py "$R" "$OUT" >> "$SUMMARY" 2>&1
