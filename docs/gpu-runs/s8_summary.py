@@ -121,6 +121,25 @@ def offload_split(run_dir: str) -> List[str]:
     return lines
 
 
+def launch_split(run_dir: str) -> List[str]:
+    lines = ["== probes: seconds from each rank's start (warm: its handing) to its first phase, of the check's "
+             "seconds (evidence.launch): the part of a probe's time that was start-up, not its work"]
+    for step in ("quick", "full"):
+        for path in sorted(glob.glob(os.path.join(run_dir, "reports", step, "doctor-*.json"))):
+            report = load(path)
+            parts = []
+            for r in report.get("results") or []:
+                launches = (r.get("evidence") or {}).get("launch")
+                if not launches or r["check_id"] in [p[0] for p in parts]:
+                    continue
+                ranks = [k for launch in launches for k in launch.get("ranks") or []]
+                start = max((k.get("start_s") or 0.0 for k in ranks), default=0.0)
+                warm = "warm" if ranks and all(k.get("warm") for k in ranks) else "cold" if ranks else "?"
+                parts.append((r["check_id"], f"{r['check_id']} {warm} {start:.2f} of {r.get('duration_s', 0):.2f} s"))
+            lines.append(f"  {step} {os.path.basename(path)}: " + "; ".join(text for _, text in parts))
+    return lines
+
+
 def roots_and_folded(report: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     roots, folded = [], []
     for r in report.get("results") or []:
@@ -175,7 +194,8 @@ def faults(run_dir: str, out: str) -> List[str]:
 
 def main(argv: List[str]) -> int:
     run_dir, out = argv[1], argv[2]
-    for block in (goals(out), static_split(run_dir), offload_split(run_dir), faults(run_dir, out)):
+    for block in (goals(out), static_split(run_dir), launch_split(run_dir), offload_split(run_dir),
+                  faults(run_dir, out)):
         print("\n".join(block))
     return 0
 
