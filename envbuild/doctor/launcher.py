@@ -560,7 +560,8 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
             log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
             pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state, warm=r.warm,
-            start_s=round(float(first) - r.started, 3) if isinstance(first, (int, float)) else None,
+            # at least 0: a warm rank may enter its first phase before the launcher has noted that it handed it
+            start_s=round(max(0.0, float(first) - r.started), 3) if isinstance(first, (int, float)) else None,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]
