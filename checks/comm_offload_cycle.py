@@ -33,7 +33,7 @@ from _harness import Probe, exact_fill, exact_sum, mismatches, parse_mode, word_
 
 # Region per mode. A pause's time is torch_memory_saver pinning a fresh host shadow (cudaMallocHost at 2-3 GB/s: TMS
 # 0.0.10 frees it at every resume unless TMS_RETAIN_CPU_BACKUP is set, and slime does not set it), so it grows with
-# the bytes and nothing else: 0.69-0.72 s per pause for 2 GiB in quick (docs/gpu-runs/s7), 2.8-4.2 s for 8 GiB in
+# the bytes and nothing else: 0.69-1.05 s per pause for 2 GiB in quick (docs/gpu-runs/s7), 2.8-4.2 s for 8 GiB in
 # full (doctor-full-1gpu-s5.json: 31 of the check's 44 s). What the check judges does not grow with them: the share
 # released (whole cuMem chunks), every word back, the collectives after each resume, free memory over the cycles
 # (an absolute 256 MiB). So both modes pause 1-2 GiB, slime's way (CPU backup, shadow re-pinned every cycle), and

@@ -102,7 +102,7 @@ def retain_host_shadow(tms) -> Optional[bool]:
     8-13 s; the host-copy offload of the same payload took 20.6 s the first time (pinning 38 GiB) and 1.6-2.2 s
     after (train-moe-1gpu-final.json). The copies are pinned in both; what TMS (0.0.10, the profile's pin) repeats
     is the pinning: without TMS_RETAIN_CPU_BACKUP it cudaMallocHost()s a fresh shadow at every pause and
-    cudaFreeHost()s it at every resume, at 2-3 GB/s, where the copy itself runs at 20-25 GB/s.
+    cudaFreeHost()s it at every resume, at about 2-3 GB/s, where the copy itself ran at 18-26 GB/s.
 
     slime's trainer runs TMS with the CPU backup (TMS_INIT_ENABLE_CPU_BACKUP=1, slime/ray/actor_group.py) and this
     check keeps it: the whole state is copied out at every offload and must come back bit for bit. Only the shadow
