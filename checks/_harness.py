@@ -128,6 +128,7 @@ class Probe:
         self.evidence: Dict[str, Any] = {}
         self._phases: List[str] = []
         self._entered = False  # a phase was entered (the test hooks tell "before the first" from "between")
+        self._first_phase_t: Optional[float] = None  # wall clock of entering the first phase (in the result)
         self._error_phase: Optional[str] = None
         self._finished = False
         self._stacks_fh = None
@@ -190,6 +191,8 @@ class Probe:
     def phase(self, name: str) -> Iterator[None]:
         """Record that this rank is in `name` (nested phases restore the outer one on exit)."""
         self._phases.append(name)
+        if not self._entered:
+            self._first_phase_t = time.time()
         self._entered = True
         self._write_phase(name)
         self._test_hooks(name)
@@ -236,7 +239,7 @@ class Probe:
     def emit(self, result: Dict[str, Any]) -> None:
         """Write rank<k>.json atomically: {rank, status, summary, metrics, evidence, ...}."""
         data = {"rank": self.rank, "world_size": self.world_size, "metrics": self.metrics,
-                "evidence": self.evidence}
+                "evidence": self.evidence, "first_phase_t": self._first_phase_t}
         data.update(result)
         self._write_atomic(".json", data)
         self._finished = True

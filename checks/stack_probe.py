@@ -824,9 +824,12 @@ def main(argv):
     CHILD_ENV.update(os.environ)  # the inventory's children never see the NCCL_DEBUG* the 1-rank group sets
 
     def take_inventory():
+        started = time.monotonic()
         try:
             inventory(found, errors, opts["patches"])
         finally:
+            # its own seconds: the phase "inventory" only counts the wait for it once torch's part is done
+            found["inventory_s"] = round(time.monotonic() - started, 3)
             inventory_done.set()
 
     threading.Thread(target=take_inventory, name="inventory", daemon=True).start()

@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import Probe  # noqa: E402
@@ -92,6 +92,30 @@ def tms_mode(args: argparse.Namespace) -> Dict[str, Any]:
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-u", os.path.abspath(__file__)] + sys.argv[1:], env)
     raise AssertionError("unreachable")
+
+
+def retain_host_shadow(tms) -> Optional[bool]:
+    """Keep torch_memory_saver's pinned host copy of the training state from one offload to the next.
+
+    Where the offload time went (docs/gpu-runs: s6-train-tms-sourcebuilt-full.json, doctor-full-1gpu-s5.json): each
+    of the three TMS offloads took 28-44 s for 74.5 GiB, the second and third as long as the first, and each resume
+    8-13 s; the host-copy offload of the same payload took 20.6 s the first time (pinning 38 GiB) and 1.6-2.2 s
+    after (train-moe-1gpu-final.json). The copies are pinned in both; what TMS (0.0.10, the profile's pin) repeats
+    is the pinning: without TMS_RETAIN_CPU_BACKUP it cudaMallocHost()s a fresh shadow at every pause and
+    cudaFreeHost()s it at every resume, at about 2-3 GB/s, where the copy itself ran at 18-26 GB/s.
+
+    slime's trainer runs TMS with the CPU backup (TMS_INIT_ENABLE_CPU_BACKUP=1, slime/ray/actor_group.py) and this
+    check keeps it: the whole state is copied out at every offload and must come back bit for bit. Only the shadow
+    is kept between cycles, which is what TMS before the retain switch did anyway. What this check exists for
+    stays as slime runs it: megatron's state through pause/resume, every process group destroyed and re-created,
+    no growth; the first pause still pins the whole state, so a host that cannot hold it still fails here. The
+    per-cycle pin/unpin of the shadow itself stays tested every cycle by comm.offload_cycle, with TMS's default.
+
+    Returns True once set, None when this TMS has no such switch (it then keeps or drops the shadow as it does)."""
+    if not hasattr(type(tms), "retain_cpu_backup"):
+        return None
+    tms.retain_cpu_backup = True
+    return True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -665,6 +689,7 @@ def _run(p, args, shape, ev, dist, reloader, tms, mode, steps) -> None:
         # memory outside torch's allocator that envbuild/train/memory.py must count
         ev["groups_device_bytes"] = device_used_bytes() - before_groups
         if tms is not None:
+            mode["cpu_backup_retained"] = retain_host_shadow(tms)
             with tms.region(tag="train", enable_cpu_backup=True):
                 config, ddp, optimizer = build(args, shape, spec, grouped_gemm=ev["spec"] == "te")
         else:

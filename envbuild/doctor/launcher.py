@@ -79,6 +79,10 @@ class RankOutcome:
     phase_elapsed_s: Optional[float] = None  # time spent in `phase` when the run ended
     state: Optional[str] = None  # /proc state letter when the run was stopped (T = stopped), for hung ranks
     warm: bool = False  # started ahead of the launch with torch imported (envbuild/doctor/warm.py), not cold
+    # Seconds from the rank's start (a warm one: the launch handing it its job) to its first phase, from the time
+    # the harness wrote into its result: what a launch costs before the probe's own work (a cold rank's torch
+    # import, a warm one still finishing its import). None without a result or a phase.
+    start_s: Optional[float] = None
 
 
 @dataclass
@@ -544,16 +548,20 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
     outcomes = []
     for r in ranks:
         ph = r.phase()
+        result = _read_json(r.path(".json"))
+        first = (result or {}).get("first_phase_t")
         elapsed = None
         if ph and ph.get("t") is not None and r.killed:
             elapsed = round(time.time() - float(ph["t"]), 2)
         elif r.killed and not (ph or {}).get("phase"):  # stuck starting: the time since its start
             elapsed = round(time.time() - r.started, 2)
         outcomes.append(RankOutcome(
-            rank=r.rank, returncode=r.proc.returncode, result=_read_json(r.path(".json")),
+            rank=r.rank, returncode=r.proc.returncode, result=result,
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
             log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
             pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state, warm=r.warm,
+            # at least 0: a warm rank may enter its first phase before the launcher has noted that it handed it
+            start_s=round(max(0.0, float(first) - r.started), 3) if isinstance(first, (int, float)) else None,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

@@ -46,6 +46,7 @@ class ProbeRun:
         self.mode = "full" if ctx.mode == "full" else "quick"
         gpus = ctx.gpu_indices()
         self.gpus: List[int] = gpus[: self.spec.max_gpus] if self.spec.max_gpus else gpus
+        self.outcomes: List["LaunchOutcome"] = []  # every launch of this run, for launch_timing()
 
     @property
     def nranks(self) -> int:
@@ -120,12 +121,22 @@ class ProbeRun:
                 own[START] = deadlines[START]
             deadlines = own
         start = self.start_env()
-        return launch(self.spec.payload, nranks, python=self.ctx.python or sys.executable, gpus=self.gpus,
-                      args=list(args), deadline_s=self.deadline_s if deadline_s is None else deadline_s,
-                      backend=self.spec.backend, env={**start, **(env or {})} if start else env,
-                      per_rank_env=per_rank_env,
-                      phase_deadlines=deadlines,
-                      run_dir=run_dir)
+        outcome = launch(self.spec.payload, nranks, python=self.ctx.python or sys.executable, gpus=self.gpus,
+                         args=list(args), deadline_s=self.deadline_s if deadline_s is None else deadline_s,
+                         backend=self.spec.backend, env={**start, **(env or {})} if start else env,
+                         per_rank_env=per_rank_env,
+                         phase_deadlines=deadlines,
+                         run_dir=run_dir)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def launch_timing(self) -> List[Dict[str, Any]]:
+        """Per launch: its wall time and, per rank, whether it was warm and how long it took to reach its first
+        phase. What a probe check's seconds were besides the probe's own work: in a --quick on one H200 the first
+        GPU probe (gpu.basic) took 2.9 s (docs/gpu-runs/s7) and nothing recorded how much of it was its rank still
+        importing torch; this does."""
+        return [{"wall_s": o.wall_s, "ranks": [{"rank": r.rank, "warm": r.warm, "start_s": r.start_s}
+                                               for r in o.ranks]} for o in self.outcomes]
 
     def launch(self, args: Sequence[str] = (), **kw: Any) -> "LaunchOutcome":
         """launch_outcome, but a hang or a crash raises ProbeBroken with its `fail`: the check never sees it."""

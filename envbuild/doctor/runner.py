@@ -54,8 +54,9 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
                            remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]
     else:
         mark = len(getattr(ctx.facts, "touched", ()))  # bundle replays: which files this check read
+        run = ProbeRun(check, ctx) if check.probe is not None else None
         try:
-            out = check.fn(ctx) if check.probe is None else check.fn(ctx, ProbeRun(check, ctx))
+            out = check.fn(ctx) if run is None else check.fn(ctx, run)
             results = out if isinstance(out, list) else [out]
         except ProbeBroken as exc:  # the payload hung or crashed: its fail, built by the runner
             results = [exc.result]
@@ -69,6 +70,10 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
             results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}"
                                              f"{crash_note(ctx.facts, mark)}", evidence={"traceback": tail})]
+        if run is not None and run.outcomes:  # last in the evidence: what fold.py searches comes first
+            timing = run.launch_timing()
+            for r in results:
+                r.evidence = {**(r.evidence or {}), "launch": (r.evidence or {}).get("launch", timing)}
     elapsed = time.monotonic() - start
     for r in results:
         r.check_id, r.category = check.id, check.category

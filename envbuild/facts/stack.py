@@ -10,7 +10,9 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
 `errors` then says why, keyed by part.
 
 - payload: "stack_probe"; payload_version: 1; elapsed_s: float; probe_exit_code: int (added by the reader:
-  0, or 3 when the probe's watchdog ended a hung CUDA/NCCL initialisation)
+  0, or 3 when the probe's watchdog ended a hung CUDA/NCCL initialisation); phase_s: {phase: seconds} of the
+  main thread (loading torch's libraries, CUDA, NCCL, then "inventory": the wait for the inventory thread);
+  inventory_s: the inventory thread's own seconds (it runs beside the rest)
 - errors: {part: message} for each part that failed (e.g. "init", "ldconfig", "maps", "reachable")
 - python: {executable, version, prefix, base_prefix, sys_path_dirs[], platform}
 - env: {NAME: value} for NCCL_*, CUDA_*, PYTORCH_*, TORCH_NCCL_*, TORCH_SYMM_MEM_*, TMS_*, SGLANG_*,

@@ -10,12 +10,14 @@ so after each kill /proc tells whether anything survived.
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+from typing import Optional
 
 import pytest
 
@@ -49,8 +51,25 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def ranks_running(marker: str, payload: str = "comm_nccl_churn.py") -> bool:
-    return any(payload in cmdline(pid) for pid in marked(marker))
+def probe_rank(marker: str, payload: str = "comm_nccl_churn.py") -> Optional[str]:
+    """"cold" or "warm" once a rank of the probe runs, else None. A cold rank is a process started as `payload`; a
+    warm one is an interpreter of the pool (checks/_warm.py) that the launcher has handed the launch: it keeps
+    `_warm.py` as its command line for life and is known by its stdout, which it points at the run directory's
+    rank<k>.stdout.log on taking the job. Waiting for the pool's interpreters alone is not enough: the pool starts
+    them before the doctor has even parsed its arguments, and a stop that landed in that start-up (0.42-1.02 s
+    after them for three of the eight seeded moments, longer under load) hit a doctor that had not reached the
+    probe or not yet installed its signal handlers."""
+    for pid in marked(marker):
+        line = cmdline(pid)
+        if payload in line:
+            return "cold"
+        try:
+            out = os.path.basename(os.readlink(f"/proc/{pid}/fd/1"))
+        except OSError:  # gone
+            continue
+        if "_warm.py" in line and re.fullmatch(r"rank\d+\.stdout\.log", out):
+            return "warm"
+    return None
 
 
 def wait_gone(marker: str, seconds: float):
@@ -73,10 +92,11 @@ def start(tmp_path, torch_env, k, warm=False):
     proc = subprocess.Popen([python, str(driver), str(report)] + (["warm"] if warm else []), env=proc_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     end = time.monotonic() + 90
-    while not ranks_running(marker, "_warm.py" if warm else "comm_nccl_churn.py"):
+    while (kind := probe_rank(marker)) is None:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < end, "the probe's ranks never started"
         time.sleep(0.05)
+    assert kind == ("warm" if warm else "cold"), f"the probe's rank started {kind}"
     return proc, marker, report
 
 

@@ -79,3 +79,26 @@ def test_fail_without_causes_gets_declared_causes():
 def test_gpu_selection_filters_to_present_devices():
     ctx = DoctorContext(facts=FakeFacts({"device_count": 2}), gpus=[1, 5])
     assert ctx.gpu_indices() == [1]
+
+
+def test_a_probe_checks_results_say_how_long_its_ranks_took_to_reach_their_first_phase():
+    """Every result of a probe check carries, last in its evidence, each launch's wall time and per rank whether
+    it was warm and the seconds from its start to its first phase: where a probe's time went besides its work."""
+    import sys
+    from pathlib import Path
+
+    from envbuild.doctor.probes import merged_result
+    from envbuild.doctor.registry import ProbeSpec
+
+    payload = Path(__file__).resolve().parents[1] / "payloads" / "ok_payload.py"
+    spec = ProbeSpec(str(payload), "the ok probe", deadline_s={"quick": 60, "full": 60}, ranks="one", backend="none")
+    check = Check(id="t.probe", category="comm", title="t", fn=lambda ctx, run: merged_result(run.launch()),
+                  probe=spec)
+    ctx = DoctorContext(facts=FakeFacts({"device_count": 0}), mode="quick", python=sys.executable)
+    [res] = run_check(check, ctx)
+    assert res.status == Status.PASS, res.summary
+    assert list(res.evidence)[-1] == "launch"
+    [launch] = res.evidence["launch"]
+    [rank] = launch["ranks"]
+    assert rank["rank"] == 0 and rank["warm"] is False
+    assert 0 < rank["start_s"] < launch["wall_s"], launch  # a cold rank: python's start-up before its phase

@@ -85,3 +85,14 @@ def test_no_driver_on_a_cpu_node_is_no_gpu_not_a_failure(tmp_path):
     proc, results = run_doctor(["--check", "stack.torch"], _native_torch(tmp_path, "35"), tmp_path)
     r = results["stack.torch"]
     assert r["status"] != "fail" and "no GPU visible" in r["summary"], r
+
+
+def test_the_report_says_where_the_stack_probes_seconds_went(tmp_path):
+    """The stack probe is the static doctor's critical path (3.15 s of a node's first run): stack.torch's evidence
+    carries its wall time, the main thread's phases (library loading first) and the inventory thread's own seconds,
+    so a slow first run on a GPU node shows which part was slow."""
+    proc, results = run_doctor(["--check", "stack.torch"], _native_torch(tmp_path, "35"), tmp_path)
+    probe_s = results["stack.torch"]["evidence"]["probe_s"]
+    assert probe_s["elapsed"] > 0 and probe_s["inventory"] > 0, probe_s
+    assert probe_s["phases"]["load torch libraries"] >= 0 and "inventory" in probe_s["phases"], probe_s
+    assert sum(probe_s["phases"].values()) <= probe_s["elapsed"] + 0.01, probe_s

@@ -386,3 +386,34 @@ def test_replayed_oom_at_the_deepest_depth_the_preflight_lets_through(monkeypatc
     assert res.summary.startswith("out of memory in phase 'plain 1' at depth 8 (asked for 2.32 GiB more)")
     assert "other processes held" not in res.summary
     assert res.summary.endswith("depth 7 would fit: --set train.layers=7")
+
+
+def test_the_payload_keeps_the_pinned_host_copy_between_cycles_where_tms_can(monkeypatch):
+    """The train step's offload keeps slime's CPU backup but asks torch_memory_saver to keep its pinned host copy
+    from one cycle to the next (re-pinning 74.5 GiB each cycle was most of --full's time); a TMS without that
+    switch is left as it is and the evidence says so (None)."""
+    import importlib
+
+    from envbuild.paths import payload_dir
+
+    monkeypatch.syspath_prepend(str(payload_dir()))
+    payload = importlib.import_module("train_moe_step")
+
+    class Tms:  # torch_memory_saver 0.0.10's API: a property backed by the hook library
+        kept = False
+
+        @property
+        def retain_cpu_backup(self):
+            return self.kept
+
+        @retain_cpu_backup.setter
+        def retain_cpu_backup(self, value):
+            self.kept = value
+
+    class OldTms:  # before the switch existed
+        pass
+
+    tms = Tms()
+    assert payload.retain_host_shadow(tms) is True and tms.kept is True
+    old = OldTms()
+    assert payload.retain_host_shadow(old) is None and not hasattr(old, "retain_cpu_backup")

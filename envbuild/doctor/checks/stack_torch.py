@@ -61,6 +61,10 @@ def torch_present(ctx) -> Result:
     evidence = {k: t.get(k) for k in ("version", "cuda", "cuda_tag", "nccl_version", "cudnn_version",
                                        "cuda_available", "device_count", "arch_list", "file")}
     evidence["init"] = init
+    # Where the probe's seconds went (the static doctor's critical path: 3.15 s on a node's first run, 1.1-1.2 s
+    # after, docs/gpu-runs/s7): the main thread's phases and the inventory thread beside them.
+    evidence["probe_s"] = {"elapsed": stack.get("elapsed_s"), "phases": stack.get("phase_s"),
+                           "inventory": stack.get("inventory_s")}
     if t.get("cuda_tag") == "cpu" or not t.get("cuda"):
         no_gpu = ctx.nvml_unavailable_reason()
         if no_gpu is not None and not ctx.require_gpu:
