@@ -36,6 +36,11 @@ SCHEMA_NODE = "envbuild.record.node/1"
 EVENTS_MAX = int(os.environ.get("ENVBUILD_RECORD_EVENTS_MAX", str(1 << 20)))  # bytes; essential kinds get 2x
 PROCS_MAX = int(os.environ.get("ENVBUILD_RECORD_MAX_PROCS", "4000"))  # process dirs per host
 HANG_DUMPS_MAX = 6
+NCCL_MAX = int(os.environ.get("ENVBUILD_RECORD_NCCL_MAX", str(16 << 20)))  # disk bytes of one process's NCCL file
+NCCL_KEEP = 1 << 20  # its first and last MiB are kept when the middle is dropped
+FR_FILES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_FILES_MAX", "64"))  # flight-recorder dumps per host
+FR_BYTES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_MAX", str(512 << 20)))  # and their bytes
+SET_VAR = "ENVBUILD_RECORD_SET"  # the names this recorder set: a child sets them anew (its own FR file)
 HANG_ANY = os.environ.get("ENVBUILD_RECORD_HANG_ANY") == "1"  # watch processes outside a torch.distributed group too
 ESSENTIAL = frozenset({"exception", "signal", "exit", "hang", "gpu_memory", "truncated"})
 FR_BUFFER = "2000"
@@ -138,6 +143,8 @@ class Recorder:
         self.libs_key: Any = None
         self.hang_dumps = 0
         self.stop = threading.Event()
+        self.fr_full = ""
+        self.nccl_file: Optional[str] = None
 
     # -- the start path: standard library, a few file operations --------------------------------------------
     def start(self) -> None:
@@ -150,32 +157,47 @@ class Recorder:
         self._defaults()
         self._faulthandler()
         self.event("start", pid=self.pid, ppid=os.getppid(), origin=self.origin)
+        if self.fr_full:
+            self.event("recorder_note", what=f"flight-recorder dumps off in this process: {self.fr_full}")
         self._install_hooks()
         threading.Thread(target=self._run, name="envbuild-record", daemon=True).start()
 
     def _defaults(self) -> None:
         """What NCCL and torch read at init, set where the user did not: NCCL's warnings into per-process files
         (only when the user set no NCCL_DEBUG either: a level they chose keeps going where they see it), the
-        flight recorder with a bounded buffer, dumped on timeout into fr/. Children inherit these."""
+        flight recorder with a bounded buffer, dumped on timeout into fr/<pid>-<starttime>.nccl_trace_rank_<r>
+        (while fr/ holds fewer than FR_FILES_MAX dumps and FR_BYTES_MAX bytes). Children inherit these; what a
+        parent's recorder set (SET_VAR) a child's recorder sets again for itself."""
         env = os.environ
+        ours = set(filter(None, env.get(SET_VAR, "").split(",")))
+
+        def unset(*names: str) -> bool:
+            return all(n not in env or n in ours for n in names)
+
         want: Dict[str, str] = {}
-        if "NCCL_DEBUG" not in env and "NCCL_DEBUG_FILE" not in env:
+        if unset("NCCL_DEBUG", "NCCL_DEBUG_FILE"):
             os.makedirs(os.path.join(self.host_dir, "nccl"), exist_ok=True)
             want["NCCL_DEBUG"] = "WARN"
             want["NCCL_DEBUG_FILE"] = os.path.join(self.host_dir, "nccl", "%h.%p.log")
-        if "TORCH_FR_BUFFER_SIZE" not in env and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:
+        if unset("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
             want["TORCH_FR_BUFFER_SIZE"] = want["TORCH_NCCL_TRACE_BUFFER_SIZE"] = FR_BUFFER
-        if "TORCH_FR_DUMP_TEMP_FILE" not in env and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in env:
-            os.makedirs(os.path.join(self.host_dir, "fr"), exist_ok=True)
-            want["TORCH_FR_DUMP_TEMP_FILE"] = want["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = \
-                os.path.join(self.host_dir, "fr", "nccl_trace_rank_")
-        if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in env:
-            want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+        if unset("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT"):
+            fr = os.path.join(self.host_dir, "fr")
+            os.makedirs(fr, exist_ok=True)
+            full = _dir_over(fr, FR_FILES_MAX, FR_BYTES_MAX)
+            if full:
+                want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0"
+                self.fr_full = full
+            else:
+                want["TORCH_FR_DUMP_TEMP_FILE"] = want["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = \
+                    os.path.join(fr, os.path.basename(self.dir) + ".nccl_trace_rank_")
+                want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
         boot = bootstrap_dir()
         path = env.get("PYTHONPATH", "")
         if boot not in path.split(os.pathsep):
             want["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
         env.update(want)
+        env[SET_VAR] = ",".join(sorted((ours | set(want)) - {"PYTHONPATH"}))
         self.set_here = want
 
     def _faulthandler(self) -> None:
@@ -290,6 +312,8 @@ class Recorder:
                 libs = snapshot.mapped_libs()
                 if snapshot.libs_key(libs) != self.libs_key:
                     self.libs("change")
+                if "libnccl" in libs and "NCCL_DEBUG_FILE" in self.set_here:
+                    self._cap_nccl_file()
                 if self.hang_s > 0 and (_in_process_group() or HANG_ANY):
                     frame = _main_frame()
                     if frame is None or frame != last_frame:
@@ -298,6 +322,19 @@ class Recorder:
                         self._hang(time.monotonic() - since)
             except Exception as exc:
                 self.event("recorder_error", where="beat", error=repr(exc)[:300])
+
+    def _cap_nccl_file(self) -> None:
+        """Keep this process's NCCL file under NCCL_MAX bytes of disk: NCCL holds it open and writes on, so its
+        middle is given back to the filesystem (a hole: the first and last MiB stay, the size NCCL sees stays)."""
+        from envbuild.record import snapshot
+
+        if self.nccl_file is None:
+            self.nccl_file = snapshot.own_nccl_file(os.path.join(self.host_dir, "nccl"), self.pid)
+            if self.nccl_file is None:
+                return
+        dropped = snapshot.punch_middle(self.nccl_file, NCCL_MAX, NCCL_KEEP)
+        if dropped:
+            self.event("capped", what="nccl", freed=dropped, file=os.path.basename(self.nccl_file))
 
     def _ray_context(self, final: bool) -> bool:
         from envbuild.record import snapshot
@@ -366,6 +403,22 @@ class Recorder:
 def _exit_code() -> Optional[int]:
     code = getattr(sys, "last_exc", None)
     return 1 if code is not None else None
+
+
+def _dir_over(folder: str, files_max: int, bytes_max: int) -> str:
+    """Why `folder` is full ('' when it is not): at least files_max entries, or bytes_max bytes in them."""
+    total = 0
+    with os.scandir(folder) as it:
+        for i, entry in enumerate(it, 1):
+            if i >= files_max:
+                return f"{folder} holds {files_max} files (ENVBUILD_RECORD_FR_FILES_MAX)"
+            try:
+                total += entry.stat().st_size
+            except OSError:
+                continue
+            if total >= bytes_max:
+                return f"{folder} holds {total >> 20} MiB (ENVBUILD_RECORD_FR_MAX)"
+    return ""
 
 
 def _count_at_least(folder: str, n: int) -> bool:
