@@ -39,6 +39,7 @@ class Proc:
     failure: Optional[Dict[str, Any]] = None
     alive: Dict[str, Any] = field(default_factory=dict)  # the heartbeat: {"t", "pid"}, rewritten every heartbeat_s
     audit: Dict[str, Any] = field(default_factory=dict)  # the fleet audit of the process (tms_hook, libraries)
+    fatal: Optional[str] = None  # faulthandler.log's "Fatal Python error: <what>" (SIGSEGV, SIGABRT, ...)
 
     @property
     def pid(self) -> str:
@@ -119,6 +120,10 @@ class Proc:
                     f"{f.get('type') or 'exception'}: {str(f.get('message') or '')[:200]}"
                     + (f" (in {f['where']})" if f.get("where") else ""))
             cands.append((f["t"], what, self.file("failure.json")))
+        if self.fatal and not cands:  # faulthandler writes no time: the last heartbeat before it is the moment
+            t = self.t_last
+            if isinstance(t, (int, float)):
+                cands.append((t, f"fatal signal: {self.fatal}", self.file("faulthandler.log")))
         code = self.exit_code()
         if not cands and code not in (None, 0):
             ex = self.of_kind("exit")[-1]
@@ -242,6 +247,19 @@ def read_jsonl(run: Run, p: Path) -> List[Dict[str, Any]]:
     return out
 
 
+def _fatal_line(p: Path) -> Optional[str]:
+    """What faulthandler says killed the process ('Aborted', 'Segmentation fault'), from its first 64 KiB."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in head.splitlines():
+        if line.startswith("Fatal Python error:"):
+            return line.split(":", 1)[1].strip()[:200]
+    return None
+
+
 def _add_text(run: Run, p: Path) -> None:
     """A log for the text scanner: the file itself when small, else its first and last TEXT_END bytes (a file
     the recorder capped has a hole of zeros between them, which nothing needs to read)."""
@@ -314,6 +332,7 @@ def read(root: Path) -> Run:
                 proc.audit = _read_json(run, pd / "audit.json", "audit.json") or {}
             if (pd / "faulthandler.log").exists() and (pd / "faulthandler.log").stat().st_size:
                 _add_text(run, pd / "faulthandler.log")
+                proc.fatal = _fatal_line(pd / "faulthandler.log")
             run.procs.append(proc)
     if not run.procs:
         run.note(".", "no process recorded: no <host>/proc/<pid>-<starttime>/ folder")

@@ -77,6 +77,12 @@ def _env(procs: List[Proc]) -> List[Adjustment]:
     for var, cause in (("NCCL_CUMEM_ENABLE", "C5"), ("NCCL_CUMEM_HOST_ENABLE", "C5"), ("NCCL_NVLS_ENABLE", "C4"),
                        ("NCCL_ALGO", "C4"), ("NCCL_PROTO", "C4")):
         out += _differs_in_group(have, var, cause)
+    odd, major, rest = _odd_ones(have, lambda p: _expandable(p.env.get("PYTORCH_CUDA_ALLOC_CONF", "")))
+    for p in odd[:3]:
+        if _expandable(p.env.get("PYTORCH_CUDA_ALLOC_CONF", "")) == "on":
+            out.append(_adj("M3", f"{p.who} runs with PYTORCH_CUDA_ALLOC_CONF={p.env['PYTORCH_CUDA_ALLOC_CONF']} (expandable "
+                                  f"segments: VMM memory); {len(rest)} other process(es) ({rest[0].who}, ...) without: "
+                                  f"CUDA IPC of its tensors needs pidfd_getfd [{p.file('start.json')}]"))
     odd, major, rest = _odd_ones(have, lambda p: p.env.get("LD_PRELOAD", "(unset)"))
     for p in odd[:3]:
         val = p.env.get("LD_PRELOAD", "")
@@ -88,6 +94,16 @@ def _env(procs: List[Proc]) -> List[Adjustment]:
         out.append(_adj(c, f"{p.who} runs with LD_PRELOAD={val}; {len(rest)} other process(es){where} ({rest[0].who}, ...) "
                            f"with LD_PRELOAD={major} [{p.file('start.json')}]"))
     return out
+
+
+def _expandable(conf: str) -> str:
+    """'on' or 'off': whether a PYTORCH_CUDA_ALLOC_CONF turns expandable segments on (the last setting wins)."""
+    val = "off"
+    for part in conf.replace(";", ",").split(","):
+        k, _, v = part.partition(":")
+        if k.strip() == "expandable_segments":
+            val = "on" if v.strip().lower() == "true" else "off"
+    return val
 
 
 def _differs_in_group(have: List[Proc], var: str, cause: str) -> List[Adjustment]:
@@ -237,8 +253,11 @@ def _liveness(run: Run, rows: List[Dict[str, Any]], fr: List[flightrec.Verdict],
         more = "".join(f"; {t}" for t in peers[:2]) + "".join(f"; flight recorder: {v.says}" for v in in_fr[:1])
         out.append(_adj("U6", f"{p.who} {what}: its last record is the earliest failure of the run, before every other "
                               f"process's [{first['file']}]{more}"))
-    elif not first.get("silent") and first["what"].startswith("signal"):
-        out.append(_adj("U6", f"{first['who']} died first: {first['what']} [{first['file']}]", delta=4.0))
+    elif not first.get("silent") and first["what"].startswith(("signal", "fatal signal")):
+        p = next(q for q in run.procs if q.who == first["who"])
+        in_fr = [v for v in fr if any(rank_of.get((p.host, r)) is p for r in v.ranks)]
+        more = "".join(f"; flight recorder: {v.says}" for v in in_fr[:1])
+        out.append(_adj("U6", f"{first['who']} died first: {first['what']} [{first['file']}]{more}", delta=4.0))
     for v in fr:
         if v.kind == "mismatch" or (v.kind == "never_entered" and not any(
                 rank_of.get(k) and r.get("silent") and r["who"] == rank_of[k].who for k in rank_of for r in rows
