@@ -127,6 +127,8 @@ def _argv() -> List[str]:
 
 def role_hint(argv: List[str], origin: str) -> str:
     head = argv[0] if argv else ""
+    if origin == "fork":  # a forked child keeps its parent's argv (and a Ray worker's title)
+        return "fork child"
     if head.startswith("ray::"):
         return "ray worker " + head[5:]
     if head.startswith("sglang::"):
@@ -138,8 +140,6 @@ def role_hint(argv: List[str], origin: str) -> str:
         return "multiprocessing forkserver"
     if "sglang" in joined:
         return "sglang process"
-    if origin == "fork":
-        return "fork child"
     return os.path.basename(head) or "process"
 
 

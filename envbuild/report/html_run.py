@@ -48,7 +48,7 @@ def render_run(root: str) -> Tuple[str, List[str]]:
     causes = [{"id": c["id"], "title": c["title"], "confidence": c.get("confidence"),
                "reasons": [a["reason"] for a in c.get("adjustments", []) if a.get("origin") == "record"]}
               for c in result.get("causes", [])]
-    ctx = {"version": __version__, "root": path.name or str(path), "causes": causes,
+    ctx = {"version": __version__, "root": root, "causes": causes,
            "verdict": "fail" if causes else "pass",
            "headline": f"{causes[0]['id']}: {causes[0]['title']}" if causes else "no recorded failure",
            "n_procs": len(run.procs), "nodes": sorted(set(nodes.values())),
@@ -73,8 +73,10 @@ def timeline(run: Any, nodes: Dict[int, str], rows: List[Dict[str, Any]]) -> Dic
 
     by_who = {r["who"]: r for r in rows}
     out = []
+    y, node = 14, None
     for i, p in enumerate(shown):
-        y = 30 + i * ROW_H
+        y += ROW_H * (2 if nodes[id(p)] != node else 1)  # a node's first row leaves a line for its name
+        node = nodes[id(p)]
         row = by_who.get(p.who)
         state = "silent" if row and row.get("silent") else "failed" if row else "exited" if p.exited else "running"
         marks = []
@@ -97,7 +99,7 @@ def timeline(run: Any, nodes: Dict[int, str], rows: List[Dict[str, Any]]) -> Dic
     while t <= span + 1e-9:
         ticks.append({"x": x(t0 + t), "label": f"{t:g} s"})
         t += step
-    return {"rows": out, "width": LABEL_W + PLOT_W, "height": 40 + len(out) * ROW_H, "ticks": ticks,
+    return {"rows": out, "width": LABEL_W + PLOT_W, "height": y + ROW_H + 6, "ticks": ticks,
             "hidden": len(run.procs) - len(shown), "span": round(span, 1)}
 
 

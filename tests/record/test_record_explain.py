@@ -3,6 +3,7 @@
 the evidence of the process the fault hit (its pid in the reason), in the JSON and in the text a person reads; the
 healthy job must name nothing."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,13 +47,21 @@ def test_each_injected_fault_is_named_first_with_the_process_it_hit(fault_runs, 
     assert cause in text.stdout and f"pid {run['pids'][hit[0]]}" in text.stdout
 
 
-def test_the_stopped_rank_is_told_by_its_waiting_peers_hang_record(fault_runs, record_env):
+def test_the_stopped_rank_is_told_by_its_waiting_peers_hang_record_and_drawn_first(fault_runs, record_env, tmp_path):
     run = fault_runs["sigstop"]
     result = json.loads(explain(run["run_dir"], record_env, "--json", "-").stdout)
     first = result["run"]["first_failures"][0]
     assert first["pid"] == str(run["pids"]["trainer1"]) and first.get("silent")
     reason = record_reasons(result["causes"][0])[0]
     assert f"pid {run['pids']['trainer0']} waited in all_reduce" in reason and "faulthandler.log" in reason
+    page = tmp_path / "run.html"
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "report", "html", run["run_dir"], "-o", str(page)],
+                          capture_output=True, text=True, env=record_env, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    rows = re.findall(r'<g id="proc-row-\d+" class="row state-(\w+)( first)?"><title>([^<]*)</title>', page.read_text())
+    firsts = [title for _, first, title in rows if first]
+    assert len(firsts) == 1 and f"pid {run['pids']['trainer1']} " in firsts[0] and "silent" in firsts[0]
+    assert any(f"pid {run['pids']['trainer0']} " in title and state == "failed" for state, _, title in rows)
 
 
 def test_the_healthy_job_names_no_recorded_cause(fault_runs, record_env):

@@ -49,7 +49,7 @@ def test_children_started_by_an_actor_are_recorded_through_the_inherited_environ
     fork = json.loads((proc_dir(slime_run, "fork_child") / "start.json").read_text())
     assert spawn["ppid"] == rollout and spawn["origin"] == "sitecustomize"
     assert spawn["role"] == "multiprocessing spawn child"
-    assert fork["ppid"] == rollout and fork["origin"] == "fork"
+    assert fork["ppid"] == rollout and fork["origin"] == "fork" and fork["role"] == "fork child"
     # the actor's own env_vars (merged over the job's by Ray) reach its children
     assert spawn["env"]["NCCL_CUMEM_ENABLE"] == "0"
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_report_html_browser import Opened, chromium, drawn  # noqa: F401 (chromium: the module's browser fixture)
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -67,3 +69,24 @@ def test_an_unwritable_output_is_one_line_and_exit_2(tmp_path):
     _run_dir(tmp_path / "run")
     proc = _html([str(tmp_path / "run"), "-o", str(tmp_path / "no-such-dir" / "p.html")])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_run_page_opens_offline_with_its_timeline_drawn_in_chromium(chromium, tmp_path):
+    from envbuild.report.html import write_html
+    from envbuild.report.html_run import render_run
+
+    _run_dir(tmp_path / "run")
+    page = tmp_path / "run.html"
+    write_html(render_run(str(tmp_path / "run"))[0], str(page))
+    view = Opened(chromium, page)
+    try:
+        view.assert_isolated()
+        bars = view.boxes("#plot-timeline g.row rect.bar")
+        assert len(bars) == 3 and drawn(bars, 2, 10), bars
+        marks = view.boxes("#plot-timeline g.row rect.mark")
+        assert len(marks) == 5 and drawn(marks, 3, 15), marks  # 2 group inits, the hang, the exception, the exit
+        first = view.page.evaluate("getComputedStyle(document.querySelector('g.first rect.bar')).stroke")
+        assert first.startswith("rgb(198, 40, 40)"), first  # the first failure is outlined in the fail colour
+        assert view.page.inner_text("#verdict h1").startswith("U6")
+    finally:
+        view.close()
