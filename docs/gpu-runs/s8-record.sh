@@ -68,5 +68,5 @@ fi
 ps -eo pid,stat,etime,args | grep -E 'ray::|s8_record_job|raylet|gcs_server' | grep -v grep > "$R/ps-after.txt"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >> "$R/ps-after.txt" 2>&1
 say "left behind: $(wc -l < "$R/ps-after.txt") line(s) (ps + nvidia-smi compute apps, in the tar)"
-tar -czf "$OUT/s8-runs.tar.gz" -C /tmp s8 --exclude=s8/*/run/*/nccl 2>/dev/null
+tar -czf "$OUT/s8-runs.tar.gz" -C /tmp s8
 say "done in $(( SECONDS - start )) s"

@@ -195,12 +195,15 @@ def drive(address: str, fault: str, run_dir: str, out_dir: str) -> Dict[str, Any
         try:
             hang = 60.0 if fault == "ncclhang" and step == 1 else 0.0
             row["loss"] = ray.get(trainer.train_step.remote(free_port(), hang), timeout=NCCL_TIMEOUT_S * 6)
-            if fault == "none" and step == STEPS - 1:
-                res["fr_manual_bytes"] = ray.get(trainer.dump_flight_recorder.remote(
-                    os.path.join(out_dir, "fr-manual-trainer.pkl")), timeout=60)
         except Exception as exc:  # noqa: BLE001 - the fault's effect, kept in the result
             res["errors"][f"train{step}"] = f"{type(exc).__name__}: {str(exc)[:400]}"
             break
+        if fault == "none" and step == STEPS - 1:  # a healthy buffer for the replayed fixtures
+            try:
+                res["fr_manual_bytes"] = ray.get(trainer.dump_flight_recorder.remote(
+                    os.path.join(out_dir, "fr-manual-trainer.pkl")), timeout=60)
+            except Exception as exc:  # noqa: BLE001
+                res["fr_manual_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         try:
             handle, checksum = ray.get(trainer.handoff.remote(), timeout=60)
             row["ipc"] = ray.get(rollout.receive.remote(handle, checksum), timeout=60)
