@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 8 (issue 22): `envbuild record` on the lent 1xH200, in one call (LIMIT s, default 450).
-#   1. a one-node Ray cluster on the GPU (`ray start --head --num-gpus 1`), NVLS off;
+#   1. a one-node Ray cluster on the GPU (`ray start --head --num-gpus 1`, as python3 -m ray.scripts.scripts: the
+#      carried Ray has no console script), NVLS off;
 #   2. docs/gpu-runs/s8_record_job.py once per fault (JOBS, default: none preload expandable sigstop ncclhang):
 #      a trainer and a rollout actor sharing the GPU, NCCL group rebuilt every step, CUDA IPC weight handoff,
 #      torch_memory_saver pause/resume when installed, a gloo sync group; each job records into its own run dir;
@@ -33,7 +34,7 @@ say "== $(date -u +%FT%TZ) $(git log --oneline -1 2>/dev/null | cut -c1-60) jobs
   python3 -c 'import torch, ray; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "ray", ray.__version__)'
   ls -la /lib/x86_64-linux-gnu/libnccl.so.2 2>&1
   python3 -c 'import torch_memory_saver' 2>&1 | tail -1 || true; } >> "$SUMMARY" 2>&1
-timeout 90 ray start --head --port=6380 --num-gpus=1 --num-cpus=8 --include-dashboard=false --disable-usage-stats \
+timeout 90 python3 -m ray.scripts.scripts start --head --port=6380 --num-gpus=1 --num-cpus=8 --include-dashboard=false --disable-usage-stats \
   --temp-dir=/tmp/s8ray > "$R/ray-start.log" 2>&1 || { say "ray start failed: $(tail -3 "$R/ray-start.log")"; exit 1; }
 declare -A WANT=([none]="-" [preload]="C3" [expandable]="M3" [sigstop]="U6" [ncclhang]="U6")
 for f in $JOBS; do
@@ -49,7 +50,7 @@ for f in $JOBS; do
   ls "$R/$f/run"/*/fr/ 2>/dev/null | sed 's/^/  fr dump: /' >> "$SUMMARY"
 done
 python3 -m envbuild record collect "$R/sigstop/run" -o "$R/sigstop/collected" > "$R/sigstop/collect.txt" 2>&1 || true
-timeout 20 ray stop --force > /dev/null 2>&1
+timeout 20 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 python3 - "$R" "$OUT/s8-explain.json" $JOBS <<'PY'
 import json, os, sys
 out = {}
