@@ -181,17 +181,15 @@ class Recorder:
             want["NCCL_DEBUG_FILE"] = os.path.join(self.host_dir, "nccl", "%h.%p.log")
         if unset("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
             want["TORCH_FR_BUFFER_SIZE"] = want["TORCH_NCCL_TRACE_BUFFER_SIZE"] = FR_BUFFER
-        if unset("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT"):
+        if unset("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
             fr = os.path.join(self.host_dir, "fr")
             os.makedirs(fr, exist_ok=True)
-            full = _dir_over(fr, FR_FILES_MAX, FR_BYTES_MAX)
-            if full:
-                want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0"
-                self.fr_full = full
-            else:
+            self.fr_full = _dir_over(fr, FR_FILES_MAX, FR_BYTES_MAX)
+            if not self.fr_full:
                 want["TORCH_FR_DUMP_TEMP_FILE"] = want["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = \
                     os.path.join(fr, os.path.basename(self.dir) + ".nccl_trace_rank_")
-                want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+        if unset("TORCH_NCCL_DUMP_ON_TIMEOUT"):
+            want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0" if self.fr_full else "1"
         boot = bootstrap_dir()
         path = env.get("PYTHONPATH", "")
         if boot not in path.split(os.pathsep):
