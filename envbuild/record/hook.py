@@ -36,6 +36,7 @@ SCHEMA_NODE = "envbuild.record.node/1"
 EVENTS_MAX = int(os.environ.get("ENVBUILD_RECORD_EVENTS_MAX", str(1 << 20)))  # bytes; essential kinds get 2x
 PROCS_MAX = int(os.environ.get("ENVBUILD_RECORD_MAX_PROCS", "4000"))  # process dirs per host
 HANG_DUMPS_MAX = 6
+START_DELAY_S = float(os.environ.get("ENVBUILD_RECORD_START_DELAY_S", "2"))  # Ray workers: start.json after this
 NCCL_MAX = int(os.environ.get("ENVBUILD_RECORD_NCCL_MAX", str(16 << 20)))  # disk bytes of one process's NCCL file
 NCCL_KEEP = 1 << 20  # its first and last MiB are kept when the middle is dropped
 FR_FILES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_FILES_MAX", "64"))  # flight-recorder dumps per host
@@ -144,6 +145,7 @@ class Recorder:
         self.hang_dumps = 0
         self.stop = threading.Event()
         self.fr_full = ""
+        self.started = False
         self.nccl_file: Optional[str] = None
 
     # -- the start path: standard library, a few file operations --------------------------------------------
@@ -283,7 +285,12 @@ class Recorder:
             f.write(line)
 
     # -- the thread ------------------------------------------------------------------------------------------
-    def _run(self) -> None:
+    def _records_at_start(self) -> None:
+        """start.json (argv and environment redacted), node.json, the first libs.jsonl line, audit.json: once."""
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
         try:
             from envbuild.record import snapshot
 
@@ -293,6 +300,14 @@ class Recorder:
             self.write_json("audit.json", snapshot.audit(load_libcuda=False))
         except Exception as exc:
             self.event("recorder_error", where="start", error=repr(exc)[:300])
+
+    def _run(self) -> None:
+        # In a Ray worker the start records wait START_DELAY_S: redaction (detect-secrets) and the audit cost
+        # ~0.3 s of CPU, which on the worker's GIL would lengthen its start; a worker that exits sooner writes
+        # them at exit, one SIGKILLed sooner has its `start` event only.
+        if self.origin == "ray" and self.stop.wait(START_DELAY_S):
+            return
+        self._records_at_start()
         waits = [0.5, 1.0, 2.0, 4.0]
         ray_done = False
         last_frame: Any = None
@@ -389,8 +404,9 @@ class Recorder:
 
     def _at_exit(self) -> None:
         if self.pid == os.getpid():
-            self.event("exit", code=_exit_code())
             self.stop.set()
+            self._records_at_start()
+            self.event("exit", code=_exit_code())
 
     def forked_away(self) -> None:
         """In a forked child: the parent's file and thread are not ours."""
