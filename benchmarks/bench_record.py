@@ -6,9 +6,10 @@
 start (CPU, a real local Ray cluster of one node): a driver creates actors one after another, each in a new Ray
 worker process, and times `ray.get(Actor.remote().ready.remote())` (the worker's start, its setup hook, the
 actor's __init__ and one call); the anchor is the same driver with a runtime env without the hook. Drivers with
-and without the hook alternate, so the machine's other load falls on both alike. Printed: the medians, their
-difference (the goal's number) and ratio, and the hook's start path alone in a plain interpreter
-(`hook.setup()` timed in-process: what runs before the worker may go on).
+and without the hook alternate, so the machine's other load falls on both alike. Printed: the medians and their
+ratio; the difference of each round's adjacent drivers and its median (the goal's number: less moved by the
+machine's other load than the pooled medians); the hook's start path as each worker timed it (`setup_ms` of its
+`start` event); and the same in a plain interpreter with the hook's imports.
 
 gpu (the lent GPU; torch with CUDA): a training loop in one process (4 bf16 linear layers of 4096, forward,
 backward, an NCCL all_reduce of the gradients on a one-rank group, SGD) for --steps steps after a warm-up, with
@@ -72,6 +73,7 @@ def bench_start(actors: int, rounds: int) -> Dict[str, Any]:
     from envbuild.record.runenv import record_env
 
     times: Dict[str, List[float]] = {"plain": [], "record": []}
+    per_round: Dict[str, List[List[float]]] = {"plain": [], "record": []}
     with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp, \
             LocalRayCluster(workers=0, num_cpus=2, env=_env({})) as cluster:
         # both modes with a runtime env of their own (env_vars), so both start workers the same way
@@ -84,25 +86,36 @@ def bench_start(actors: int, rounds: int) -> Dict[str, Any]:
                 if proc.returncode != 0:
                     raise SystemExit(f"driver ({mode}) exited {proc.returncode}: {proc.stderr[-1500:]}")
                 got = json.loads(proc.stdout.strip().splitlines()[-1])
-                times[mode] += got[1:] if r == 0 else got  # the very first start of a mode warms Ray's caches
+                got = got[1:] if r == 0 else got  # the very first start of a mode warms Ray's caches
+                times[mode] += got
+                per_round[mode].append(got)
                 print(f"round {r + 1} {mode:6s}: median {statistics.median(got) * 1000:7.1f} ms over {len(got)} starts",
                       flush=True)
         recorded = sum(1 for _ in Path(tmp, "run").glob("*/proc/*"))
+        in_worker = [e["setup_ms"] for f in Path(tmp, "run").glob("*/proc/*/events.jsonl")
+                     for e in map(json.loads, f.read_text().splitlines()) if e.get("kind") == "start" and "setup_ms" in e]
         alone = []
         for _ in range(15):
             proc = subprocess.run([sys.executable, "-c", HOOK_ALONE], capture_output=True, text=True, timeout=60,
                                   env=_env({"ENVBUILD_RECORD_DIR": os.path.join(tmp, "alone")}))
             alone.append(float(proc.stdout.strip()))
     plain, rec = statistics.median(times["plain"]), statistics.median(times["record"])
+    paired = [(statistics.median(r) - statistics.median(p)) * 1000 for p, r in zip(per_round["plain"], per_round["record"])]
     out = {"mode": "start", "actors_per_driver": actors, "rounds": rounds, "samples": {k: len(v) for k, v in times.items()},
            "plain_median_s": plain, "record_median_s": rec, "added_ms": (rec - plain) * 1000, "ratio": rec / plain,
+           "added_ms_per_round": paired, "added_ms_median_of_rounds": statistics.median(paired),
+           "hook_setup_in_worker_median_ms": statistics.median(in_worker) if in_worker else None,
+           "hook_setup_in_worker_max_ms": max(in_worker) if in_worker else None,
            "plain_quartiles_s": statistics.quantiles(times["plain"], n=4), "record_quartiles_s":
                statistics.quantiles(times["record"], n=4), "hook_start_path_median_ms": statistics.median(alone) * 1000,
            "processes_recorded": recorded, "goal_added_ms": 30}
+    added = out["added_ms_median_of_rounds"]
     print(f"worker start, median of {len(times['plain'])} / {len(times['record'])}: without the hook "
-          f"{plain * 1000:.1f} ms (anchor), with {rec * 1000:.1f} ms: {out['added_ms']:+.1f} ms, ratio {out['ratio']:.3f} "
-          f"(goal <= +30 ms: {'met' if out['added_ms'] <= 30 else 'NOT met'}); the hook's start path alone "
-          f"{out['hook_start_path_median_ms']:.1f} ms; {recorded} worker(s) recorded")
+          f"{plain * 1000:.1f} ms (anchor), with {rec * 1000:.1f} ms (ratio {out['ratio']:.3f}); added per round "
+          f"(adjacent drivers) {', '.join(f'{d:+.0f}' for d in paired)} ms, median {added:+.1f} ms "
+          f"(goal <= +30 ms: {'met' if added <= 30 else 'NOT met'}); the hook's start path in the workers "
+          f"{out['hook_setup_in_worker_median_ms']} ms median, {out['hook_setup_in_worker_max_ms']} ms max; in a "
+          f"plain interpreter (its imports included) {out['hook_start_path_median_ms']:.1f} ms; {recorded} worker(s) recorded")
     return out
 
 

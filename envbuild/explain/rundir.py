@@ -63,7 +63,7 @@ class Proc:
         own = self.start.get("role")
         if self.start.get("origin") in ("fork", "sitecustomize") and own:
             return f"{own} of {actor}" if actor else str(own)
-        return str(actor or own or "process")
+        return str(actor or own or ("ray worker" if self.start.get("origin") == "ray" else "process"))
 
     @property
     def heartbeat_s(self) -> float:
@@ -318,6 +318,9 @@ def read(root: Path) -> Run:
                 run.note(_rel(run, pd), "no start.json: the process left a folder but never wrote its start")
             else:
                 proc.start = _read_json(run, pd / "start.json", "start.json") or {}
+                if proc.start.get("partial"):
+                    run.note(_rel(run, pd / "start.json"), "the early, partial start record only: the process ended "
+                             "within ENVBUILD_RECORD_START_DELAY_S of its start (no argv, no long values, no audit)")
             if (pd / "libs.jsonl").exists():
                 proc.libs = read_jsonl(run, pd / "libs.jsonl")
             if (pd / "events.jsonl").exists():

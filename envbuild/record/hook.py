@@ -24,6 +24,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -41,6 +42,8 @@ NCCL_MAX = int(os.environ.get("ENVBUILD_RECORD_NCCL_MAX", str(16 << 20)))  # dis
 NCCL_KEEP = 1 << 20  # its first and last MiB are kept when the middle is dropped
 FR_FILES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_FILES_MAX", "64"))  # flight-recorder dumps per host
 FR_BYTES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_MAX", str(512 << 20)))  # and their bytes
+_STEERING = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "SGLANG_", "ENVBUILD_RECORD_")
+_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH", re.I).search
 SET_VAR = "ENVBUILD_RECORD_SET"  # the names this recorder set: a child sets them anew (its own FR file)
 HANG_ANY = os.environ.get("ENVBUILD_RECORD_HANG_ANY") == "1"  # watch processes outside a torch.distributed group too
 ESSENTIAL = frozenset({"exception", "signal", "exit", "hang", "gpu_memory", "truncated"})
@@ -127,6 +130,7 @@ def bootstrap_dir() -> str:
 
 class Recorder:
     def __init__(self, root: str, origin: str):
+        self.t0 = time.perf_counter()
         self.pid, self.origin = os.getpid(), origin
         self.in_ray = origin == "ray" or "ray" in sys.modules
         self.t_start = time.time()
@@ -158,11 +162,15 @@ class Recorder:
         self.events_fd = os.open(os.path.join(self.dir, "events.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._defaults()
         self._faulthandler()
-        self.event("start", pid=self.pid, ppid=os.getppid(), origin=self.origin)
+        self._install_hooks()
+        if self.origin == "ray":
+            self._early_start()
+        threading.Thread(target=self._run, name="envbuild-record", daemon=True).start()
+        # setup_ms: what this start path cost the process (benchmarks/bench_record.py reads it)
+        self.event("start", pid=self.pid, ppid=os.getppid(), origin=self.origin,
+                   setup_ms=round((time.perf_counter() - self.t0) * 1000, 2))
         if self.fr_full:
             self.event("recorder_note", what=f"flight-recorder dumps off in this process: {self.fr_full}")
-        self._install_hooks()
-        threading.Thread(target=self._run, name="envbuild-record", daemon=True).start()
 
     def _defaults(self) -> None:
         """What NCCL and torch read at init, set where the user did not: NCCL's warnings into per-process files
@@ -285,6 +293,16 @@ class Recorder:
             f.write(line)
 
     # -- the thread ------------------------------------------------------------------------------------------
+    def _early_start(self) -> None:
+        """A first start.json ("partial": true) for a Ray worker killed before its full one: who it is, its Ray
+        node and job, and the short steering values (under 8 characters: no credential detector would flag one,
+        so nothing needs detect-secrets here); the full record replaces it START_DELAY_S later."""
+        env = {k: v for k, v in os.environ.items() if k.startswith(_STEERING) and len(v) < 8 and not _SECRETISH(k)}
+        self.write_json("start.json", {"schema": SCHEMA_PROCESS, "partial": True, "pid": self.pid,
+                                       "ppid": os.getppid(), "host": self.host, "t_start": self.t_start,
+                                       "origin": self.origin, "ray": _ray_ids(), "env": env,
+                                       "hang_s": self.hang_s, "heartbeat_s": self.beat_s})
+
     def _records_at_start(self) -> None:
         """start.json (argv and environment redacted), node.json, the first libs.jsonl line, audit.json: once."""
         with self.lock:
@@ -417,6 +435,16 @@ class Recorder:
 def _exit_code() -> Optional[int]:
     code = getattr(sys, "last_exc", None)
     return 1 if code is not None else None
+
+
+def _ray_ids() -> Optional[Dict[str, Any]]:
+    """The job, node and worker of this Ray worker (the actor comes later, in a `ray_context` event)."""
+    ray = sys.modules.get("ray")
+    try:
+        ctx = ray.get_runtime_context()  # type: ignore[union-attr]
+        return {"job_id": ctx.get_job_id(), "node_id": ctx.get_node_id(), "worker_id": ctx.get_worker_id()}
+    except Exception:
+        return None
 
 
 def _dir_over(folder: str, files_max: int, bytes_max: int) -> str:
