@@ -323,15 +323,21 @@ class Recorder:
         # In a Ray worker the start records wait START_DELAY_S: redaction (detect-secrets) and the audit cost
         # ~0.3 s of CPU, which on the worker's GIL would lengthen its start; a worker that exits sooner writes
         # them at exit, one SIGKILLed sooner has its `start` event only.
-        if self.origin == "ray" and self.stop.wait(START_DELAY_S):
-            return
+        delay_end = time.monotonic() + (START_DELAY_S if self.origin == "ray" else 0.0)
+        while time.monotonic() < delay_end:  # the heartbeat goes on meanwhile
+            if self.stop.wait(min(self.beat_s, max(0.0, delay_end - time.monotonic()))):
+                return
+            try:
+                self.write_json("alive.json", {"t": round(time.time(), 3), "pid": self.pid})
+            except OSError:
+                pass
         self._records_at_start()
         waits = [0.5, 1.0, 2.0, 4.0]
         ray_done = False
         last_frame: Any = None
         since = time.monotonic()
         while not self.stop.is_set():
-            self.stop.wait(waits.pop(0) if waits and not ray_done else self.beat_s)
+            self.stop.wait(min(waits.pop(0), self.beat_s) if waits and not ray_done else self.beat_s)
             if self.pid != os.getpid():
                 return
             try:
