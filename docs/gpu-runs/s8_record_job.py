@@ -94,7 +94,8 @@ def actors():
             """The flight recorder's buffer now (pickled), for the replayed fixtures; bytes written."""
             import torch
 
-            data = torch._C._distributed_c10d._dump_nccl_trace()
+            c10d = torch._C._distributed_c10d  # the name changed across releases
+            data = (getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace"))()
             Path(path).write_bytes(data)
             return len(data)
 

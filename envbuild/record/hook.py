@@ -37,7 +37,7 @@ SCHEMA_NODE = "envbuild.record.node/1"
 EVENTS_MAX = int(os.environ.get("ENVBUILD_RECORD_EVENTS_MAX", str(1 << 20)))  # bytes; essential kinds get 2x
 PROCS_MAX = int(os.environ.get("ENVBUILD_RECORD_MAX_PROCS", "4000"))  # process dirs per host
 HANG_DUMPS_MAX = 6
-START_DELAY_S = float(os.environ.get("ENVBUILD_RECORD_START_DELAY_S", "2"))  # Ray workers: start.json after this
+START_DELAY_S = float(os.environ.get("ENVBUILD_RECORD_START_DELAY_S", "2"))  # the full start.json after this
 NCCL_MAX = int(os.environ.get("ENVBUILD_RECORD_NCCL_MAX", str(16 << 20)))  # disk bytes of one process's NCCL file
 NCCL_KEEP = 1 << 20  # its first and last MiB are kept when the middle is dropped
 FR_FILES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_FILES_MAX", "64"))  # flight-recorder dumps per host
@@ -163,8 +163,8 @@ class Recorder:
         self._defaults()
         self._faulthandler()
         self._install_hooks()
-        if self.origin == "ray":
-            self._early_start()
+        self._early_start()
+        _preimport()
         threading.Thread(target=self._run, name="envbuild-record", daemon=True).start()
         # setup_ms: what this start path cost the process (benchmarks/bench_record.py reads it)
         self.event("start", pid=self.pid, ppid=os.getppid(), origin=self.origin,
@@ -294,8 +294,8 @@ class Recorder:
 
     # -- the thread ------------------------------------------------------------------------------------------
     def _early_start(self) -> None:
-        """A first start.json ("partial": true) for a Ray worker killed before its full one: who it is, its Ray
-        node and job, and the short steering values (under 8 characters: no credential detector would flag one,
+        """A first start.json ("partial": true) for a process killed before its full one: who it is, its Ray
+        node and job (in a Ray worker), and the short steering values (under 8 characters: no credential detector would flag one,
         so nothing needs detect-secrets here); the full record replaces it START_DELAY_S later."""
         env = {k: v for k, v in os.environ.items() if k.startswith(_STEERING) and len(v) < 8 and not _SECRETISH(k)}
         self.write_json("start.json", {"schema": SCHEMA_PROCESS, "partial": True, "pid": self.pid,
@@ -320,10 +320,12 @@ class Recorder:
             self.event("recorder_error", where="start", error=repr(exc)[:300])
 
     def _run(self) -> None:
-        # In a Ray worker the start records wait START_DELAY_S: redaction (detect-secrets) and the audit cost
-        # ~0.3 s of CPU, which on the worker's GIL would lengthen its start; a worker that exits sooner writes
-        # them at exit, one SIGKILLed sooner has its `start` event only.
-        delay_end = time.monotonic() + (START_DELAY_S if self.origin == "ray" else 0.0)
+        # The start records wait START_DELAY_S: redaction (detect-secrets) and the audit cost ~0.3 s of CPU, which
+        # on the process's GIL would lengthen its start, and their imports, made here while the main thread is
+        # still importing its own, can meet it in a module-lock cycle that hands one of them a partly initialised
+        # module (seen: "cannot import name 'pack' from 'struct'" in a resource tracker). A process that exits
+        # sooner writes them at exit; one killed sooner has its partial start.json and `start` event only.
+        delay_end = time.monotonic() + START_DELAY_S
         while time.monotonic() < delay_end:  # the heartbeat goes on meanwhile
             if self.stop.wait(min(self.beat_s, max(0.0, delay_end - time.monotonic()))):
                 return
@@ -441,6 +443,19 @@ class Recorder:
 def _exit_code() -> Optional[int]:
     code = getattr(sys, "last_exc", None)
     return 1 if code is not None else None
+
+
+def _preimport() -> None:
+    """The standard modules the recorder's thread needs first, imported here in the main thread (already loaded
+    in a Ray worker; a few ms in a bare interpreter), so the thread's own imports are envbuild's and
+    detect-secrets', which the process itself does not import."""
+    try:
+        import ctypes  # noqa: F401
+        import socket  # noqa: F401
+        import struct  # noqa: F401
+        import traceback  # noqa: F401
+    except Exception:
+        pass
 
 
 def _ray_ids() -> Optional[Dict[str, Any]]:
@@ -604,7 +619,34 @@ def _note(exc: BaseException, name: str) -> None:
     if rec is None or rec.pid != os.getpid() or isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return
     rec.event("collective", name=name, source="wrapper", state="failed")
+    first = not rec.failed
     rec.failure(exc, where=f"torch.distributed.{name}", collective=name)
+    if first:
+        _dump_flight_recorder(rec)
+
+
+def _dump_flight_recorder(rec: Recorder) -> None:
+    """At the first failed collective, PyTorch's flight-recorder buffer into this process's dump file: PyTorch
+    dumps by itself only on an NCCL watchdog timeout, and an error such as 999 raised by a collective is not one.
+    A dump PyTorch already wrote there is kept."""
+    prefix = rec.set_here.get("TORCH_FR_DUMP_TEMP_FILE")
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    dist = sys.modules.get("torch.distributed")
+    if not prefix or c10d is None or dist is None:
+        return
+    try:
+        dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace")
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        data = dump()
+        path = f"{prefix}{rank}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        rec.event("flight_recorder", file=os.path.basename(path), bytes=len(data), why="first failed collective")
+    except FileExistsError:
+        pass
+    except Exception as exc:
+        rec.event("recorder_error", where="flight_recorder", error=repr(exc)[:300])
 
 
 def _pg_event(rec: Recorder, name: str, args: Any, kwargs: Any) -> None:

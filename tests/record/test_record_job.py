@@ -96,6 +96,11 @@ def test_the_peer_of_a_stopped_rank_leaves_hang_stacks_and_the_failed_collective
     assert failure["collective"] == "all_reduce" and failure["where"] == "torch.distributed.all_reduce"
     assert "Traceback" in failure["traceback"] and "gpu_memory" in failure and "kmsg" in failure
     assert [e for e in evs if e["kind"] == "exception"][0]["first"] is True
+    # the flight recorder's buffer, dumped by the recorder at the first failed collective (gloo: no timeout dump)
+    [fr] = [e for e in evs if e["kind"] == "flight_recorder"]
+    dump = d.parent.parent / "fr" / fr["file"]
+    assert fr["file"] == f"{d.name}.nccl_trace_rank_0" and dump.stat().st_size == fr["bytes"] > 0
+    assert b"all_reduce" in dump.read_bytes()
     # the stopped one could not write: its heartbeat ends at the stop, and no failure of its own
     stopped = proc_dir(slime_run, "trainer1")
     assert json.loads((stopped / "alive.json").read_text())["t"] < slime_run["sigstop_at"] + 1.0
