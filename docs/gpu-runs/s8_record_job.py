@@ -162,8 +162,7 @@ def _gloo_sync(port: int, rank: int, delay: float) -> float:
     import torch
     import torch.distributed as dist
 
-    group_port = port
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{group_port}", rank=rank, world_size=2,
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=GLOO_TIMEOUT_S))
     try:
         if delay:
