@@ -3,7 +3,7 @@
 # wheel, about 75 MiB, is over the 64 MiB a call may carry). Run on the CPU machine, in the repo root:
 #   bash docs/gpu-runs/make-ray-slim.sh            (RAY_VERSION=2.60.0 PY=3.12 by default)
 # It downloads the manylinux x86_64 wheel for the device's Python with pip, unpacks it, drops what a driver,
-# `ray start` and its workers do not load (the Java jars, rllib, data, serve, train, tune, llm, air, the
+# `ray start` and its workers do not load (the Java jars, rllib, data, serve, train, tune, llm, the
 # dashboard's web build, tests) and packs the rest as one xz tar for `tar -xJf .bin/ray-slim.tar.xz -C /tmp/site`.
 # Ray's own dependencies (click, filelock, jsonschema, msgpack, packaging, protobuf, pyyaml, requests) are in the
 # device image (KINDS.md's package list); jsonschema and its dependencies are not: they go to .whl, with
@@ -17,8 +17,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY" 
 mkdir -p "$tmp/site" .bin
 python3 -m zipfile -e "$tmp"/wheel/ray-*.whl "$tmp/site"
 cd "$tmp/site"
-rm -rf ray/jars ray/rllib ray/data ray/serve ray/train ray/tune ray/llm ray/air ray/tests ray/dashboard/client/build \
-  ray/workflow ray/util/dask ray/util/spark
+rm -rf ray/jars ray/rllib ray/data ray/serve ray/train ray/tune ray/llm ray/tests ray/dashboard/client/build
 find . -name '__pycache__' -prune -exec rm -rf {} +
 cd - > /dev/null
 tar -C "$tmp/site" -cf - . | xz -9 -T0 > .bin/ray-slim.tar.xz
