@@ -28,9 +28,12 @@ JSON = ReportWriter("--json", "json_out", "Write the result as JSON (schema envb
 def explain(paths: Tuple[str, ...], json_out: Optional[str], report: Optional[str], root: Optional[str],
             profile_name: Optional[str]) -> int:
     """Read failed-run logs (files, .gz, directories such as a Ray session's logs, or - for stdin) and rank
-    the likely causes, with the log lines behind each and the check or rerun that tells them apart.
+    the likely causes, with the log lines behind each and the check or rerun that tells them apart. An
+    `envbuild record` run directory is judged from its recorded facts too: which process mapped which libnccl,
+    ran with which NCCL settings, failed or went silent first, what the flight recorder says.
 
-    Exit code: 0 no failure recognised, 1 a failure found (a cause named, or unknown), 2 bad usage or input.
+    Exit code: 0 no failure recognised, 1 a failure found (a cause named, or unknown; a recorded finding counts),
+    2 bad usage or input.
     """
     from envbuild.explain.explain import ExplainOptions, exit_code, run
     from envbuild.explain.render import render

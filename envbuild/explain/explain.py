@@ -79,7 +79,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     causes = load_causes()
     ranked = rank.rank(scan, adjustments, {c.id: c.title for c in causes.values()})
     verdict = rank.verdict(scan, ranked, context.doctor_failed(report) or context.contradicts_itself(adjustments)
-                           or any(a.origin == "node" for a in adjustments))
+                           or any(a.origin in ("node", "record") for a in adjustments))
     result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
     result["node_facts"] = facts.to_dict() if facts else None
     result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
@@ -115,6 +115,7 @@ def _run_dirs(paths: Sequence[str], extra: List[tuple]) -> tuple:
             continue
         run = rundir.read(p)
         out.extend(str(f) for f in run.text_files)
+        extra.extend(run.texts)
         for proc in run.procs:
             texts = [str(e.get("traceback") or "") + f"\n{e.get('type', '')}: {e.get('message', '')}"
                      for e in proc.of_kind("exception")[:2]]

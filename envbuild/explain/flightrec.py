@@ -71,8 +71,8 @@ def analyse(dumps: Dict[int, Dict[str, Any]], expected: Optional[List[int]] = No
         for name, cfg in (d.get("pg_config") or {}).items():
             groups.setdefault(str(name), _ranks_of(cfg))
         for e in d.get("entries") or []:
-            if not isinstance(e, dict) or e.get("is_p2p"):
-                continue
+            if not isinstance(e, dict) or e.get("is_p2p") or str(e.get("profiling_name", "")).startswith("gloo:"):
+                continue  # gloo's entries stay "scheduled" (no completion is tracked): no verdict from them
             pg = e.get("process_group")
             g = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", "0"))
             seq = e.get("collective_seq_id")
@@ -111,15 +111,23 @@ def analyse(dumps: Dict[int, Dict[str, Any]], expected: Optional[List[int]] = No
     return out
 
 
-def read_dir(fr_dir: Path, problems: List[str]) -> Dict[int, Dict[str, Any]]:
-    """rank -> dump for every file in a fr/ folder whose name ends in a rank number."""
-    out: Dict[int, Dict[str, Any]] = {}
-    for p in sorted(fr_dir.iterdir()):
-        m = _RANK.search(p.name)
-        if not p.is_file() or not m:
-            continue
+@dataclass
+class Dump:
+    name: str  # the file's name in fr/
+    writer: str  # the <pid>-<starttime> of the process that wrote it ('' in the older layout, fr/nccl_trace_rank_<r>)
+    rank: int
+    data: Dict[str, Any]
+
+
+def read_dir(fr_dir: Path, problems: List[str]) -> List[Dump]:
+    """Every dump in a fr/ folder whose name ends in a rank number, oldest first."""
+    out: List[Dump] = []
+    files = [p for p in fr_dir.iterdir() if p.is_file() and _RANK.search(p.name)]
+    for p in sorted(files, key=lambda q: (q.stat().st_mtime, q.name)):
+        rank = int(_RANK.search(p.name).group(1))  # type: ignore[union-attr]
+        writer = p.name.split(".nccl_trace_rank_")[0] if ".nccl_trace_rank_" in p.name else ""
         try:
-            out[int(m.group(1))] = load(p)
+            out.append(Dump(p.name, writer, rank, load(p)))
         except (ValueError, OSError) as exc:
             problems.append(f"{p.name}: {exc}")
     return out

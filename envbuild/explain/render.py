@@ -48,7 +48,7 @@ def render(result: Dict[str, Any]) -> str:
     if run:
         out.append(f"run dir: {len(run['processes'])} process(es) on {len(run['nodes'])} node(s)")
         for r in run["first_failures"][:8]:
-            out.append(f"  {'*' if r['first'] else ' '} t={r['t']:.3f} {r['who']}: {r['what'][:140]}  [{r['file']}]")
+            out.append(f"  {'*' if r['first'] else ' '} {_clock(r['t'])} {r['who']}: {r['what'][:140]}  [{r['file']}]")
         for v in run["flight_recorder"]:
             out.append(f"  flight recorder: {v['says']}")
     for m in result.get("missing") or []:
@@ -108,3 +108,13 @@ def render(result: Dict[str, Any]) -> str:
             if t["first"] and t["exception"]:
                 out.append(f"      raised: {t['exception'][:160]}" + (f"  at {t['frame']}" if t["frame"] else ""))
     return "\n".join(out) + "\n"
+
+
+def _clock(t: float) -> str:
+    """A recorded time (seconds since the epoch) as the UTC time of day a person matches against other logs."""
+    import datetime as _dt
+
+    try:
+        return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return f"t={t}"

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 HEAD = 256 * 1024  # bytes read from the start of a jsonl file
 TAIL = 2 * 1024 * 1024  # and from its end: the failure is near the end
 JSON_MAX = 4 * 1024 * 1024  # a single JSON record file larger than this is not read
+TEXT_WHOLE = 4 * 1024 * 1024  # a NCCL or faulthandler log up to this size is scanned whole, a larger one by its ends
+TEXT_END = 1024 * 1024  # bytes read from each end of a larger one (the recorder keeps these when it caps a file)
 KNOWN_SCHEMAS = {"envbuild.record.run/1", "envbuild.record.node/1", "envbuild.record.process/1"}
 
 
@@ -35,16 +37,38 @@ class Proc:
     libs: List[Dict[str, Any]] = field(default_factory=list)
     events: List[Dict[str, Any]] = field(default_factory=list)
     failure: Optional[Dict[str, Any]] = None
+    alive: Dict[str, Any] = field(default_factory=dict)  # the heartbeat: {"t", "pid"}, rewritten every heartbeat_s
+    audit: Dict[str, Any] = field(default_factory=dict)  # the fleet audit of the process (tms_hook, libraries)
+    fatal: Optional[str] = None  # faulthandler.log's "Fatal Python error: <what>" (SIGSEGV, SIGABRT, ...)
 
     @property
     def pid(self) -> str:
         return str(self.start.get("pid") or self.key.split("-")[0])
 
     @property
+    def ray(self) -> Dict[str, Any]:
+        """The process's Ray context: the last `ray_context` event (the hook runs before the actor is known),
+        else the one in start.json."""
+        for e in reversed(self.events):
+            if e.get("kind") == "ray_context":
+                return e
+        ray = self.start.get("ray")
+        return ray if isinstance(ray, dict) else {}
+
+    @property
     def role(self) -> str:
-        ray = self.start.get("ray") or {}
-        role = self.start.get("role") or ray.get("actor_class") or ray.get("class_name")
-        return str(role or "process")
+        """The Ray actor's class; for a process an actor started (sitecustomize, fork) its own kind and whose."""
+        ray = self.ray
+        actor = ray.get("actor_class") or ray.get("class_name")
+        own = self.start.get("role")
+        if self.start.get("origin") in ("fork", "sitecustomize") and own:
+            return f"{own} of {actor}" if actor else str(own)
+        return str(actor or own or ("ray worker" if self.start.get("origin") == "ray" else "process"))
+
+    @property
+    def heartbeat_s(self) -> float:
+        hb = self.start.get("heartbeat_s")
+        return float(hb) if isinstance(hb, (int, float)) and hb > 0 else 10.0
 
     @property
     def who(self) -> str:
@@ -60,8 +84,8 @@ class Proc:
 
     def times(self) -> List[float]:
         ts = [e["t"] for e in self.events if isinstance(e.get("t"), (int, float))]
-        t0 = self.start.get("t_start")
-        return ts + ([t0] if isinstance(t0, (int, float)) else [])
+        extra = [self.start.get("t_start"), self.alive.get("t")]
+        return ts + [t for t in extra if isinstance(t, (int, float))]
 
     @property
     def t_last(self) -> Optional[float]:
@@ -77,6 +101,11 @@ class Proc:
         ex = self.of_kind("exit")
         return ex[-1].get("code") if ex else None
 
+    @property
+    def exited(self) -> bool:
+        """An `exit` event was written (at interpreter exit; its code is often unknown, null)."""
+        return bool(self.of_kind("exit"))
+
     def first_failure(self) -> Optional[Tuple[float, str, str]]:
         """(t, what, file) of the process's own first failure: an exception, a fatal signal, failure.json."""
         cands = []
@@ -87,11 +116,14 @@ class Proc:
                 cands.append((e["t"], what, self.file("events.jsonl")))
         f = self.failure or {}
         if isinstance(f.get("t"), (int, float)):
-            exc = f.get("exception") or {}
             what = (f"signal {f['signal']}" if f.get("signal") else
-                    f"{exc.get('type', 'exception')}: {str(exc.get('message', ''))[:200]}" if isinstance(exc, dict)
-                    else str(exc)[:200])
+                    f"{f.get('type') or 'exception'}: {str(f.get('message') or '')[:200]}"
+                    + (f" (in {f['where']})" if f.get("where") else ""))
             cands.append((f["t"], what, self.file("failure.json")))
+        if self.fatal and not cands:  # faulthandler writes no time: the last heartbeat before it is the moment
+            t = self.t_last
+            if isinstance(t, (int, float)):
+                cands.append((t, f"fatal signal: {self.fatal}", self.file("faulthandler.log")))
         code = self.exit_code()
         if not cands and code not in (None, 0):
             ex = self.of_kind("exit")[-1]
@@ -107,10 +139,17 @@ class Proc:
         return None
 
     def groups(self) -> Dict[str, Dict[str, Any]]:
+        """Every torch.distributed group the process joined (init = the default group, new_group by its name or
+        ranks), the last event of each; a group destroyed and rebuilt every step stays one group."""
         out: Dict[str, Dict[str, Any]] = {}
         for e in self.of_kind("process_group"):
-            if e.get("action", e.get("op", "init")) != "destroy":
-                out[str(e.get("group") or e.get("name") or "default_pg")] = e
+            op = e.get("op", e.get("action", "init"))
+            if op == "destroy":
+                continue
+            name = e.get("group") or e.get("group_name") or e.get("name")
+            if not name and op == "new_group":
+                name = "ranks " + ",".join(str(r) for r in (e.get("ranks") or []))
+            out[str(name or "default_pg")] = e
         return out
 
 
@@ -123,6 +162,7 @@ class Run:
     kmsg: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
     missing: List[Dict[str, str]] = field(default_factory=list)  # {file, message}
     text_files: List[Path] = field(default_factory=list)  # NCCL logs, faulthandler logs: for the text scanner
+    texts: List[Tuple[str, str]] = field(default_factory=list)  # (name, text): the two ends of the larger ones
     fr_dirs: List[Path] = field(default_factory=list)
 
     def note(self, file: str, message: str) -> None:
@@ -207,6 +247,39 @@ def read_jsonl(run: Run, p: Path) -> List[Dict[str, Any]]:
     return out
 
 
+def _fatal_line(p: Path) -> Optional[str]:
+    """What faulthandler says killed the process ('Aborted', 'Segmentation fault'), from its first 64 KiB."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in head.splitlines():
+        if line.startswith("Fatal Python error:"):
+            return line.split(":", 1)[1].strip()[:200]
+    return None
+
+
+def _add_text(run: Run, p: Path) -> None:
+    """A log for the text scanner: the file itself when small, else its first and last TEXT_END bytes (a file
+    the recorder capped has a hole of zeros between them, which nothing needs to read)."""
+    size = size_of(p)
+    if size <= TEXT_WHOLE:
+        run.text_files.append(p)
+        return
+    try:
+        with open(p, "rb") as f:
+            head = f.read(TEXT_END)
+            f.seek(size - TEXT_END)
+            tail = f.read(TEXT_END)
+    except OSError as exc:
+        run.note(_rel(run, p), f"cannot read ({exc.strerror or exc})")
+        return
+    text = (head.replace(b"\0", b"") + b"\n" + tail.replace(b"\0", b"")).decode("utf-8", "replace")
+    run.texts.append((_rel(run, p), text))
+    run.note(_rel(run, p), f"{size} bytes: scanned the first and the last {TEXT_END >> 20} MiB")
+
+
 def read(root: Path) -> Run:
     """Everything explain judges from a run dir; what is absent or damaged lands in run.missing."""
     run = Run(root)
@@ -229,7 +302,8 @@ def read(root: Path) -> Run:
         if (hd / "kmsg.jsonl").exists():
             run.kmsg[host] = read_jsonl(run, hd / "kmsg.jsonl")
         if (hd / "nccl").is_dir():
-            run.text_files.extend(sorted(p for p in (hd / "nccl").iterdir() if p.is_file()))
+            for p in sorted(p for p in (hd / "nccl").iterdir() if p.is_file()):
+                _add_text(run, p)
         if (hd / "fr").is_dir():
             run.fr_dirs.append(hd / "fr")
         try:
@@ -244,6 +318,9 @@ def read(root: Path) -> Run:
                 run.note(_rel(run, pd), "no start.json: the process left a folder but never wrote its start")
             else:
                 proc.start = _read_json(run, pd / "start.json", "start.json") or {}
+                if proc.start.get("partial"):
+                    run.note(_rel(run, pd / "start.json"), "the early, partial start record only: the process ended "
+                             "within ENVBUILD_RECORD_START_DELAY_S of its start (no argv, no long values, no audit)")
             if (pd / "libs.jsonl").exists():
                 proc.libs = read_jsonl(run, pd / "libs.jsonl")
             if (pd / "events.jsonl").exists():
@@ -252,8 +329,13 @@ def read(root: Path) -> Run:
                 run.note(_rel(run, pd / "events.jsonl"), "missing: the process never wrote an event after its start")
             if (pd / "failure.json").exists():
                 proc.failure = _read_json(run, pd / "failure.json", "failure.json")
+            if (pd / "alive.json").exists():
+                proc.alive = _read_json(run, pd / "alive.json", "alive.json") or {}
+            if (pd / "audit.json").exists():
+                proc.audit = _read_json(run, pd / "audit.json", "audit.json") or {}
             if (pd / "faulthandler.log").exists() and (pd / "faulthandler.log").stat().st_size:
-                run.text_files.append(pd / "faulthandler.log")
+                _add_text(run, pd / "faulthandler.log")
+                proc.fatal = _fatal_line(pd / "faulthandler.log")
             run.procs.append(proc)
     if not run.procs:
         run.note(".", "no process recorded: no <host>/proc/<pid>-<starttime>/ folder")

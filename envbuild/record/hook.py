@@ -24,6 +24,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -36,6 +37,14 @@ SCHEMA_NODE = "envbuild.record.node/1"
 EVENTS_MAX = int(os.environ.get("ENVBUILD_RECORD_EVENTS_MAX", str(1 << 20)))  # bytes; essential kinds get 2x
 PROCS_MAX = int(os.environ.get("ENVBUILD_RECORD_MAX_PROCS", "4000"))  # process dirs per host
 HANG_DUMPS_MAX = 6
+START_DELAY_S = float(os.environ.get("ENVBUILD_RECORD_START_DELAY_S", "2"))  # the full start.json after this
+NCCL_MAX = int(os.environ.get("ENVBUILD_RECORD_NCCL_MAX", str(16 << 20)))  # disk bytes of one process's NCCL file
+NCCL_KEEP = 1 << 20  # its first and last MiB are kept when the middle is dropped
+FR_FILES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_FILES_MAX", "64"))  # flight-recorder dumps per host
+FR_BYTES_MAX = int(os.environ.get("ENVBUILD_RECORD_FR_MAX", str(512 << 20)))  # and their bytes
+_STEERING = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "SGLANG_", "ENVBUILD_RECORD_")
+_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH", re.I).search
+SET_VAR = "ENVBUILD_RECORD_SET"  # the names this recorder set: a child sets them anew (its own FR file)
 HANG_ANY = os.environ.get("ENVBUILD_RECORD_HANG_ANY") == "1"  # watch processes outside a torch.distributed group too
 ESSENTIAL = frozenset({"exception", "signal", "exit", "hang", "gpu_memory", "truncated"})
 FR_BUFFER = "2000"
@@ -121,6 +130,7 @@ def bootstrap_dir() -> str:
 
 class Recorder:
     def __init__(self, root: str, origin: str):
+        self.t0 = time.perf_counter()
         self.pid, self.origin = os.getpid(), origin
         self.in_ray = origin == "ray" or "ray" in sys.modules
         self.t_start = time.time()
@@ -138,6 +148,9 @@ class Recorder:
         self.libs_key: Any = None
         self.hang_dumps = 0
         self.stop = threading.Event()
+        self.fr_full = ""
+        self.started = False
+        self.nccl_file: Optional[str] = None
 
     # -- the start path: standard library, a few file operations --------------------------------------------
     def start(self) -> None:
@@ -149,33 +162,50 @@ class Recorder:
         self.events_fd = os.open(os.path.join(self.dir, "events.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._defaults()
         self._faulthandler()
-        self.event("start", pid=self.pid, ppid=os.getppid(), origin=self.origin)
         self._install_hooks()
+        self._early_start()
+        _preimport()
         threading.Thread(target=self._run, name="envbuild-record", daemon=True).start()
+        # setup_ms: what this start path cost the process (benchmarks/bench_record.py reads it)
+        self.event("start", pid=self.pid, ppid=os.getppid(), origin=self.origin,
+                   setup_ms=round((time.perf_counter() - self.t0) * 1000, 2))
+        if self.fr_full:
+            self.event("recorder_note", what=f"flight-recorder dumps off in this process: {self.fr_full}")
 
     def _defaults(self) -> None:
         """What NCCL and torch read at init, set where the user did not: NCCL's warnings into per-process files
         (only when the user set no NCCL_DEBUG either: a level they chose keeps going where they see it), the
-        flight recorder with a bounded buffer, dumped on timeout into fr/. Children inherit these."""
+        flight recorder with a bounded buffer, dumped on timeout into fr/<pid>-<starttime>.nccl_trace_rank_<r>
+        (while fr/ holds fewer than FR_FILES_MAX dumps and FR_BYTES_MAX bytes). Children inherit these; what a
+        parent's recorder set (SET_VAR) a child's recorder sets again for itself."""
         env = os.environ
+        ours = set(filter(None, env.get(SET_VAR, "").split(",")))
+
+        def unset(*names: str) -> bool:
+            return all(n not in env or n in ours for n in names)
+
         want: Dict[str, str] = {}
-        if "NCCL_DEBUG" not in env and "NCCL_DEBUG_FILE" not in env:
+        if unset("NCCL_DEBUG", "NCCL_DEBUG_FILE"):
             os.makedirs(os.path.join(self.host_dir, "nccl"), exist_ok=True)
             want["NCCL_DEBUG"] = "WARN"
             want["NCCL_DEBUG_FILE"] = os.path.join(self.host_dir, "nccl", "%h.%p.log")
-        if "TORCH_FR_BUFFER_SIZE" not in env and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:
+        if unset("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
             want["TORCH_FR_BUFFER_SIZE"] = want["TORCH_NCCL_TRACE_BUFFER_SIZE"] = FR_BUFFER
-        if "TORCH_FR_DUMP_TEMP_FILE" not in env and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in env:
-            os.makedirs(os.path.join(self.host_dir, "fr"), exist_ok=True)
-            want["TORCH_FR_DUMP_TEMP_FILE"] = want["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = \
-                os.path.join(self.host_dir, "fr", "nccl_trace_rank_")
-        if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in env:
-            want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+        if unset("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+            fr = os.path.join(self.host_dir, "fr")
+            os.makedirs(fr, exist_ok=True)
+            self.fr_full = _dir_over(fr, FR_FILES_MAX, FR_BYTES_MAX)
+            if not self.fr_full:
+                want["TORCH_FR_DUMP_TEMP_FILE"] = want["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = \
+                    os.path.join(fr, os.path.basename(self.dir) + ".nccl_trace_rank_")
+        if unset("TORCH_NCCL_DUMP_ON_TIMEOUT"):
+            want["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0" if self.fr_full else "1"
         boot = bootstrap_dir()
         path = env.get("PYTHONPATH", "")
         if boot not in path.split(os.pathsep):
             want["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
         env.update(want)
+        env[SET_VAR] = ",".join(sorted((ours | set(want)) - {"PYTHONPATH"}))
         self.set_here = want
 
     def _faulthandler(self) -> None:
@@ -263,7 +293,22 @@ class Recorder:
             f.write(line)
 
     # -- the thread ------------------------------------------------------------------------------------------
-    def _run(self) -> None:
+    def _early_start(self) -> None:
+        """A first start.json ("partial": true) for a process killed before its full one: who it is, its Ray
+        node and job (in a Ray worker), and the short steering values (under 8 characters: no credential detector would flag one,
+        so nothing needs detect-secrets here); the full record replaces it START_DELAY_S later."""
+        env = {k: v for k, v in os.environ.items() if k.startswith(_STEERING) and len(v) < 8 and not _SECRETISH(k)}
+        self.write_json("start.json", {"schema": SCHEMA_PROCESS, "partial": True, "pid": self.pid,
+                                       "ppid": os.getppid(), "host": self.host, "t_start": self.t_start,
+                                       "origin": self.origin, "ray": _ray_ids(), "env": env,
+                                       "hang_s": self.hang_s, "heartbeat_s": self.beat_s})
+
+    def _records_at_start(self) -> None:
+        """start.json (argv and environment redacted), node.json, the first libs.jsonl line, audit.json: once."""
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
         try:
             from envbuild.record import snapshot
 
@@ -273,12 +318,28 @@ class Recorder:
             self.write_json("audit.json", snapshot.audit(load_libcuda=False))
         except Exception as exc:
             self.event("recorder_error", where="start", error=repr(exc)[:300])
+
+    def _run(self) -> None:
+        # The start records wait START_DELAY_S: redaction (detect-secrets) and the audit cost ~0.3 s of CPU, which
+        # on the process's GIL would lengthen its start, and their imports, made here while the main thread is
+        # still importing its own, can meet it in a module-lock cycle that hands one of them a partly initialised
+        # module (seen: "cannot import name 'pack' from 'struct'" in a resource tracker). A process that exits
+        # sooner writes them at exit; one killed sooner has its partial start.json and `start` event only.
+        delay_end = time.monotonic() + START_DELAY_S
+        while time.monotonic() < delay_end:  # the heartbeat goes on meanwhile
+            if self.stop.wait(min(self.beat_s, max(0.0, delay_end - time.monotonic()))):
+                return
+            try:
+                self.write_json("alive.json", {"t": round(time.time(), 3), "pid": self.pid})
+            except OSError:
+                pass
+        self._records_at_start()
         waits = [0.5, 1.0, 2.0, 4.0]
         ray_done = False
         last_frame: Any = None
         since = time.monotonic()
         while not self.stop.is_set():
-            self.stop.wait(waits.pop(0) if waits and not ray_done else self.beat_s)
+            self.stop.wait(min(waits.pop(0), self.beat_s) if waits and not ray_done else self.beat_s)
             if self.pid != os.getpid():
                 return
             try:
@@ -290,6 +351,8 @@ class Recorder:
                 libs = snapshot.mapped_libs()
                 if snapshot.libs_key(libs) != self.libs_key:
                     self.libs("change")
+                if "libnccl" in libs and "NCCL_DEBUG_FILE" in self.set_here:
+                    self._cap_nccl_file()
                 if self.hang_s > 0 and (_in_process_group() or HANG_ANY):
                     frame = _main_frame()
                     if frame is None or frame != last_frame:
@@ -298,6 +361,19 @@ class Recorder:
                         self._hang(time.monotonic() - since)
             except Exception as exc:
                 self.event("recorder_error", where="beat", error=repr(exc)[:300])
+
+    def _cap_nccl_file(self) -> None:
+        """Keep this process's NCCL file under NCCL_MAX bytes of disk: NCCL holds it open and writes on, so its
+        middle is given back to the filesystem (a hole: the first and last MiB stay, the size NCCL sees stays)."""
+        from envbuild.record import snapshot
+
+        if self.nccl_file is None:
+            self.nccl_file = snapshot.own_nccl_file(os.path.join(self.host_dir, "nccl"), self.pid)
+            if self.nccl_file is None:
+                return
+        dropped = snapshot.punch_middle(self.nccl_file, NCCL_MAX, NCCL_KEEP)
+        if dropped:
+            self.event("capped", what="nccl", freed=dropped, file=os.path.basename(self.nccl_file))
 
     def _ray_context(self, final: bool) -> bool:
         from envbuild.record import snapshot
@@ -354,8 +430,9 @@ class Recorder:
 
     def _at_exit(self) -> None:
         if self.pid == os.getpid():
-            self.event("exit", code=_exit_code())
             self.stop.set()
+            self._records_at_start()
+            self.event("exit", code=_exit_code())
 
     def forked_away(self) -> None:
         """In a forked child: the parent's file and thread are not ours."""
@@ -366,6 +443,45 @@ class Recorder:
 def _exit_code() -> Optional[int]:
     code = getattr(sys, "last_exc", None)
     return 1 if code is not None else None
+
+
+def _preimport() -> None:
+    """The standard modules the recorder's thread needs first, imported here in the main thread (already loaded
+    in a Ray worker; a few ms in a bare interpreter), so the thread's own imports are envbuild's and
+    detect-secrets', which the process itself does not import."""
+    try:
+        import ctypes  # noqa: F401
+        import socket  # noqa: F401
+        import struct  # noqa: F401
+        import traceback  # noqa: F401
+    except Exception:
+        pass
+
+
+def _ray_ids() -> Optional[Dict[str, Any]]:
+    """The job, node and worker of this Ray worker (the actor comes later, in a `ray_context` event)."""
+    ray = sys.modules.get("ray")
+    try:
+        ctx = ray.get_runtime_context()  # type: ignore[union-attr]
+        return {"job_id": ctx.get_job_id(), "node_id": ctx.get_node_id(), "worker_id": ctx.get_worker_id()}
+    except Exception:
+        return None
+
+
+def _dir_over(folder: str, files_max: int, bytes_max: int) -> str:
+    """Why `folder` is full ('' when it is not): at least files_max entries, or bytes_max bytes in them."""
+    total = 0
+    with os.scandir(folder) as it:
+        for i, entry in enumerate(it, 1):
+            if i >= files_max:
+                return f"{folder} holds {files_max} files (ENVBUILD_RECORD_FR_FILES_MAX)"
+            try:
+                total += entry.stat().st_size
+            except OSError:
+                continue
+            if total >= bytes_max:
+                return f"{folder} holds {total >> 20} MiB (ENVBUILD_RECORD_FR_MAX)"
+    return ""
 
 
 def _count_at_least(folder: str, n: int) -> bool:
@@ -503,7 +619,34 @@ def _note(exc: BaseException, name: str) -> None:
     if rec is None or rec.pid != os.getpid() or isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return
     rec.event("collective", name=name, source="wrapper", state="failed")
+    first = not rec.failed
     rec.failure(exc, where=f"torch.distributed.{name}", collective=name)
+    if first:
+        _dump_flight_recorder(rec)
+
+
+def _dump_flight_recorder(rec: Recorder) -> None:
+    """At the first failed collective, PyTorch's flight-recorder buffer into this process's dump file: PyTorch
+    dumps by itself only on an NCCL watchdog timeout, and an error such as 999 raised by a collective is not one.
+    A dump PyTorch already wrote there is kept."""
+    prefix = rec.set_here.get("TORCH_FR_DUMP_TEMP_FILE")
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    dist = sys.modules.get("torch.distributed")
+    if not prefix or c10d is None or dist is None:
+        return
+    try:
+        dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace")
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        data = dump()
+        path = f"{prefix}{rank}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        rec.event("flight_recorder", file=os.path.basename(path), bytes=len(data), why="first failed collective")
+    except FileExistsError:
+        pass
+    except Exception as exc:
+        rec.event("recorder_error", where="flight_recorder", error=repr(exc)[:300])
 
 
 def _pg_event(rec: Recorder, name: str, args: Any, kwargs: Any) -> None:

@@ -61,6 +61,45 @@ def lib_version(key: str, path: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
+def own_nccl_file(folder: str, pid: int) -> Optional[str]:
+    """The file NCCL_DEBUG_FILE=<folder>/%h.%p.log made for this pid (NCCL writes %h its own way), if any yet."""
+    tail = f".{pid}.log"
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.name.endswith(tail):
+                    return entry.path
+    except OSError:
+        pass
+    return None
+
+
+_FALLOC_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
+
+
+def punch_middle(path: str, max_disk: int, keep: int) -> int:
+    """When `path` takes more than max_disk bytes of disk, free all but its first and last `keep` bytes in place
+    (fallocate PUNCH_HOLE: the writer's offset and the file size stay, the dropped part reads as zeros and takes
+    no disk). Returns the bytes freed, 0 when under the cap or where the filesystem cannot punch holes."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    if st.st_blocks * 512 <= max_disk:
+        return 0
+    start = (keep + 4095) // 4096 * 4096
+    end = (st.st_size - keep) // 4096 * 4096
+    if end <= start:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        rc = libc.fallocate(fd, _FALLOC_PUNCH, ctypes.c_longlong(start), ctypes.c_longlong(end - start))
+    finally:
+        os.close(fd)
+    return end - start if rc == 0 else 0
+
+
 def steering_env() -> Dict[str, str]:
     from envbuild.fleet.audit import environment
 
@@ -88,6 +127,8 @@ def _argv() -> List[str]:
 
 def role_hint(argv: List[str], origin: str) -> str:
     head = argv[0] if argv else ""
+    if origin == "fork":  # a forked child keeps its parent's argv (and a Ray worker's title)
+        return "fork child"
     if head.startswith("ray::"):
         return "ray worker " + head[5:]
     if head.startswith("sglang::"):
@@ -99,8 +140,6 @@ def role_hint(argv: List[str], origin: str) -> str:
         return "multiprocessing forkserver"
     if "sglang" in joined:
         return "sglang process"
-    if origin == "fork":
-        return "fork child"
     return os.path.basename(head) or "process"
 
 

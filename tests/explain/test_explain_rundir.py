@@ -65,3 +65,45 @@ def test_a_proc_dir_with_nothing_and_a_huge_events_file_still_answers(tmp_path):
     rc, r, err = _explain(tmp_path)
     assert rc in (0, 1) and b"Traceback" not in err
     assert any("start.json" in m["message"] for m in r["missing"]) and any("read the first" in m["message"] for m in r["missing"])
+
+
+def test_expandable_segments_in_one_process_is_m3_and_a_fatal_signal_is_its_first_failure(tmp_path):
+    _proc(tmp_path, "h1", 11, "Trainer", "2.28.9", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+          [{"t": 1002, "kind": "process_group", "op": "init", "rank": 0}])
+    _proc(tmp_path, "h1", 12, "Rollout", "2.28.9", {}, [{"t": 1002, "kind": "process_group", "op": "init", "rank": 1}])
+    _proc(tmp_path, "h1", 13, "Rollout", "2.28.9", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, [])
+    pd = tmp_path / "h1" / "proc" / "12-100"
+    (pd / "faulthandler.log").write_text("Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n")
+    (pd / "alive.json").write_text(json.dumps({"t": 1003.5, "pid": 12}))
+    rc, r, err = _explain(tmp_path)
+    assert rc == 1 and b"Traceback" not in err
+    m3 = next(c for c in r["causes"] if c["id"] == "M3")
+    assert "pid 11" in m3["adjustments"][0]["reason"] and "pid 13" not in m3["adjustments"][0]["reason"]
+    first = r["run"]["first_failures"][0]
+    assert first["pid"] == "12" and first["what"] == "fatal signal: Aborted" and first["t"] == 1003.5
+
+
+def test_a_flight_recorder_dump_is_read_by_the_process_that_wrote_it(tmp_path):
+    """Dumps are named fr/<pid>-<starttime>.nccl_trace_rank_<r> by the recorder: the verdict lands on the writer."""
+    import pickle
+
+    pg = {"process_group": ("0", "default_pg"), "profiling_name": "nccl:all_reduce", "is_p2p": False}
+    _proc(tmp_path, "h1", 11, "Trainer", "2.28.9", {}, [{"t": 1002, "kind": "process_group", "op": "init", "rank": 0},
+                                                        {"t": 1090, "kind": "exception", "type": "RuntimeError",
+                                                         "message": "Watchdog caught collective operation timeout"}])
+    _proc(tmp_path, "h1", 12, "Trainer", "2.28.9", {}, [{"t": 1002, "kind": "process_group", "op": "init", "rank": 1},
+                                                        {"t": 1010, "kind": "hang", "stuck_s": 5}])
+    fr = tmp_path / "h1" / "fr"
+    fr.mkdir()
+    config = {"0": {"name": "default_pg", "ranks": "[0, 1]"}}
+    (fr / "11-100.nccl_trace_rank_0").write_bytes(pickle.dumps({"version": "2.4", "pg_config": config, "entries": [
+        dict(pg, collective_seq_id=5, state="completed"), dict(pg, collective_seq_id=6, state="started")]}))
+    (fr / "12-100.nccl_trace_rank_1").write_bytes(pickle.dumps({"version": "2.4", "pg_config": config, "entries": [
+        dict(pg, collective_seq_id=5, state="completed")]}))
+    rc, r, err = _explain(tmp_path)
+    assert rc == 1 and b"Traceback" not in err
+    [v] = r["run"]["flight_recorder"]
+    assert v["kind"] == "never_entered" and v["ranks"] == [1] and v["seq"] == 6
+    assert r["top"] == "U6"
+    reason = r["causes"][0]["adjustments"][0]["reason"]
+    assert reason.startswith("Trainer h1/pid 12") and "rank 1 never entered collective 6" in reason

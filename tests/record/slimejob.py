@@ -5,12 +5,13 @@ Shape (slime: a Megatron trainer group and an sglang rollout engine, all Ray act
 top of the job's runtime env): the job-level runtime env is `envbuild record env`'s JSON (ray.init's runtime_env
 is the job's, the same as `ray job submit --runtime-env-json`); two Trainer actors rebuild their gloo group every
 step (init, all_reduce, destroy); a Rollout actor starts a multiprocessing spawn child (sglang's scheduler) and a
-fork child; a Straggler actor is pinned to a worker node.
+fork child; two Straggler actors are pinned to a worker node.
 
 Faults (a comma list, `--faults`): preload (trainer 0 runs with another libnccl.so.2 in LD_PRELOAD), cumem
 (trainer 1 with NCCL_CUMEM_ENABLE=1, the others 0), sigstop (trainer 1 SIGSTOPped just before the all_reduce of
-step 1: trainer 0 waits in it until gloo's timeout), sigkill (the rollout actor SIGKILLed after step 1), nodeloss
-(the worker node's processes killed after the last step, with the Straggler on it).
+step 1: trainer 0 waits in it until gloo's timeout), sigkill (the rollout actor SIGKILLed after step 0), nodeloss
+(the worker node's processes killed after step 0, with two Straggler actors on it; the job goes on without it). No fault (an empty
+list) is the healthy run.
 
 Run as a script (the driver): python slimejob.py ADDRESS RUNTIME_ENV_JSON RESULT_JSON FAULTS [NODE_SESSION]
 """
@@ -117,15 +118,17 @@ def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_ses
     pids = {"trainer0": ray.get(trainers[0].pid.remote()), "trainer1": ray.get(trainers[1].pid.remote()),
             "rollout": ray.get(rollout.pid.remote()), "driver": os.getpid()}
     pids.update(ray.get(rollout.start_engine.remote()))
-    straggler = None
+    stragglers = {}
     if others:
-        straggler = Straggler.options(scheduling_strategy=NodeAffinitySchedulingStrategy(others[0], soft=False)).remote()
-        pids["straggler"] = ray.get(straggler.pid.remote())
+        for name in ("straggler", "straggler2"):
+            stragglers[name] = Straggler.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(others[0], soft=False)).remote()
+            pids[name] = ray.get(stragglers[name].pid.remote())
         result["straggler_node"] = others[0]
     result["pids"] = pids
     result["actor_ids"] = {"trainer0": trainers[0]._actor_id.hex(), "trainer1": trainers[1]._actor_id.hex(),
                            "rollout": rollout._actor_id.hex(),
-                           **({"straggler": straggler._actor_id.hex()} if straggler else {})}
+                           **{name: a._actor_id.hex() for name, a in stragglers.items()}}
     stopped = False
     for step in range(STEPS):
         port = _free_port()
@@ -152,6 +155,10 @@ def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_ses
         if "sigkill" in faults and step == 0:
             os.kill(pids["rollout"], signal.SIGKILL)
             result["sigkill_at"] = time.time()
+        if "nodeloss" in faults and node_session and step == 0:
+            _kill_node(node_session)
+            result["nodeloss_at"] = time.time()
+            time.sleep(4.0)  # the head's processes go on writing while the lost node's are silent
     if "sigkill" in faults and "sigkill_at" not in result:
         os.kill(pids["rollout"], signal.SIGKILL)
         result["sigkill_at"] = time.time()
@@ -159,19 +166,20 @@ def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_ses
         ray.get(rollout.generate.remote(99), timeout=3)
     except Exception as exc:
         result["errors"]["rollout_after_kill"] = type(exc).__name__
-    if "nodeloss" in faults and node_session:
-        time.sleep(1.0)
-        from envbuild.fleet.localray import _pids_in_session, _with_descendants
-
-        for pid in _with_descendants(_pids_in_session(node_session)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        result["nodeloss_at"] = time.time()
     if stopped:
         os.kill(pids["trainer1"], signal.SIGKILL)  # a stopped rank is never resumed: its peer has given up
     return result
+
+
+def _kill_node(node_session: int) -> None:
+    """Every process of the worker node's `ray start` session: the node lost at once."""
+    from envbuild.fleet.localray import _pids_in_session, _with_descendants
+
+    for pid in _with_descendants(_pids_in_session(node_session)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def run_slime_job(address: str, run_dir: Path, faults: List[str], env: Dict[str, str],

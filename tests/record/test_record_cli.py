@@ -130,3 +130,27 @@ def test_collect_from_files_tolerates_cut_records_and_names_the_silent_ones(tmp_
     status = {p["pid"]: p["status"] for p in json.loads(proc.stdout)["processes"]}
     assert status == {11: "exited", 12: "killed or stopped", 13: "running", 14: "unknown"}
     assert (tmp_path / "out" / "h1" / "proc" / "12-1" / "events.jsonl").exists()
+
+
+def test_a_ray_worker_writes_a_partial_start_at_once_and_the_full_one_later_or_at_exit(tmp_path):
+    """In a Ray worker the redacted start record waits (its cost would lengthen the worker's start): a first
+    start.json holds who it is and the short steering values; an exit before the delay writes the full one."""
+    code = ("import json, os, sys, glob\nfrom envbuild.record import hook\nhook.setup(origin='ray')\n"
+            "d = glob.glob(os.path.join(os.environ['ENVBUILD_RECORD_DIR'], '*', 'proc', '*'))[0]\n"
+            "print(open(os.path.join(d, 'start.json')).read())\nprint(d)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ENVBUILD_RECORD_DIR": str(tmp_path / "run"),
+           "ENVBUILD_RECORD_START_DELAY_S": "30", "NCCL_CUMEM_ENABLE": "0", "NCCL_SOCKET_IFNAME": "eth0-long-name",
+           "NCCL_IB_TOKEN": "abc"}
+    proc = subprocess.run([sys.executable, "-c", code, "--password=hunter2hunter2"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text, folder = proc.stdout.rsplit("}", 1)
+    early = json.loads(text + "}")
+    assert early["partial"] is True and early["origin"] == "ray" and early["pid"] > 0
+    assert early["env"]["NCCL_CUMEM_ENABLE"] == "0"
+    assert "NCCL_SOCKET_IFNAME" not in early["env"] and "NCCL_IB_TOKEN" not in early["env"] and "argv" not in early
+    full = json.loads((Path(folder.strip()) / "start.json").read_text())  # rewritten at exit
+    assert "partial" not in full and full["env"]["NCCL_SOCKET_IFNAME"] == "eth0-long-name"
+    assert "hunter2hunter2" not in json.dumps(full) and any("redacted" in a for a in full["argv"])
+    events = (Path(folder.strip()) / "events.jsonl").read_text()
+    assert '"setup_ms"' in events and '"kind": "exit"' in events
