@@ -1,7 +1,7 @@
 """Recall on what people paste, as a user sees it (exit code, the verdict line, the JSON): a gloo timeout, a
 forced NET plugin, a reporter's "NCCL timeout", two CUDA majors named in prose, a failure tied to one release,
 a topology error, a TE without its torch extension. And the other side: lines that share these words in healthy
-runs (a retry after 1.5 seconds, NCCL falling back from IB to sockets, a timeout setting) raise nothing."""
+runs (a retry after 1.5 seconds, NCCL falling back from IB to sockets, an NCCL timeout setting) raise nothing."""
 import json
 
 import pytest
@@ -70,6 +70,8 @@ vm:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:192.0.2.2<0>
 vm:7:7 [0] NCCL INFO Using network Socket
 INFO 03-05 00:25:45 Retrying after 1.5 seconds
 dist.init_process_group("nccl", timeout=timedelta(seconds=1800))
+Setting NCCL timeout to 1800 seconds
+  nccl timeout: 1800
 NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0
 torch 2.11.0+cu130
 [pip3] nvidia-nccl-cu13==2.28.9
