@@ -83,7 +83,8 @@ def bundle_inputs(root: str) -> Tuple[Optional[Dict[str, Any]], List[Tuple[str, 
 
 def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     """What the facts of the log itself say beyond single lines: processes of one run printing different NCCL
-    versions run different libnccl copies (C3) — give explain the logs of one run, or this misleads."""
+    versions run different libnccl copies (C3) — give explain the logs of one run, or this misleads; packages
+    built for two CUDA majors in one env (C6; one major alone, however many packages print it, is no mix)."""
     versions = _versions(scan, "nccl_version")
     out: List[Adjustment] = []
     if len(versions) > 1:
@@ -94,6 +95,10 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if wheels and ran:
         out.append(Adjustment("C3", delta=3.5, reason=f"the run printed NCCL {', '.join(ran)}; the env's NCCL wheel is "
                               f"{', '.join(wheels)}: the process loaded another libnccl than the wheel", origin="log"))
+    majors = _versions(scan, "cuda_package_major")
+    if len(majors) > 1:
+        out.append(Adjustment("C6", delta=3.0, reason=f"packages built for CUDA {' and '.join(majors)} in one environment "
+                              "(their libraries overwrite or shadow each other)", origin="log"))
     return out
 
 

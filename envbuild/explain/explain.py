@@ -28,19 +28,22 @@ class ExplainOptions:
     root: Optional[str] = None
     profile: Optional[str] = None
     held_out: Optional[str] = None  # a repository whose own signatures are not used (the benchmark's LORO)
+    strict_hold_out: bool = False  # with held_out: also drop signatures written from it and other repositories
 
 
-def new_scanner(held_out: Optional[str] = None) -> Scanner:
-    """A scanner with every signature, or without those written only from `held_out`'s logs."""
+def new_scanner(held_out: Optional[str] = None, strict: bool = False) -> Scanner:
+    """A scanner with every signature, or without those written only from `held_out`'s logs (`strict`: without
+    any written from them)."""
     from envbuild.knowledge.signatures import load_facts, load_signatures
 
-    return Scanner([s for s in load_signatures() if s.credited_on(held_out)], load_facts())
+    return Scanner([s for s in load_signatures() if s.credited_on(held_out, strict)], load_facts())
 
 
-def scan_paths(paths: Sequence[str], extra: Sequence[tuple] = (), held_out: Optional[str] = None) -> tuple:
+def scan_paths(paths: Sequence[str], extra: Sequence[tuple] = (), held_out: Optional[str] = None,
+               strict: bool = False) -> tuple:
     """(ScanResult, problems) for `paths` plus (name, text) pairs in `extra`."""
     sources, problems = expand(paths)
-    scanner = new_scanner(held_out)
+    scanner = new_scanner(held_out, strict)
     for src in sources:
         scanner.feed_source(src.name, blocks(src, problems))
     for name, text in extra:
@@ -60,7 +63,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         if report is None and bundle_report is not None:
             report, origin = bundle_report, "bundle"
     paths, record_adj, run_section = _run_dirs(opts.paths, extra)
-    scan, problems = _scan(paths, extra, opts.held_out, given=bool(opts.paths))
+    scan, problems = _scan(paths, extra, opts.held_out, opts.strict_hold_out, given=bool(opts.paths))
     if scan.bytes == 0 and not extra and run_section is None:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
@@ -89,15 +92,15 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     return result
 
 
-def _scan(paths: Sequence[str], extra: Sequence[tuple], held_out: Optional[str], given: bool) -> tuple:
+def _scan(paths: Sequence[str], extra: Sequence[tuple], held_out: Optional[str], strict: bool, given: bool) -> tuple:
     """A run dir with no log files of its own is scanned from its recorded texts alone; no path at all is still
     bad usage (scan_paths says so)."""
     if not paths and given:
-        scanner = new_scanner(held_out)
+        scanner = new_scanner(held_out, strict)
         for name, text in extra:
             scanner.feed_source(name, [text.encode("utf-8", "replace")])
         return scanner.result(), []
-    return scan_paths(paths, extra, held_out)
+    return scan_paths(paths, extra, held_out, strict)
 
 
 def _run_dirs(paths: Sequence[str], extra: List[tuple]) -> tuple:

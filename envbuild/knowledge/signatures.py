@@ -51,9 +51,13 @@ class Signature:
     # on a repository's logs when that repository is the only one it was written from (leave-one-repository-out).
     written_from: Tuple[str, ...] = ()
 
-    def credited_on(self, repository: Optional[str]) -> bool:
-        """Whether this signature would exist had `repository`'s logs been held out."""
-        return repository is None or not self.written_from or set(self.written_from) != {repository}
+    def credited_on(self, repository: Optional[str], strict: bool = False) -> bool:
+        """Whether this signature would exist had `repository`'s logs been held out. By default a signature written
+        from two or more repositories survives holding out either (the others would have produced it); `strict`
+        drops it whenever `repository` is among them (a lower bound: the pattern may have been shaped by it)."""
+        if repository is None or not self.written_from:
+            return True
+        return repository not in self.written_from if strict else set(self.written_from) != {repository}
 
 
 @dataclass(frozen=True)

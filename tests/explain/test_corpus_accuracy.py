@@ -1,8 +1,9 @@
 """The engine on the corpus of real logs (tests/explain/corpus), scored as the benchmark's headline does:
 leave-one-repository-out (a signature written only from a repository's logs is not used on that repository's
-logs). Issue 25's goals that hold are held here so a signature edit that breaks other logs fails CI:
-top-1 >= 85 %, expected calibration error <= 0.10, "high" right >= 90 % of the time, every healthy log clean.
-benchmarks/bench_explain.py prints the detail (and the top-3, whose 95 % goal is not met yet)."""
+logs). Issue 25's goals are held here so a signature edit that breaks other logs fails CI: top-1 >= 85 %,
+top-3 >= 95 %, expected calibration error <= 0.10, "high" right >= 90 % of the time, every healthy log clean.
+The held-out slice (logs collected after the last knowledge edit) stays out of the headline.
+benchmarks/bench_explain.py prints the detail."""
 import importlib.util
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def loro(bench):
 def test_leave_one_repository_out_top1_meets_the_goal(loro):
     assert loro["scored"] >= 200 and loro["repositories"] >= 100
     assert loro["top1"] >= 0.85, [r["file"] for r in loro["rows"] if not r["top1"]]
-    assert loro["top3"] >= 0.88  # the goal is 95 %: a floor against regressions until it is met
+    assert loro["top3"] >= 0.95, [r["file"] for r in loro["rows"] if not r["top3"]]
 
 
 def test_healthy_logs_raise_no_cause(loro):
@@ -52,3 +53,12 @@ def test_held_out_repository_loses_only_its_own_signatures(bench):
     gone = bench.predict(log, "NVIDIA/nccl")
     assert kept["causes"] and kept["causes"][0]["id"] == "M2"
     assert "M2" not in [c["id"] for c in gone["causes"]]
+
+
+def test_the_held_out_slice_is_scored_apart_from_the_headline(bench, loro):
+    """Folding the held-out logs into the headline would let the next edit tune on them without anyone noticing."""
+    held = [e["file"] for e in bench.load_manifest() if bench.held_out_slice(e)]
+    assert len(held) >= 10
+    assert not set(held) & {r["file"] for r in loro["rows"]}
+    slice_ = bench.accuracy(loro=True, held_out=True)
+    assert {r["file"] for r in slice_["rows"]} == set(held)
