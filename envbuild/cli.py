@@ -51,6 +51,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # envbuild/__init__.py's early handler is done
+            sys.unraisablehook = _interrupt_again_where_it_can_be_raised
         code = _run(argv)
     except KeyboardInterrupt:
         code = 130
@@ -60,6 +61,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     except ValueError:  # not the main thread (an embedding program)
         pass
     sys.exit(code)
+
+
+def _interrupt_again_where_it_can_be_raised(unraisable) -> None:
+    """A Ctrl-C that lands in a callback Python cannot raise from (a weakref callback of importlib's module locks,
+    a __del__) would print "Exception ignored in ... Traceback" and be lost: deliver it again to the main thread,
+    where main() turns it into exit 130 with one line. Anything else goes to Python's own hook."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _say(line: str) -> None:
