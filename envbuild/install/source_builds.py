@@ -12,6 +12,7 @@ halfway leaves no entry, and two nodes sharing the cache never see half an entry
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -22,6 +23,7 @@ import string
 import subprocess
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -234,6 +236,38 @@ def _install_wheel(python: Union[str, Path], wheel: Path, sha256: str) -> None:
         raise EnvbuildError(f"installing {wheel.name} failed: {proc.stderr.strip()[-400:]}")
 
 
+def record_git_origin(prefix: Path, wheel: Path, url: str, commit: str) -> None:
+    """Write the installed distribution's PEP 610 direct_url.json as `pip install git+URL@COMMIT` would have:
+    pip records a local wheel as `archive_info` of a file path, which loses the one fact the doctor compares for a
+    commit-pinned piece (stack.profile_match read apex and torch_memory_saver as "unknown commit"). The RECORD line
+    of the file gets its new hash and size, so pip's uninstall and the manifest stay consistent."""
+    from envbuild.install.toolchain import site_packages
+
+    site = site_packages(Path(prefix))
+    dist_info = _dist_info_name(wheel)
+    if site is None or dist_info is None or not (site / dist_info).is_dir():
+        raise EnvbuildError(f"installed {wheel.name}, but its {dist_info or '*.dist-info'} is not in {prefix}")
+    body = (json.dumps({"url": url, "vcs_info": {"vcs": "git", "commit_id": commit}}, sort_keys=True) + "\n").encode()
+    (site / dist_info / "direct_url.json").write_bytes(body)
+    record = site / dist_info / "RECORD"
+    if record.is_file():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+        name = f"{dist_info}/direct_url.json"
+        lines = [ln for ln in record.read_text(encoding="utf-8").splitlines() if ln.split(",", 1)[0] != name]
+        record.write_text("\n".join(lines + [f"{name},sha256={digest},{len(body)}"]) + "\n", encoding="utf-8")
+
+
+def _dist_info_name(wheel: Path) -> Optional[str]:
+    """The `<name>-<version>.dist-info` folder a wheel installs (read from the wheel: its file name may be
+    normalised differently)."""
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            top = name.split("/", 1)[0]
+            if top.endswith(".dist-info"):
+                return top
+    return None
+
+
 def _toolchain_env(prefix: Path, recipe: object, facts: Mapping[str, str], cache: Path, phase) -> Dict[str, str]:
     """The toolchain's variables for the builds, after one test compile (envbuild.install.toolchain). An env
     with no nvcc anywhere builds without CUDA variables unless the recipe declares a toolchain."""
@@ -297,6 +331,7 @@ def install_source_builds(prefix: Union[str, Path], recipe: object, bundle: Opti
                              f"/build.log)")
             entry = _build(build, python, src_dir.absolute(), folder, key, extra_env)
         _install_wheel(python, entry.wheel, entry.sha256)
+        record_git_origin(prefix, entry.wheel, src.url, src.commit)
         if phase is not None:
             where = {"built": f"compiled here in {entry.build_seconds:.1f} s", "cache": "from the wheel cache",
                      "bundle": "from the bundle"}[origin]

@@ -12,6 +12,8 @@ the proxies at a dead port before `create --bundle` runs in a fresh cache.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -68,6 +70,13 @@ install = "build"
 [[recipe.build]]
 name = "fastext"
 git = "fastext"
+
+[components.fastext]
+commit = "{fast_commit_short}"
+pip_name = "fastext"
+source = "the fixture's pin"
+verified = false
+severity = "warn"
 """
 
 
@@ -130,7 +139,8 @@ def world(tmp_path_factory):
         (folder / "profile.toml").write_text(
             FIXTURE_PROFILE.format(name="pyonly", channel=(root / "nochannel").as_uri(), mark="v")
             + RECIPE.format(index=base, lib_commit=lib.commits[0], outer_commit=outer_commit,
-                            damaged_commit=damaged_commit, fast_commit=fast.commits[0]))
+                            damaged_commit=damaged_commit, fast_commit=fast.commits[0],
+                            fast_commit_short=fast.commits[0][:8]))
         r = envbuild("lock", "--only", "pip", env=env)
         assert r.returncode == 0, r.stderr
         online = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix",
@@ -146,7 +156,8 @@ def world(tmp_path_factory):
     for upstream in (root / "index", root / "w", lib.path, fast.path, outer, inner, damaged, mirror):
         shutil.rmtree(upstream)
     return {"root": root, "env": env, "bundle": root / "b1.tar", "again": root / "b2.tar", "pack": packs[0],
-            "cold": cold, "cold_bundle": root / "cold.tar", "damaged_commit": damaged_commit}
+            "cold": cold, "cold_bundle": root / "cold.tar", "damaged_commit": damaged_commit,
+            "fast_commit": fast.commits[0]}
 
 
 def test_two_packs_are_byte_identical_with_fixed_metadata(world):
@@ -222,6 +233,19 @@ def test_create_from_the_venv_bundle_offline(world, bundle, built_from):
     assert f'"from": "{built_from}"' in json.dumps(manifest)
     if built_from == "bundle":  # the prebuilt wheel, not a rebuild
         assert not (cache / "source-wheels").exists()
+    # the source-built wheel says which commit it was built from, as `pip install git+URL@COMMIT` records it...
+    dist_info = next((target / "lib").glob("python3*/site-packages/fastext-*.dist-info"))
+    body = (dist_info / "direct_url.json").read_bytes()
+    assert json.loads(body) == {"url": "https://git.invalid/fixture/fastext",
+                                "vcs_info": {"vcs": "git", "commit_id": world["fast_commit"]}}
+    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+    assert f"{dist_info.name}/direct_url.json,sha256={digest},{len(body)}" in (dist_info / "RECORD").read_text()
+    # ...so the doctor's side-by-side table matches it against the profile's commit (it said "unknown commit")
+    report = root / f"doctor-{bundle}.json"
+    doc = envbuild("doctor", "--prefix", str(target), "--profile", str(root / "lockfiles" / "pyonly" / "profile.toml"),
+                   "--check", "stack.profile_match", "--json", str(report), env=env)
+    rows = {r["component"]: r for r in json.loads(report.read_text())["results"][0]["evidence"]["rows"]}
+    assert rows["fastext"]["verdict"] == "match", (rows["fastext"], doc.stderr[-500:])
 
 
 def test_a_venv_bundle_with_a_conda_backend_says_which_backend(world, tmp_path):
