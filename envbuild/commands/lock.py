@@ -23,8 +23,11 @@ from envbuild import cmdoptions
 @cmdoptions.lockfiles
 @click.option("--only", "only", type=click.Choice(["conda", "pip"]), default=None,
               help="Lock one layer (e.g. the pip layer where no conda channel is reachable).")
+@click.option("--upgrade", is_flag=True,
+              help="Pip layer: take the newest files before the cutoff instead of keeping the versions the "
+                   "existing lock pins (a re-lock without it changes only what the profile's changes need).")
 @cmdoptions.quiet("No phase lines on stderr; only the results on stdout.")
-def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
+def lock(profiles, check, inputs_only, lockfiles, only, upgrade, quiet) -> int:
     """Solve and write conda-lock.yml (+ the pip layer lock) for each profile, or --check them.
 
     `--only pip` needs PyPI (or the profile's indexes) only, no conda channel: enough for --backend venv.
@@ -33,6 +36,7 @@ def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
     Examples:
       envbuild lock --profile slime-v0.3.1-cu130 --only pip
       envbuild lock --check --profile slime-v0.3.1-cu130
+      envbuild lock --profile slime-v0.3.1-cu130 --only pip --upgrade
     """
     from rich.console import Console
 
@@ -50,6 +54,8 @@ def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
         raise EnvbuildError(f"no profiles in {base}")
     if inputs_only and not check:
         raise EnvbuildError("--inputs-only goes with --check")
+    if upgrade and check:
+        raise EnvbuildError("--upgrade goes without --check (a check asks whether a re-lock keeps the lock's bytes)")
     layers = (only,) if only else lockset.LAYERS
     stale = failed = 0
     for name in names:
@@ -57,7 +63,7 @@ def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
             if check:
                 stale += _check_one(base, name, out, steps, layers, inputs_only)
             else:
-                _lock_one(base, name, out, steps, layers)
+                _lock_one(base, name, out, steps, layers, upgrade)
         except EnvbuildError as exc:
             if len(names) == 1:
                 raise
@@ -68,7 +74,7 @@ def lock(profiles, check, inputs_only, lockfiles, only, quiet) -> int:
     return 1 if stale else 0
 
 
-def _lock_one(base, name, out, steps, layers) -> None:
+def _lock_one(base, name, out, steps, layers, upgrade: bool) -> None:
     from envbuild.lock import lockset
     from envbuild.profile import load_profile
     from envbuild.progress import fmt_bytes
@@ -76,7 +82,7 @@ def _lock_one(base, name, out, steps, layers) -> None:
     with steps.phase(f"{name}: read the profile", reads_input=True):
         profile = load_profile(name, base)
         recipe = profile.require_recipe()
-    outputs = lockset.compute(profile, recipe, steps=steps, layers=layers)
+    outputs = lockset.compute(profile, recipe, steps=steps, layers=layers, upgrade=upgrade)
     with steps.phase(f"{name}: write the lockfiles") as ph:
         written = lockset.write(outputs, layers)
         size = sum((outputs.folder / f).stat().st_size for f in written if (outputs.folder / f).is_file())

@@ -53,9 +53,9 @@ def spec_locations(profile: Profile, recipe: Recipe) -> Dict[str, str]:
 
 
 def compute(profile: Profile, recipe: Recipe, steps: Optional[Steps] = None,
-            layers: Sequence[str] = LAYERS) -> LockOutputs:
+            layers: Sequence[str] = LAYERS, upgrade: bool = False) -> LockOutputs:
     """Solve every platform and render the outputs of `layers` (plus the rendered spec); `steps` announces
-    each solve as a phase (None: silent)."""
+    each solve as a phase (None: silent). The pip layer keeps the existing lock's versions unless `upgrade`."""
     steps = steps or Steps("", quiet=True)
     out = spec_outputs(profile, recipe, layers)
     if "conda" in layers:
@@ -78,7 +78,7 @@ def compute(profile: Profile, recipe: Recipe, steps: Optional[Steps] = None,
 
         with steps.phase(f"{profile.name}: resolve the pip layer ({len(recipe.pip_requirements)} requirements, "
                          f"uv)") as ph:
-            files = pip_lock_files(profile, recipe, phase=ph)
+            files = pip_lock_files(profile, recipe, phase=ph, upgrade=upgrade)
             pins = [ln for ln in files[PIP_LOCK_FILE].splitlines() if "==" in ln and not ln.startswith((" ", "#"))]
             ph.result = f"{len(pins)} pins"
         files[PIP_LOCK_FILE] = seal_pip_lock(files[PIP_LOCK_FILE])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 import urllib.parse
 from dataclasses import dataclass
@@ -163,13 +164,18 @@ def _direct_names(reqs: Sequence[str]) -> Tuple[Set[str], Set[str]]:
     return names, urls
 
 
-def _compile(project: str, args: List[str], cache_dir: Optional[Path], phase=None) -> Tuple[int, str, dict]:
+def _compile(project: str, args: List[str], cache_dir: Optional[Path], phase=None,
+             preferences: Optional[Path] = None) -> Tuple[int, str, dict]:
+    """One `uv pip compile`. `preferences`, an existing pylock.toml, is put where uv writes its output: uv then
+    keeps the versions it pins wherever they still satisfy the requirements (as pip-tools and `uv lock` do)."""
     from envbuild.tomlcompat import toml
 
     with tempfile.TemporaryDirectory(prefix="envbuild-uvlock-") as tmp:
         (Path(tmp) / "pyproject.toml").write_text(project, encoding="utf-8")
         out = Path(tmp) / "out" / "pylock.toml"
         out.parent.mkdir()
+        if preferences is not None and preferences.is_file():
+            shutil.copyfile(preferences, out)
         proc = run_uv(["pip", "compile", "pyproject.toml", "--no-header", "-o", str(out), *args],
                       cwd=Path(tmp), cache_dir=cache_dir, on_line=progress_lines(phase))
         data = toml.loads(out.read_text(encoding="utf-8")) if proc.returncode == 0 and out.is_file() else {}
@@ -189,10 +195,12 @@ def resolve_pip_entries(
     exclude_newer: Optional[str] = None,
     cache_dir: Optional[Path] = None,
     phase=None,
+    preferences: Optional[Path] = None,
 ) -> Tuple[List[LockedWheel], List[str]]:
     """Lock `requirements` for CPython `python_version` on `platform_tags`: (entries, header lines).
 
-    `phase` (an envbuild.progress.Phase) shows uv's progress lines while it resolves.
+    `phase` (an envbuild.progress.Phase) shows uv's progress lines while it resolves. `preferences` is the
+    pylock.toml of the existing lock: its versions are kept where they still fit (None: newest before the cutoff).
 
     `indexes` are recipe PipIndex objects (name, url, packages) in priority order (module docstring);
     `find_links` are local wheel folders (source-built wheels) offered too. Raises EnvbuildError with
@@ -219,7 +227,8 @@ def resolve_pip_entries(
         args += ["--find-links", link]
     extra: List[str] = []
     for _attempt in range(len(pinned) + 2):
-        code, stderr, data = _compile(_project(reqs, extra, table, python_version), args, cache_dir, phase)
+        code, stderr, data = _compile(_project(reqs, extra, table, python_version), args, cache_dir, phase,
+                                       preferences)
         if code != 0:
             missing = [n for n in _mentioned(stderr, pinned) if n not in direct and n not in extra]
             if missing:  # a pinned package needed transitively was looked up on the wrong index

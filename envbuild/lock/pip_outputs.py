@@ -30,8 +30,13 @@ def target(profile: "Profile", recipe: "Recipe"):
 
 
 def pip_lock_files(profile: "Profile", recipe: "Recipe", cache_dir: Optional[Path] = None,
-                   phase=None) -> Dict[str, str]:
-    """file name -> text of the pip layer's locks (resolved now, with uv; `phase` shows uv's progress)."""
+                   phase=None, upgrade: bool = False) -> Dict[str, str]:
+    """file name -> text of the pip layer's locks (resolved now, with uv; `phase` shows uv's progress).
+
+    A re-lock keeps the versions the profile's pylock.toml pins wherever they still fit its requirements, so it
+    is byte-identical even where an index later shows files dated before the cutoff (seen on this project's
+    PyPI: filelock 4.3.2, dated 2026-11-27, appeared after a lock made on 2026-12-02 with cutoff 2026-12-01).
+    `upgrade` drops those preferences: the newest files before the cutoff."""
     from envbuild.lock.pip_lock import resolve_pip_entries
     from envbuild.lock.uv_cli import redact
 
@@ -39,8 +44,9 @@ def pip_lock_files(profile: "Profile", recipe: "Recipe", cache_dir: Optional[Pat
 
     python, tags = target(profile, recipe)
     cutoff = lock_cutoff(recipe.pip.exclude_newer, profile.directory / PIP_LOCK_FILE, profile.path)
+    keep = None if upgrade else profile.directory / PYLOCK_FILE
     entries, header = resolve_pip_entries(recipe.pip_requirements, recipe.pip.indexes, python, tags,
-                                          exclude_newer=cutoff, cache_dir=cache_dir, phase=phase)
+                                          exclude_newer=cutoff, cache_dir=cache_dir, phase=phase, preferences=keep)
     urls = {i.name: redact(i.url) for i in recipe.pip.indexes}
     return {PIP_LOCK_FILE: render_pip_lock(entries, header),
             PYLOCK_FILE: render_pylock(entries, python, tags, urls, cutoff)}

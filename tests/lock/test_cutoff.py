@@ -1,5 +1,6 @@
 """A re-lock is byte-identical at any later time: the upload cutoff is a moment already past, written into the
-lock, and `lock --check` re-resolves to prove it (the inputs alone cannot see a new upload)."""
+lock, the existing lock's versions are kept where they still fit, and `lock --check` re-resolves to prove it (the
+inputs alone cannot see a change on the index)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -62,8 +63,10 @@ def test_without_a_cutoff_the_lock_records_the_moment_it_was_made_and_a_relock_k
     assert relock.returncode == 0 and lock.read_bytes() == first
 
 
-def test_check_re_resolves_and_sees_an_upload_the_inputs_cannot_show(tmp_path):
-    """The December case: a file uploaded before the cutoff but after the lock was made."""
+def test_a_file_dated_before_the_cutoff_that_appears_later_changes_no_byte_until_upgrade(tmp_path):
+    """The December case: an index shows a file dated before the cutoff only after the lock was made (this
+    project's PyPI did so with filelock 4.3.2 and httpcore2 2.17.0). A re-lock and a check keep the locked
+    version (the existing pylock.toml is uv's preference); `--upgrade` takes the newer one."""
     world = make_pip_world(tmp_path)
     w = tmp_path / "w2"
     alpha, beta = make_wheel(w, "alpha", "1.0", requires=["beta"]), make_wheel(w, "beta", "2.0")
@@ -73,13 +76,43 @@ def test_check_re_resolves_and_sees_an_upload_the_inputs_cannot_show(tmp_path):
     with serve(world.index_dir) as url:
         folder = _profile(world, url, "2026-06-01T00:00:00Z")
         assert _lock(world).returncode == 0
-        before = (folder / "requirements.lock.txt").read_bytes()
+        lock = folder / "requirements.lock.txt"
+        before = lock.read_bytes()
         write_simple_index(world.index_dir, [alpha, beta, late], upload_times={**times, late.name: "2026-05-01T00:00:00Z"})
+        check = _lock(world, "--check")
+        relock = _lock(world)
+        kept = lock.read_bytes()
+        both = _lock(world, "--check", "--upgrade")
+        upgrade = _lock(world, "--upgrade")
+        upgraded = lock.read_text()
+        after = _lock(world, "--check")
+    assert check.returncode == 0 and "fx: fresh (re-resolved: the same bytes)" in check.stdout, check.stdout
+    assert relock.returncode == 0 and kept == before
+    assert both.returncode == 2 and "--upgrade goes without --check" in both.stderr
+    assert upgrade.returncode == 0 and "beta==2.1" in upgraded and "beta==2.0" not in upgraded, upgrade.stderr
+    assert after.returncode == 0 and "fresh" in after.stdout
+
+
+def test_check_re_resolves_and_sees_what_the_inputs_cannot_show(tmp_path):
+    """The locked version left the index (deleted, or now dated after the cutoff): the inputs still match, a
+    re-resolve cannot keep it."""
+    world = make_pip_world(tmp_path)
+    w = tmp_path / "w2"
+    alpha, beta = make_wheel(w, "alpha", "1.0", requires=["beta"]), make_wheel(w, "beta", "2.0")
+    other = make_wheel(w, "beta", "2.1")
+    times = {alpha.name: "2026-01-01T00:00:00Z", beta.name: "2026-01-01T00:00:00Z", other.name: "2025-12-01T00:00:00Z"}
+    write_simple_index(world.index_dir, [alpha, beta, other], upload_times=times)
+    with serve(world.index_dir) as url:
+        folder = _profile(world, url, "2026-06-01T00:00:00Z")
+        assert _lock(world).returncode == 0
+        before = (folder / "requirements.lock.txt").read_bytes()
+        assert b"beta==2.1" in before
+        write_simple_index(world.index_dir, [alpha, beta], upload_times=times)
         fast = _lock(world, "--check", "--inputs-only")
         full = _lock(world, "--check")
     assert fast.returncode == 0 and "fresh (inputs only: not re-resolved)" in fast.stdout
     assert full.returncode == 1 and "fx: STALE" in full.stdout
-    assert "+beta==2.1" in full.stdout and "-beta==2.0" in full.stdout
+    assert "-beta==2.1" in full.stdout and "+beta==2.0" in full.stdout
     assert (folder / "requirements.lock.txt").read_bytes() == before  # --check never writes
 
 
