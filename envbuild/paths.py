@@ -1,10 +1,11 @@
-"""Where envbuild's own data lives: payloads (checks/), templates/ and lockfiles/.
+"""Where envbuild's own data lives: payloads (checks/), templates/ and lockfiles/, and its cache root.
 
 In a source checkout they sit at the repository's top level; in an installed wheel they are package
 data under envbuild/data/. Both are looked up here so no other module guesses.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -29,3 +30,12 @@ def templates_dir() -> Path:
 
 def lockfiles_dir() -> Path:
     return _top_level("lockfiles")
+
+
+def cache_dir() -> Path:
+    """envbuild's cache root: $ENVBUILD_CACHE_DIR, else ~/.envbuild/cache.
+
+    The one place that decides it: verified archives, source-built wheels and extracted bundles all live
+    under it, so pointing ENVBUILD_CACHE_DIR elsewhere moves every cache together.
+    """
+    return Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser()

@@ -33,7 +33,7 @@ def html(reports: Tuple[str, ...], output: Optional[str], nccl_tests: Tuple[str,
     targets = {"output": output}
     check_outputs([PAGE], targets)
     if len(reports) == 1 and _is_run_dir(reports[0]):
-        from envbuild.report.html_run import render_run
+        from envbuild.explain.run_page import render_run
 
         page, notes = render_run(reports[0])
     else:

@@ -215,7 +215,8 @@ class _Waiter:
         for i in pending:
             if i not in answered:
                 self.dead.append(i)
-                problems[i] = f"its worker does not answer: the node died or hung (while: {self._said(i)})"
+                problems[i] = (f"the node's Ray worker does not answer (its process died or hung, or the node is down) "
+                               f"(while: {self._said(i)})")
         gone = ", ".join(sorted({self.names.get(i, str(i)) for i in self.dead})) or \
             ", ".join(sorted({self.names.get(i, str(i)) for i in problems if i not in pending}))
         for i in answered:

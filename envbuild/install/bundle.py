@@ -183,7 +183,7 @@ def _verify(root: Path, bundle: Path) -> Dict[str, object]:
 
 def default_workdir(bundle: Path) -> Path:
     """<envbuild cache>/bundles/<name>-<size>-<mtime>: a re-copied bundle is extracted again."""
-    from envbuild.install.conda_layer import cache_dir
+    from envbuild.paths import cache_dir
 
     st = bundle.stat()
     return cache_dir() / "bundles" / f"{bundle.stem}-{st.st_size}-{st.st_mtime_ns}"

@@ -21,6 +21,7 @@ from envbuild.errors import EnvbuildError
 from envbuild.hashing import file_digest
 from envbuild.install.relocate import relocate_file
 from envbuild.lock.condalock import LockedConda
+from envbuild.paths import cache_dir
 
 
 class ArchiveHashMismatch(EnvbuildError):
@@ -32,15 +33,6 @@ class PlannedArchive:
     locked: LockedConda
     source: str  # URL or local path the archive is read from
     size: Optional[int]  # bytes, when known before fetching
-
-
-def cache_dir() -> Path:
-    """envbuild's cache root: $ENVBUILD_CACHE_DIR, else ~/.envbuild/cache.
-
-    The one place that decides it: verified archives, source-built wheels and extracted bundles all live
-    under it, so pointing ENVBUILD_CACHE_DIR elsewhere moves every cache together.
-    """
-    return Path(os.environ.get("ENVBUILD_CACHE_DIR") or Path.home() / ".envbuild" / "cache").expanduser()
 
 
 def _local_path(url: str) -> Optional[Path]:

@@ -10,7 +10,7 @@ from envbuild.leftovers import sweep_cache, sweep_tmp
 
 def sweep_for_create() -> List[Path]:
     """What a create run removes before it starts: dead creates' scratch folders and half cache entries."""
-    from envbuild.install.conda_layer import cache_dir
+    from envbuild.paths import cache_dir
     from envbuild.install.source_builds import wheel_cache_dir
 
     removed = sweep_tmp(("envbuild-pip", "envbuild-build", "envbuild-git"))

@@ -51,8 +51,7 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
     never built as a dict first, and streamed to the file: a torch stack lists about 90,000 files, and a
     dict per file (then json's encoder over them, then the whole text) cost more time and memory than the
     rest of the manifest."""
-    from envbuild.install.prefix_files import walk_files
-    from envbuild.install.relocate import PARTIAL as _RELOCATING
+    from envbuild.install.prefix_files import RELOCATING, walk_files
 
     owner: Dict[str, str] = {}
     known: Dict[str, str] = {}
@@ -84,7 +83,7 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
     quoted: Dict[str, str] = {}  # owner -> its JSON string (a few owners, 90,000 rows)
     n = 0
     for rel, found in sorted(walk_files(prefix) if files is None else files, key=_PATH):
-        if rel in _SKIP or rel.endswith(_RELOCATING):
+        if rel in _SKIP or rel.endswith(RELOCATING):
             continue
         who = owner.get(rel) or _owner_of(rel)
         qwho = quoted.get(who) or quoted.setdefault(who, q(who))

@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name, canonicalize_version
 
 _NAME = operator.attrgetter("name")
 _CACHE_KIND = "prebuilt-files"
+RELOCATING = ".envbuild-relocating"  # suffix of a file relocation is rewriting (a Ctrl-C removes it; a SIGKILL may leave it)
 
 
 class Recorded(NamedTuple):

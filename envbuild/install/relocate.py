@@ -20,10 +20,11 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Container, Dict, Iterable, Optional, Set, Tuple
 
+from envbuild.install.prefix_files import RELOCATING
+
 CHUNK = 1 << 20
 _TEXT_PROBE = 8192
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".whl", ".zip", ".tar", ".gz", ".bz2", ".zst", ".conda")
-PARTIAL = ".envbuild-relocating"  # a rewrite in progress (a Ctrl-C removes it; a SIGKILL may leave it)
 
 
 def _holds(path: Path, needle: bytes, digest: "Optional[hashlib._Hash]" = None) -> bool:
@@ -86,7 +87,7 @@ def relocate_file(path: Path, old: bytes, new: bytes, padded: bool,
     the package cache or another shared cache, which must never be written through."""
     if not _holds(path, old, digest):
         return False
-    partial = path.with_name(path.name + PARTIAL)
+    partial = path.with_name(path.name + RELOCATING)
     try:
         with open(path, "rb") as src, open(partial, "wb") as dst:
             rewrite_stream(src, dst, old, new, padded)
@@ -133,7 +134,7 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
     owned = conda_owned(prefix)
     changed = 0
     for rel, entry in (walk_files(prefix) if files is None else files):
-        if entry.name.endswith(PARTIAL):  # left by a killed run, which this one redoes
+        if entry.name.endswith(RELOCATING):  # left by a killed run, which this one redoes
             os.unlink(entry.path)
             continue
         if (rel in verbatim or rel in owned or entry.is_symlink() or entry.name.endswith(_SKIP_SUFFIXES)

@@ -25,7 +25,7 @@ VERSION = 1  # bump when an entry's content changes meaning
 
 
 def _root() -> Path:
-    from envbuild.install.conda_layer import cache_dir
+    from envbuild.paths import cache_dir
 
     return cache_dir() / "create-rerun"
 

@@ -188,7 +188,7 @@ def wheel_cache_dir() -> Path:
 
     Point ENVBUILD_WHEEL_CACHE at a shared filesystem and the first node's builds serve every other node.
     """
-    from envbuild.install.conda_layer import cache_dir
+    from envbuild.paths import cache_dir
 
     explicit = os.environ.get("ENVBUILD_WHEEL_CACHE")
     if explicit:

@@ -73,7 +73,7 @@ def test_an_unwritable_output_is_one_line_and_exit_2(tmp_path):
 
 def test_run_page_opens_offline_with_its_timeline_drawn_in_chromium(chromium, tmp_path):
     from envbuild.report.html import write_html
-    from envbuild.report.html_run import render_run
+    from envbuild.explain.run_page import render_run
 
     _run_dir(tmp_path / "run")
     page = tmp_path / "run.html"

@@ -3,7 +3,7 @@
 What a person needs from a failed run is who went wrong first and what the others did meanwhile: one row per
 recorded process (grouped by node), its life as a bar from start to its last record, and on it the moments the
 recorder wrote (group init/destroy, a hang, the first exception, the exit, going silent), with the causes
-`explain RUN_DIR` names above. Like the doctor's page (html.py): inline CSS and SVG, no script, no external asset,
+`explain RUN_DIR` names above. Like the doctor's page (envbuild/report/html.py): inline CSS and SVG, no script, no external asset,
 no generation time, so the same run dir gives the same bytes.
 """
 from __future__ import annotations
