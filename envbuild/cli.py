@@ -64,13 +64,21 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _interrupt_again_where_it_can_be_raised(unraisable) -> None:
-    """A Ctrl-C that lands in a callback Python cannot raise from (a weakref callback of importlib's module locks,
-    a __del__) would print "Exception ignored in ... Traceback" and be lost: deliver it again to the main thread,
-    where main() turns it into exit 130 with one line. Anything else goes to Python's own hook."""
-    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+    """A stop signal that lands in a callback Python cannot raise from (a weakref callback of importlib's module
+    locks, a __del__) would print "Exception ignored in ... Traceback". A Ctrl-C is delivered again to the main
+    thread, where main() turns it into exit 130 with one line. The doctor's Stopped (envbuild.doctor.interrupt)
+    is dropped quietly: its handler recorded the signal before raising, and the run ends with 128 + that signal
+    once its checks finish. Anything else goes to Python's own hook."""
+    exc = unraisable.exc_value
+    if isinstance(exc, KeyboardInterrupt):  # re-sent from a timer thread: sent from here, it lands in this hook
         import _thread
+        import threading
 
-        _thread.interrupt_main()
+        timer = threading.Timer(0.05, _thread.interrupt_main)
+        timer.daemon = True
+        timer.start()
+        return
+    if not isinstance(exc, Exception) and getattr(exc, "signum", None) is not None:
         return
     sys.__unraisablehook__(unraisable)
 
