@@ -125,6 +125,11 @@ def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_ses
                 scheduling_strategy=NodeAffinitySchedulingStrategy(others[0], soft=False)).remote()
             pids[name] = ray.get(stragglers[name].pid.remote())
         result["straggler_node"] = others[0]
+        # the recorder writes a process's full start records (and its ray_context) START_DELAY_S after its start;
+        # a job quicker than that ends its stragglers with only the partial record, which the tests tell apart
+        from envbuild.record.hook import START_DELAY_S
+
+        time.sleep(START_DELAY_S + 1.5)
     result["pids"] = pids
     result["actor_ids"] = {"trainer0": trainers[0]._actor_id.hex(), "trainer1": trainers[1]._actor_id.hex(),
                            "rollout": rollout._actor_id.hex(),

@@ -26,7 +26,8 @@ def events(d):
 
 
 def test_every_process_of_the_job_is_recorded_once_with_its_ray_actor(fault_runs):
-    slime_run = fault_runs["nodeloss"]
+    # the healthy job: every process lives past the recorder's deferred start records (hook.START_DELAY_S)
+    slime_run = fault_runs["none"]
     for who in ("trainer0", "trainer1", "rollout", "spawn_child", "fork_child", "straggler"):
         d = proc_dir(slime_run, who)
         start = json.loads((d / "start.json").read_text())
@@ -40,6 +41,17 @@ def test_every_process_of_the_job_is_recorded_once_with_its_ray_actor(fault_runs
     assert run["schema"] == "envbuild.record.run/1" and run["setup_hook"] == "envbuild.record.hook.setup"
     node = json.loads(next(Path(slime_run["run_dir"]).glob("*/node.json")).read_text())
     assert node["schema"] == "envbuild.record.node/1" and node["boot_id"]
+
+
+def test_a_process_on_a_lost_node_keeps_at_least_its_first_record(fault_runs):
+    """The node is killed at the end of the first step, often within the recorder's start delay of the straggler's
+    start: its process then has the partial start.json written at its first moment, never a missing one."""
+    lost = fault_runs["nodeloss"]
+    for who in ("trainer0", "trainer1", "rollout", "straggler"):
+        start = json.loads((proc_dir(lost, who) / "start.json").read_text())
+        assert start["schema"] == "envbuild.record.process/1" and start["pid"] == lost["pids"][who], who
+        if not start.get("partial"):
+            assert start["env"]["ENVBUILD_RECORD_DIR"] == lost["run_dir"], who
 
 
 def test_children_started_by_an_actor_are_recorded_through_the_inherited_environment(fault_runs):
