@@ -11,7 +11,8 @@ the next pair), every command timed as a whole process as a user runs it:
   lock   `envbuild lock --only pip` on a copy of the profile folder, against `uv pip compile` of the same
          requirements with the flags envbuild gives uv (--python-version, --python-platform,
          --generate-hashes, --only-binary :all:, --index-strategy first-index, --exclude-newer, the
-         profile's index, pylock output)
+         profile's index, pylock output, the profile's pylock.toml as the existing output: uv's version
+         preferences, which envbuild hands uv too)
   create `envbuild create --backend venv --python PY --profile P --prefix DIR` against `uv venv DIR
          --python PY` + `uv pip install --python DIR/bin/python --require-hashes --no-deps -r
          pylock.toml` (the committed lock, in the PEP 751 form: it names each chosen file, so uv resolves
@@ -213,9 +214,9 @@ def main(argv=None) -> int:
                 if state == "cold":
                     shutil.rmtree(cache, ignore_errors=True)
                 if who == "anchor":
-                    # no pylock.toml left from the previous pair: uv reads an existing output file as version
-                    # preferences, which envbuild's compile (a fresh folder each run) never has
-                    (project / "pylock.toml").unlink(missing_ok=True)
+                    # the same version preferences envbuild hands uv (envbuild.lock.pip_outputs: the profile's
+                    # pylock.toml where uv writes its output), and not the previous pair's output
+                    shutil.copyfile(pylock_file, project / "pylock.toml")
                     run = Run(uv_lock_cmd, uv_env(cache), cwd=project)
                 else:
                     run = Run(envbuild_cmd("lock", "--only", "pip", "--profile", a.profile, "--lockfiles",
