@@ -124,9 +124,11 @@ class Origin:
         return ([self.problem] if self.problem else []) + [p for s in self.submodules for p in s.all_problems()]
 
 
-def _run_git(args: Sequence[str], timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+def _run_git(args: Sequence[str], timeout: Optional[float] = None, stdin: Optional[str] = None
+             ) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, env=git_env(), timeout=timeout)
+        return subprocess.run(["git", *args], capture_output=True, text=True, env=git_env(), timeout=timeout,
+                              input=stdin)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(["git", *args], 124, "", f"no answer in {timeout:.0f} s")
     except OSError as exc:
@@ -175,11 +177,9 @@ def missing_objects(repo: str, commit: str, folders: Sequence[str] = ()) -> List
         return [error]
     if not blobs:
         return []
-    try:
-        check = subprocess.run(["git", "-C", repo, "cat-file", "--batch-check"], input="\n".join(blobs) + "\n",
-                               capture_output=True, text=True, env=git_env())
-    except OSError as exc:
-        return [f"(cannot run git: {exc.strerror or exc})"]
+    check = _run_git(["-C", repo, "cat-file", "--batch-check"], stdin="\n".join(blobs) + "\n")
+    if check.returncode != 0:
+        return [f"({(check.stderr.strip().splitlines() or ['git cat-file failed'])[-1][:160]})"]
     return sorted(blobs[ln.split()[0]] for ln in check.stdout.splitlines() if ln.endswith(" missing"))
 
 

@@ -25,13 +25,14 @@ from typing import List, Optional, Sequence
 from envbuild.errors import EnvbuildError
 
 
-def _git(args: List[str], cwd: Path, check: bool = True):
-    """git `args` in `cwd`; EnvbuildError with the subcommand and git's last words when `check` and it fails."""
+def _git(args: List[str], cwd: Path, check: bool = True, stdin: Optional[str] = None):
+    """git `args` in `cwd` (`stdin` fed to it); EnvbuildError with the subcommand and git's last words when
+    `check` and it fails."""
     import subprocess
 
     from envbuild.install.git_mirror import git_env
 
-    proc = subprocess.run(["git", *args], cwd=str(cwd), env=git_env(), capture_output=True, text=True)
+    proc = subprocess.run(["git", *args], cwd=str(cwd), env=git_env(), capture_output=True, text=True, input=stdin)
     if check and proc.returncode != 0:
         raise _failed(args, cwd, proc.stderr)
     return proc
@@ -86,9 +87,7 @@ def _pinned_copy(scratch_mirror: Path, full: str, dest: Path, folders: Sequence[
 def _fetch_checkout_blobs(full: str, dest: Path, folders: Sequence[str]) -> None:
     """Fetch into `dest` (its trees are there already) the blobs that a sparse checkout of `folders` at commit
     `full` reads, by id from its `scratch` remote, as git's own lazy fetch of a partial clone asks for them."""
-    import subprocess
-
-    from envbuild.install.git_mirror import checkout_blobs, git_env
+    from envbuild.install.git_mirror import checkout_blobs
 
     blobs, error = checkout_blobs(str(dest), full, folders)
     if error:
@@ -97,10 +96,7 @@ def _fetch_checkout_blobs(full: str, dest: Path, folders: Sequence[str]) -> None
         return
     args = ["-c", "fetch.unpackLimit=1", "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags",
             "--no-write-fetch-head", "--filter=blob:none", "--stdin", "scratch"]
-    proc = subprocess.run(["git", *args], cwd=str(dest), env=git_env(), capture_output=True, text=True,
-                          input="\n".join(sorted(blobs)) + "\n")
-    if proc.returncode != 0:
-        raise _failed(args, dest, proc.stderr)
+    _git(args, dest, stdin="\n".join(sorted(blobs)) + "\n")
 
 
 def _scratch(name: str, url: str, commit: str, tmp: Path) -> Path:
