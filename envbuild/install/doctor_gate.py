@@ -122,8 +122,18 @@ def _run_doctor(prefix: Path, profile: "Profile") -> str:
         out = Path(tmp) / "report.json"
         opts = DoctorOptions(profile=str(profile.path), prefix=str(prefix), mode="static", checks=["stack"],
                              quiet=True, json_path=str(out))
-        with contextlib.redirect_stdout(io.StringIO()):  # create keeps stdout clean; the UI prints the verdict
-            run_doctor(opts)
+        # the probe runs in the staged python and must leave no bytecode there: the staged tree is the same
+        # whether or not the verdict was kept (envbuild.install.tree_cache keeps what relocation found in it)
+        saved = os.environ.get("PYTHONDONTWRITEBYTECODE")
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # create keeps stdout clean; the UI prints the verdict
+                run_doctor(opts)
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            else:
+                os.environ["PYTHONDONTWRITEBYTECODE"] = saved
         return out.read_text(encoding="utf-8")
 
 

@@ -39,45 +39,71 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
            layers: Optional[Dict[str, Any]] = None, progress=None,
            recorded: Optional[Mapping[str, Any]] = None,
            files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
-           read: Optional[Mapping[str, Tuple[str, int]]] = None) -> Iterator[str]:
+           read: Optional[Mapping[str, Tuple[str, int]]] = None,
+           rows: Optional[Iterable[str]] = None, rows_text: Optional[str] = None) -> Iterator[str]:
     """The manifest's JSON text, in pieces, for the staged `prefix` (paths relative, `target` recorded as the prefix),
-    its files sorted by path. `recorded`: path -> (sha256, size) of the files that came verbatim from
-    prebuilt wheels (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed.
-    `files`: the prefix as prefix_files.walk_files lists it, when the caller has that listing already
-    (create's relocation walked it; a relocation leftover in it, which relocation removed, is skipped).
-    `read`: path -> (sha256, size) of files relocation read whole and left as they were (hashed as it read).
+    its files sorted by path: `rows` when given (file_rows' rows), or `rows_text` (all of them joined as
+    written here, kept from an earlier create: envbuild.install.tree_cache), else file_rows of `prefix` with
+    `recorded`, `files`, `read` and `progress`.
 
     The other keys come first, indented, then one line per file. Each file's line is written as text,
     never built as a dict first, and streamed to the file: a torch stack lists about 90,000 files, and a
     dict per file (then json's encoder over them, then the whole text) cost more time and memory than the
     rest of the manifest."""
-    from envbuild.install.prefix_files import RELOCATING, walk_files
-
-    owner: Dict[str, str] = {}
-    known: Dict[str, str] = {}
-    packages = []
-    for rec in conda_records(prefix):
-        pkg_id = f"{rec['name']}-{rec['version']}-{rec['build']}"
-        lock = next((p for p in locked if p.filename == rec.get("fn") or
-                     (p.name, p.version, p.build) == (rec["name"], rec["version"], rec["build"])), None)
-        packages.append({"name": rec["name"], "version": rec["version"], "build": rec["build"],
-                         "url": lock.url if lock else rec.get("url"), "sha256": lock.sha256 if lock else rec.get("sha256"),
-                         "category": lock.category if lock else None})
-        for entry in (rec.get("paths_data") or {}).get("paths", []):
-            owner[entry["_path"]] = pkg_id
-            if entry.get("sha256_in_prefix") or entry.get("sha256"):
-                known[entry["_path"]] = entry.get("sha256_in_prefix") or entry["sha256"]
     head = {
         "schema": SCHEMA,
         "prefix": str(target),
         "profile": profile,
         "lock_key": lock_key,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "conda": sorted(packages, key=lambda p: p["name"]),
+        "conda": _conda_packages(prefix, locked),
         "layers": layers or {},
     }
     text = json.dumps(head, indent=1)
     yield text[:-2] + ',\n "files": ['
+    if rows_text is not None:
+        yield ("\n  " + rows_text + "\n ]\n}\n") if rows_text else "]\n}\n"
+        return
+    if rows is None:
+        rows = (row for _, _, row in file_rows(prefix, progress, recorded, files, read))
+    n = 0
+    for row in rows:
+        yield ("\n  " if n == 0 else ",\n  ") + row  # each row exactly what json.dumps writes of its dict
+        n += 1
+    yield "\n ]\n}\n" if n else "]\n}\n"
+
+
+def _conda_packages(prefix: Path, locked: List[Any]) -> List[Dict[str, Any]]:
+    """The manifest's "conda" key: each conda package installed, with the url and sha256 its lock gave."""
+    packages = []
+    for rec in conda_records(prefix):
+        lock = next((p for p in locked if p.filename == rec.get("fn") or
+                     (p.name, p.version, p.build) == (rec["name"], rec["version"], rec["build"])), None)
+        packages.append({"name": rec["name"], "version": rec["version"], "build": rec["build"],
+                         "url": lock.url if lock else rec.get("url"), "sha256": lock.sha256 if lock else rec.get("sha256"),
+                         "category": lock.category if lock else None})
+    return sorted(packages, key=lambda p: p["name"])
+
+
+def file_rows(prefix: Path, progress=None, recorded: Optional[Mapping[str, Any]] = None,
+              files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
+              read: Optional[Mapping[str, Tuple[str, int]]] = None) -> Iterator[Tuple[str, str, str]]:
+    """(path, owner, JSON row) of each file of the staged `prefix` the manifest lists, sorted by path.
+    `recorded`: path -> (sha256, size) of the files that came verbatim from prebuilt wheels
+    (envbuild.install.prefix_files.prebuilt_files). `progress(n)`: n more files listed. `files`: the files to
+    list as prefix_files.walk_files gives them (default: all of `prefix`; create passes the listing its
+    relocation walked, and a leftover of a relocation in it, which relocation removed, is skipped).
+    `read`: path -> (sha256, size) of files relocation read whole and left as they were (hashed as it read)."""
+    from envbuild.install.prefix_files import RELOCATING, walk_files
+
+    owner: Dict[str, str] = {}
+    known: Dict[str, str] = {}
+    for rec in conda_records(prefix):
+        pkg_id = f"{rec['name']}-{rec['version']}-{rec['build']}"
+        for entry in (rec.get("paths_data") or {}).get("paths", []):
+            owner[entry["_path"]] = pkg_id
+            if entry.get("sha256_in_prefix") or entry.get("sha256"):
+                known[entry["_path"]] = entry.get("sha256_in_prefix") or entry["sha256"]
     recorded, read = recorded or {}, read or {}
     q = _quote
     quoted: Dict[str, str] = {}  # owner -> its JSON string (a few owners, 90,000 rows)
@@ -93,13 +119,27 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
         else:  # a wheel's file as its verified RECORD says (no read, no stat of 87,000 files), else hashed
             sha, size = wheel or (known.get(rel) or sha256_file(found.path), found.stat().st_size)
             row = f'{{"path": {q(rel)}, "owner": {qwho}, "sha256": "{sha}", "size": {size:d}}}'
-        yield ("\n  " if n == 0 else ",\n  ") + row  # each row exactly what json.dumps writes of its dict
+        yield rel, who, row
         n += 1
         if progress and n % 1024 == 0:
             progress(1024)
     if progress:
         progress(n % 1024)
-    yield "\n ]\n}\n" if n else "]\n}\n"
+
+
+def own_files(prefix: Path) -> List[Tuple[str, "os.DirEntry[str]"]]:
+    """The files envbuild itself wrote into `prefix` (owner "envbuild"), as walk_files lists them."""
+    from envbuild.install.prefix_files import walk_files
+
+    out = [("envbuild/" + rel, e) for rel, e in walk_files(prefix / "envbuild")]
+    for hook in ("activate.d", "deactivate.d"):
+        try:
+            with os.scandir(prefix / "etc" / "conda" / hook) as it:
+                out += [(f"etc/conda/{hook}/{e.name}", e) for e in it
+                        if e.name.startswith("envbuild") and not e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+    return out
 
 
 _quote = json.encoder.encode_basestring_ascii  # json.dumps's own string writer (ensure_ascii)

@@ -3,7 +3,9 @@
     fetch -> conda -> pip -> git -> builds -> doctor -> relocate -> activation -> manifest -> swap
 
 Files that prebuilt, hash-locked wheels unpacked unchanged are neither relocated nor hashed again
-(envbuild.install.prefix_files): the manifest takes their sha256 from the wheel's RECORD.
+(envbuild.install.prefix_files): the manifest takes their sha256 from the wheel's RECORD. A create whose
+inputs an earlier one had rewrites only the files that one rewrote and writes its manifest rows
+(envbuild.install.tree_cache).
 
 The doctor's stack checks run before `relocate`: until then every path pip and the editable installs
 wrote names the staging prefix, so the checks see this env's checkouts, not the previous env's at the
@@ -103,7 +105,8 @@ def run(job: CreateJob, ui) -> None:
     back: the target's envbuild/manifest.json is what this run wrote (90,000 files' lines for a torch stack)."""
     from envbuild.install import activation, backends, conda_layer, manifest
     from envbuild.install.prefix_files import prebuilt_files, walk_files
-    from envbuild.install.relocate import relocate_tree
+    from envbuild.install import rerun_cache, tree_cache
+    from envbuild.install.relocate import relocate_listed, relocate_tree
     from envbuild.install.staging import Staging
 
     staging = Staging(job.target, job.key)
@@ -169,6 +172,8 @@ def run(job: CreateJob, ui) -> None:
                                  else None, lambda ph: _build_layer(job, prefix, ph), total=len(builds),
                                  unit="builds")
 
+        kept: Dict[str, Any] = {}
+
         def doctor(ph) -> None:
             from envbuild.install.doctor_gate import gate_inputs, run_stack_checks
 
@@ -183,7 +188,11 @@ def run(job: CreateJob, ui) -> None:
                                        f"{job.target} was left as it was; the staged one stays in {prefix}")
 
         phase("doctor", "doctor stack checks on the staged env", doctor)
-        kept: Dict[str, Any] = {}
+        tree_key, tree = None, None
+        if tree_cache.usable(bool(done), layers):
+            tree_key = rerun_cache.key_of(tree_cache.CACHE_KIND, tree_cache.tree_inputs(
+                prefix, job.target, job.key, layers, job.interpreter))
+            tree = tree_cache.get(tree_key)
 
         def verbatim() -> Dict[str, Any]:
             """What the prebuilt wheels unpacked as it was: neither relocated nor hashed again (prefix_files);
@@ -197,9 +206,14 @@ def run(job: CreateJob, ui) -> None:
             run in this process, with the sha256 of each file relocation read whole and left as it was:
             walking a torch env's 90,000 files, and reading its 55 MB of scripts and dist-info files, are
             each a noticeable part of a warm create."""
-            files, digests = list(walk_files(prefix)), {}
-            relocate_tree(prefix, prefix, job.target, verbatim=verbatim(), files=files, digests=digests)
-            kept["walked"], kept["read"] = files, digests
+            if tree is not None:
+                n = relocate_listed(prefix, prefix, job.target, tree.rewritten)
+                ph.result = f"{n} files rewritten, the ones an earlier create with the same inputs rewrote"
+                return
+            files, digests, rewritten = list(walk_files(prefix)), {}, []
+            relocate_tree(prefix, prefix, job.target, verbatim=verbatim(), files=files, digests=digests,
+                          rewritten=rewritten)
+            kept["walked"], kept["read"], kept["rewritten"] = files, digests, rewritten
 
         def write_activation(ph) -> None:
             written = activation.write_scripts(prefix, job.target, job.profile.name, job.profile.cuda,
@@ -213,10 +227,31 @@ def run(job: CreateJob, ui) -> None:
         phase("activation", "activation scripts", write_activation)
 
         def write_manifest(ph) -> None:
+            layered = {k: v for k, v in layers.items() if v}
+            if tree is not None:  # the kept rows, when envbuild's own files (activation) hash as they did
+                own = [row for _, _, row in manifest.file_rows(prefix, files=manifest.own_files(prefix))]
+                if own == tree.own_rows:
+                    manifest.write(prefix, manifest.render(prefix, job.target, job.profile.name, job.key, job.conda,
+                                                           layers=layered, rows_text=tree.rows_text))
+                    ph.result = "rows kept from an earlier create with the same inputs"
+                    return
+            keep: Optional[List[Any]] = [] if tree_key else None  # for the tree cache, filled as written
+            own_rows: List[str] = []
+            # listed before the manifest's own temporary file appears in the prefix
+            files = kept["walked"] if "walked" in kept else list(walk_files(prefix))
+
+            def listed() -> Iterable[str]:
+                for _, who, row in manifest.file_rows(prefix, ph.advance, verbatim(), files, kept.get("read")):
+                    if keep is not None:
+                        keep.append(row)
+                        if who == "envbuild":
+                            own_rows.append(row)
+                    yield row
             manifest.write(prefix, manifest.render(prefix, job.target, job.profile.name, job.key, job.conda,
-                                                   layers={k: v for k, v in layers.items() if v},
-                                                   progress=ph.advance, recorded=verbatim(),
-                                                   files=kept.get("walked"), read=kept.get("read")))
+                                                   layers=layered, rows=listed()))
+            if keep is not None:
+                rewritten = kept["rewritten"] if "rewritten" in kept else tree.rewritten
+                tree_cache.put(tree_key, rewritten, own_rows, keep)
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
 

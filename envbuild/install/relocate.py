@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import BinaryIO, Container, Dict, Iterable, Optional, Set, Tuple
+from typing import BinaryIO, Container, Dict, Iterable, List, Optional, Set, Tuple
 
 from envbuild.install.prefix_files import RELOCATING
 
@@ -119,13 +119,15 @@ def _kind(path: Path) -> Tuple[str, Optional[bytes]]:
 
 def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset(),
                   files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
-                  digests: Optional[Dict[str, Tuple[str, int]]] = None) -> int:
+                  digests: Optional[Dict[str, Tuple[str, int]]] = None,
+                  rewritten: Optional[List[str]] = None) -> int:
     """Rewrite `old` -> `new` in every non-conda file under `prefix` but those in `verbatim` (paths relative
     to `prefix` that came unchanged from a prebuilt wheel); returns how many files changed. `files`: the
     prefix as prefix_files.walk_files lists it, when the caller walked it already (create walks a torch
     env's 90,000 files once for relocation and the manifest). `digests`: filled with path -> (sha256, size)
     of every file read whole and left as it was, so the manifest need not read it again (a torch stack's
-    bin/ and dist-info folders hold 55 MB that relocation must read)."""
+    bin/ and dist-info folders hold 55 MB that relocation must read). `rewritten`: each changed file's relative
+    path is appended to it (envbuild.install.tree_cache keeps the list for a rerun with the same inputs)."""
     from envbuild.install.prefix_files import walk_files
 
     old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
@@ -150,8 +152,27 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
             digest = hashlib.sha256() if digests is not None and kind else None
             if kind and relocate_file(path, old_b, new_b, padded=kind == "elf", digest=digest):
                 changed += 1
+                if rewritten is not None:
+                    rewritten.append(rel)
             elif digest is not None:
                 digests[rel] = (digest.hexdigest(), entry.stat().st_size)
+        except OSError:
+            continue
+    return changed
+
+
+def relocate_listed(prefix: Path, old: Path, new: Path, rels: Iterable[str]) -> int:
+    """Rewrite `old` -> `new` in the files `rels` (relative to `prefix`) only: the ones relocate_tree changed
+    in an earlier create of the same inputs (envbuild.install.tree_cache). Returns how many changed."""
+    old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
+    if len(new_b) > len(old_b):
+        raise ValueError(f"cannot relocate {old} to the longer path {new}")
+    changed = 0
+    for rel in rels:
+        path = prefix / rel
+        try:
+            kind, _ = _kind(path)
+            changed += bool(kind) and relocate_file(path, old_b, new_b, padded=kind == "elf")
         except OSError:
             continue
     return changed

@@ -52,6 +52,17 @@ def put(kind: str, key: str, text: str) -> None:
         pass
 
 
+def prune(kind: str, keep: int) -> None:
+    """Remove all but the `keep` most recently written entries of `kind` (for kinds whose entries are large)."""
+    try:
+        entries = sorted((e for e in os.scandir(_root() / kind) if e.name.endswith(".json")),
+                         key=lambda e: e.stat().st_mtime_ns, reverse=True)
+        for entry in entries[keep:]:
+            os.unlink(entry.path)
+    except OSError:
+        pass
+
+
 def file_identity(path: "os.PathLike[str] | str") -> Optional[list]:
     """What tells one file from another without reading it: its real path, size, mtime and inode (None:
     no such file). Used for inputs too large or too many to hash (an interpreter, the loader cache)."""

@@ -144,6 +144,8 @@ def test_sigkill_at_every_phase_keeps_old_env_and_rerun_finishes(world):
         assert f'export FIXTURE_MARK={new_mark}\n' in (target / "etc/conda/activate.d/envbuild.sh").read_text(), phase
         assert (target / "bin" / "footool").read_text().endswith(f"prefix={target}\n")
         assert not list(target.parent.glob(".fx.envbuild-staging")), phase
+        listed = [f["path"] for f in json.loads((target / "envbuild" / "manifest.json").read_text())["files"]]
+        assert [p for p in listed if not (target / p).exists() and not (target / p).is_symlink()] == [], phase
         mark = new_mark
 
 

@@ -1,6 +1,7 @@
 """A rerun of `envbuild create` with the same inputs reuses what it kept (envbuild.install.rerun_cache): the
-doctor gate's passing verdict and the map of files the locked wheels unpacked as they were. The env it
-builds is the same (same files, same manifest); any changed input, and any failing verdict, is judged afresh."""
+doctor gate's passing verdict, the map of files the locked wheels unpacked as they were, and the tree
+relocation and the manifest found (envbuild.install.tree_cache). The env it builds is the same (same files,
+same manifest); any changed input, and any failing verdict, is judged afresh."""
 from __future__ import annotations
 
 import hashlib
@@ -26,6 +27,7 @@ requirements = ["alpha"]
 exclude_newer = "2026-06-01T00:00:00Z"
 """
 KEPT = "kept from an earlier create with the same inputs"
+ROWS_KEPT = "rows kept from an earlier create with the same inputs"
 
 
 def envbuild(*args, env):
@@ -66,6 +68,22 @@ def gate_line(stderr: str) -> str:
     return next(ln for ln in stderr.splitlines() if "doctor stack checks:" in ln and "done" not in ln)
 
 
+def manifest_line(stderr: str) -> str:
+    return next(ln for ln in stderr.splitlines() if "manifest:" in ln and "done in" in ln)
+
+
+def assert_true_hashes(target: Path, files: list) -> None:
+    """Every file the manifest lists is there with the sha256 and size it says, and nothing is left out."""
+    for f in files:
+        if "sha256" in f:
+            data = (target / f["path"]).read_bytes()
+            assert (f["sha256"], f["size"]) == (hashlib.sha256(data).hexdigest(), len(data)), f["path"]
+    on_disk = {p.relative_to(target).as_posix() for p in target.rglob("*")
+               if (p.is_file() or p.is_symlink()) and not (p.is_symlink() and p.is_dir())}  # lib64 -> lib: not listed
+    listed = {f["path"] for f in files}
+    assert on_disk - listed <= {"envbuild/manifest.json"}, sorted(on_disk - listed)[:5]
+
+
 def test_a_rerun_keeps_the_gate_verdict_and_builds_the_same_env(world, tmp_path):
     target = tmp_path / "env"
     first = create(world, target)
@@ -76,15 +94,43 @@ def test_a_rerun_keeps_the_gate_verdict_and_builds_the_same_env(world, tmp_path)
     second = create(world, target)
     line = gate_line(second.stderr)
     assert KEPT in line and gate_line(first.stderr).split(":", 1)[1].strip() in line, second.stderr
+    assert ROWS_KEPT not in manifest_line(first.stderr)
+    assert ROWS_KEPT in manifest_line(second.stderr), second.stderr
     after = files_of(target)
     assert after == before
     assert [f["path"] for f in after] == sorted(f["path"] for f in after)
-    for f in after:  # the kept map of the wheels' files still gives each file's real sha256 and size
-        if "sha256" in f:
-            data = (target / f["path"]).read_bytes()
-            assert (f["sha256"], f["size"]) == (hashlib.sha256(data).hexdigest(), len(data)), f["path"]
+    assert_true_hashes(target, after)  # the kept rows still give each file's real sha256 and size
     tool = subprocess.run([str(target / "bin" / "alpha-tool")], capture_output=True, text=True)
     assert tool.stdout.strip() == "alpha-tool 1.0", tool.stderr
+
+
+def test_the_kept_tree_serves_only_the_same_prefix(world, tmp_path):
+    create(world, tmp_path / "one")
+    other = create(world, tmp_path / "two")  # the same locks, another prefix: its own walk and manifest
+    assert ROWS_KEPT not in manifest_line(other.stderr), other.stderr
+    files = files_of(tmp_path / "two")
+    assert json.loads((tmp_path / "two" / "envbuild" / "manifest.json").read_text())["prefix"] == str(tmp_path / "two")
+    assert_true_hashes(tmp_path / "two", files)
+
+
+def test_a_kept_tree_is_not_trusted_when_envbuilds_own_files_hash_otherwise(world, tmp_path):
+    """The kept rows are written only when the activation files hash as they did when they were kept; an entry
+    whose rows of them differ (here: edited) gives way to the long walk, and is replaced by a true one."""
+    target = tmp_path / "env"
+    create(world, target)
+    before = files_of(target)
+    entries = list((Path(world["env"]["ENVBUILD_CACHE_DIR"]) / "create-rerun" / "tree").glob("*.json"))
+    assert entries
+    for entry in entries:
+        rewritten, own, rows = entry.read_text().split("\0")
+        assert "envbuild/activate" in own
+        entry.write_text("\0".join([rewritten, own.replace('"sha256": "', '"sha256": "0'), rows]))
+    subprocess.run(["rm", "-rf", str(target)], check=True)
+    again = create(world, target)
+    assert ROWS_KEPT not in manifest_line(again.stderr), again.stderr
+    assert files_of(target) == before
+    subprocess.run(["rm", "-rf", str(target)], check=True)
+    assert ROWS_KEPT in manifest_line(create(world, target).stderr)  # the true entry written in its place
 
 
 def test_a_changed_loader_environment_is_judged_afresh(world, tmp_path):
@@ -114,3 +160,15 @@ def test_only_a_passing_verdict_is_kept(monkeypatch, tmp_path, status, runs):
     assert first.ok == second.ok == (status == Status.PASS)
     assert (second.cached, first.cached) == (status == Status.PASS, False)
     assert [r.check_id for r in second.results] == ["stack.torch"]
+
+
+def test_large_kinds_keep_only_the_most_recent_entries(monkeypatch, tmp_path):
+    from envbuild.install import rerun_cache
+
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    for i in range(5):
+        rerun_cache.put("tree", f"k{i}", str(i))
+        os.utime(tmp_path / "cache" / "create-rerun" / "tree" / f"k{i}.json", ns=(i * 10**9, i * 10**9))
+    rerun_cache.prune("tree", 2)
+    assert sorted(p.name for p in (tmp_path / "cache" / "create-rerun" / "tree").iterdir()) == ["k3.json", "k4.json"]
+    assert rerun_cache.get("tree", "k4") == "4" and rerun_cache.get("tree", "k0") is None
