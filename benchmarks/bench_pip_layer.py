@@ -5,8 +5,10 @@ network and several GB of disk: run it where PyPI is reachable, with --work on a
         [--profile slime-v0.3.1-cu130] [--pairs 3] [--work /tmp]
     (the same as: python benchmarks/bench_pip_layer.py --python ...)
 
-Prints four ratios, ours / anchor, each the median of --pairs interleaved pairs (anchor, then ours, then
-the next pair), every command timed as a whole process as a user runs it:
+Prints four ratios, ours / anchor, each the median of interleaved pairs (--pairs cold, --warm-pairs warm;
+anchor first in even pairs, ours first in odd ones: on a shared VM the page cache is reclaimed under the
+runs and a warm install's seconds drift from one run to the next, so a fixed order would favour one side),
+every command timed as a whole process as a user runs it:
 
   lock   `envbuild lock --only pip` on a copy of the profile folder, against `uv pip compile` of the same
          requirements with the flags envbuild gives uv (--python-version, --python-platform,
@@ -154,6 +156,11 @@ def envbuild_env(**extra: str) -> Dict[str, str]:
     return dict(env, PYTHONPATH=str(REPO), **extra)
 
 
+def first_second(i: int) -> Tuple[str, str]:
+    """Which side runs first in pair `i` (alternating: see the module docstring)."""
+    return ("anchor", "ours") if i % 2 == 0 else ("ours", "anchor")
+
+
 def median(xs: List[float]) -> float:
     return statistics.median(xs)
 
@@ -169,7 +176,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", required=True, help="an interpreter of the profile's Python version")
     ap.add_argument("--profile", default="slime-v0.3.1-cu130")
-    ap.add_argument("--pairs", type=int, default=3, help="interleaved pairs per measurement (medians)")
+    ap.add_argument("--pairs", type=int, default=3, help="interleaved pairs per cold measurement (medians)")
+    ap.add_argument("--warm-pairs", type=int, default=5,
+                    help="interleaved pairs per warm measurement (seconds each, and the noisier ones)")
     ap.add_argument("--work", default=None, help="where caches and envs go (default: the temp dir)")
     ap.add_argument("--skip-cold-create", action="store_true",
                     help="leave out the cold create pairs (each downloads the whole layer twice)")
@@ -209,7 +218,7 @@ def main(argv=None) -> int:
         lock_times: Dict[Tuple[str, str], List[float]] = {}
 
         def lock_pair(state: str, i: int) -> None:
-            for who in ("anchor", "ours"):
+            for who in first_second(i):
                 cache = tmp / f"lock-cache-{who}-{i}"  # ours: $ENVBUILD_CACHE_DIR, uv's cache in its uv/
                 if state == "cold":
                     shutil.rmtree(cache, ignore_errors=True)
@@ -224,9 +233,10 @@ def main(argv=None) -> int:
                               envbuild_env(ENVBUILD_CACHE_DIR=str(cache)))
                 lock_times.setdefault((who, state), []).append(run.wall)
 
-        for state in ("cold", "warm"):
-            for i in range(a.pairs):
-                lock_pair(state, i)
+        for i in range(a.pairs):
+            lock_pair("cold", i)
+        for i in range(a.warm_pairs):
+            lock_pair("warm", i % a.pairs)  # each warm pair on the caches a cold pair filled
         for i in range(a.pairs):
             for who in ("anchor", "ours"):
                 shutil.rmtree(tmp / f"lock-cache-{who}-{i}", ignore_errors=True)
@@ -257,9 +267,10 @@ def main(argv=None) -> int:
             shutil.rmtree(env_dir, ignore_errors=True)
             return run.wall
 
-        def pair(state: str, anchor_cache: Path, eb_cache: Path) -> None:
-            create_times.setdefault(("anchor", state), []).append(anchor_create(anchor_cache))
-            create_times.setdefault(("ours", state), []).append(ours_create(eb_cache, state))
+        def pair(state: str, anchor_cache: Path, eb_cache: Path, i: int) -> None:
+            for who in first_second(i):
+                wall = anchor_create(anchor_cache) if who == "anchor" else ours_create(eb_cache, state)
+                create_times.setdefault((who, state), []).append(wall)
 
         states = ("warm",) if a.skip_cold_create else ("cold", "warm")
         if "cold" in states:
@@ -268,7 +279,7 @@ def main(argv=None) -> int:
                 anchor_cache, eb_cache = tmp / "cold-uv", tmp / "cold-envbuild"
                 for d in (anchor_cache, eb_cache):
                     shutil.rmtree(d, ignore_errors=True)
-                pair("cold", anchor_cache, eb_cache)
+                pair("cold", anchor_cache, eb_cache, i)
                 shutil.rmtree(eb_cache / "uv", ignore_errors=True)
                 if i == n_cold - 1:
                     anchor_cache.rename(shared)  # the warm runs start from what the last cold anchor fetched
@@ -281,16 +292,17 @@ def main(argv=None) -> int:
         eb_cache = tmp / "warm-envbuild"  # with --skip-cold-create, empty: the first warm create fills it
         eb_cache.mkdir(exist_ok=True)
         (eb_cache / "uv").symlink_to(shared)  # envbuild's uv cache is $ENVBUILD_CACHE_DIR/uv
-        for i in range(a.pairs):
-            pair("warm", shared, eb_cache)
+        for i in range(a.warm_pairs):
+            pair("warm", shared, eb_cache, i)
 
         print(f"load average (1/5/15 min) at start {load_at_start}, at end {load_average()}; {os.cpu_count()} CPUs")
         print(f"profile {a.profile} (committed, {profile.directory}): {len(recipe.pip.requirements)} requirements "
               f"+ {len(recipe.toolchain.pip)} [recipe.toolchain] pip, "
               f"{n_pins} pins in requirements.lock.txt, python {python_version}, {uv_python_platform(tags)}; "
-              f"--python {a.python}; pairs interleaved (anchor then ours, alternating, so the load of the shared "
-              f"machine hits both sides alike), medians: lock {a.pairs} cold + {a.pairs} warm, create "
-              f"{0 if a.skip_cold_create else (a.cold_create_pairs or a.pairs)} cold + {a.pairs} warm")
+              f"--python {a.python}; pairs interleaved, the first side alternating (anchor first in even pairs, ours in odd ones: the "
+              f"load of the shared machine and its page-cache state drift between two runs, and hit both sides "
+              f"alike), medians: lock {a.pairs} cold + {a.warm_pairs} warm, create "
+              f"{0 if a.skip_cold_create else (a.cold_create_pairs or a.pairs)} cold + {a.warm_pairs} warm")
         print(f"git sources/builds: create runs {' '.join(without_args) or '(none)'}: the uv anchor cannot clone a "
               f"checkout at a commit, patch it or build it against the env's torch, so the {len(recipe.git)} git "
               f"sources and the {len(recipe.builds)} source builds from them are NOT part of this comparison; "
