@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from functools import lru_cache
 from typing import Any, Dict, List, Tuple
 
@@ -110,9 +111,17 @@ _OWN_PLUGINS_SKIPPED = ("IPPublicDetector",)  # an address is a fact the checks 
 
 @lru_cache(maxsize=1)
 def _vendor_detectors() -> Tuple[Any, ...]:
-    """detect-secrets' regex-based plugins (loaded once, lazily: capture is the only reader)."""
-    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-    from detect_secrets.plugins.base import RegexBasedDetector
+    """detect-secrets' regex-based plugins (loaded once, lazily). Without them nothing is written: a text
+    that was not scrubbed must not leave the machine, so a missing package is one clear error."""
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.base import RegexBasedDetector
+    except ImportError as exc:
+        from envbuild.errors import EnvbuildError
+
+        raise EnvbuildError(f"detect-secrets, which envbuild needs to scrub secrets, does not import in "
+                            f"{sys.executable} ({exc}); install envbuild's dependencies "
+                            f"(pip install 'detect-secrets>=1.5,<2')") from exc
 
     return tuple(cls() for cls in get_mapping_from_secret_type_to_class().values()
                  if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _OWN_PLUGINS_SKIPPED)

@@ -23,6 +23,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 mkdir -p /tmp/site
 [ -d /tmp/site/ray ] || tar -xJf .bin/ray-slim.tar.xz -C /tmp/site || { echo "ray unpack failed"; exit 1; }
+# Ray's binaries (gcs_server, raylet, ...): a tar made before make-ray-slim.sh kept the wheel's modes has none
+find /tmp/site/ray/core -type f -exec chmod u+x {} +
+python3 -c 'import detect_secrets' 2>/dev/null || PYTHONPATH=/tmp/site python3 -c 'import detect_secrets' 2>/dev/null \
+  || { echo "detect-secrets missing (the recorder scrubs with it): rerun make-ray-slim.sh, which puts it in .whl"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0 TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC=8000
 export PATH=/tmp/site/bin:$PATH

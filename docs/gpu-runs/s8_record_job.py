@@ -177,9 +177,11 @@ def _gloo_sync(port: int, rank: int, delay: float) -> float:
 def drive(address: str, fault: str, run_dir: str, out_dir: str) -> Dict[str, Any]:
     import ray
 
-    renv = json.loads(subprocess.run([sys.executable, "-m", "envbuild", "record", "env", "--dir", run_dir, "--json",
-                                      "--hang-s", "5", "--heartbeat-s", "1"], capture_output=True, text=True,
-                                     check=True).stdout)
+    made = subprocess.run([sys.executable, "-m", "envbuild", "record", "env", "--dir", run_dir, "--json",
+                           "--hang-s", "5", "--heartbeat-s", "1"], capture_output=True, text=True)
+    if made.returncode != 0:  # its one line says why (session 10: detect-secrets was not on the node)
+        raise SystemExit(f"envbuild record env exited {made.returncode}: {made.stderr.strip()[-500:]}")
+    renv = json.loads(made.stdout)
     ray.init(address=address, runtime_env=renv, log_to_driver=False, logging_level="ERROR")
     Trainer, Rollout = actors()
     base = {"NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}

@@ -154,3 +154,17 @@ def test_a_ray_worker_writes_a_partial_start_at_once_and_the_full_one_later_or_a
     assert "hunter2hunter2" not in json.dumps(full) and any("redacted" in a for a in full["argv"])
     events = (Path(folder.strip()) / "events.jsonl").read_text()
     assert '"setup_ms"' in events and '"kind": "exit"' in events
+
+
+def test_without_detect_secrets_nothing_unscrubbed_is_written_and_the_error_is_one_line(tmp_path):
+    """An interpreter where envbuild's secret scrubber cannot import (seen on a GPU node whose image had envbuild's
+    other dependencies): `record env` writes no run.json and says what to install, exit 2, no traceback."""
+    blocked = tmp_path / "blocked" / "detect_secrets"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('blocked for this test')\n")
+    proc = envbuild("record", "env", "--dir", str(tmp_path / "run"),
+                    env={"PYTHONPATH": f"{blocked.parent}{os.pathsep}{REPO}"})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "detect-secrets" in proc.stderr and "pip install" in proc.stderr
+    assert not (tmp_path / "run" / "run.json").exists()
