@@ -59,6 +59,7 @@ def setup(origin: str = "ray") -> None:
     if _state is not None and _state.pid == os.getpid():
         if origin == "ray":
             _state.in_ray = True
+            _note_exit_actor()
         return
     root = os.environ.get(DIR_VAR)
     if not root:
@@ -74,7 +75,28 @@ def setup(origin: str = "ray") -> None:
         os.register_at_fork(after_in_child=_after_fork)
         _fork_hooked = True
     if origin == "ray":
+        _note_exit_actor()
         _chain_next_hook()
+
+
+def _note_exit_actor() -> None:
+    """Ray's `exit_actor` ends the worker without running atexit: the actor's context and its exit are recorded
+    first, so an actor that ended itself does not read as one killed without a word. (ray.actor is loaded in
+    every Ray worker by the time the setup hook runs; nothing is imported here.)"""
+    mod = sys.modules.get("ray.actor")
+    original = getattr(mod, "exit_actor", None)
+    if original is None or getattr(original, "_envbuild_noted", False):
+        return
+
+    def exit_actor(*args: Any, **kwargs: Any) -> Any:
+        rec = _state
+        if rec is not None and rec.pid == os.getpid():
+            rec.ended_by_exit_actor()
+        return original(*args, **kwargs)
+
+    exit_actor._envbuild_noted = True  # type: ignore[attr-defined]
+    exit_actor.__doc__, exit_actor.__wrapped__ = original.__doc__, original  # type: ignore[attr-defined]
+    mod.exit_actor = exit_actor  # type: ignore[union-attr]
 
 
 def _chain_next_hook() -> None:
@@ -133,6 +155,8 @@ class Recorder:
         self.t0 = time.perf_counter()
         self.pid, self.origin = os.getpid(), origin
         self.in_ray = origin == "ray" or "ray" in sys.modules
+        self.ray_done = False  # the ray_context event is written (by the thread, or when exit_actor is called)
+        self.exit_noted = False  # the exit event is written (when exit_actor is called; else at interpreter exit)
         self.t_start = time.time()
         self.host = host_name()
         self.host_dir = os.path.join(root, self.host)
@@ -335,17 +359,16 @@ class Recorder:
                 pass
         self._records_at_start()
         waits = [0.5, 1.0, 2.0, 4.0]
-        ray_done = False
         last_frame: Any = None
         since = time.monotonic()
         while not self.stop.is_set():
-            self.stop.wait(min(waits.pop(0), self.beat_s) if waits and not ray_done else self.beat_s)
+            self.stop.wait(min(waits.pop(0), self.beat_s) if waits and not self.ray_done else self.beat_s)
             if self.pid != os.getpid():
                 return
             try:
                 self.write_json("alive.json", {"t": round(time.time(), 3), "pid": self.pid})
-                if not ray_done and self.in_ray:
-                    ray_done = self._ray_context(final=not waits)
+                if not self.ray_done and self.in_ray:
+                    self.ray_done = self._ray_context(final=not waits)
                 from envbuild.record import snapshot
 
                 libs = snapshot.mapped_libs()
@@ -428,11 +451,24 @@ class Recorder:
         except Exception:
             pass
 
+    def ended_by_exit_actor(self) -> None:
+        """The actor called Ray's exit_actor: the process ends without atexit (see _note_exit_actor). The quick
+        records first, then the start records an actor that ends inside the start delay has not written yet."""
+        try:
+            if not self.ray_done:
+                self.ray_done = self._ray_context(final=True)
+            self.event("exit", code=0, how="exit_actor")
+            self.exit_noted = True
+            self._records_at_start()
+        except Exception:
+            pass
+
     def _at_exit(self) -> None:
         if self.pid == os.getpid():
             self.stop.set()
             self._records_at_start()
-            self.event("exit", code=_exit_code())
+            if not self.exit_noted:  # exit_actor wrote it (Ray may still run atexit after it)
+                self.event("exit", code=_exit_code())
 
     def forked_away(self) -> None:
         """In a forked child: the parent's file and thread are not ours."""

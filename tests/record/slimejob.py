@@ -5,7 +5,7 @@ Shape (slime: a Megatron trainer group and an sglang rollout engine, all Ray act
 top of the job's runtime env): the job-level runtime env is `envbuild record env`'s JSON (ray.init's runtime_env
 is the job's, the same as `ray job submit --runtime-env-json`); two Trainer actors rebuild their gloo group every
 step (init, all_reduce, destroy); a Rollout actor starts a multiprocessing spawn child (sglang's scheduler) and a
-fork child; two Straggler actors are pinned to a worker node.
+fork child; two Straggler actors are pinned to a worker node; a Brief actor ends itself with exit_actor at once.
 
 Faults (a comma list, `--faults`): preload (trainer 0 runs with another libnccl.so.2 in LD_PRELOAD), cumem
 (trainer 1 with NCCL_CUMEM_ENABLE=1, the others 0), sigstop (trainer 1 SIGSTOPped just before the all_reduce of
@@ -93,7 +93,18 @@ def _actors():
         def pid(self) -> int:
             return os.getpid()
 
-    return Trainer, Rollout, Straggler
+    @ray.remote(num_cpus=0)
+    class Brief:
+        """An actor that ends itself with Ray's exit_actor well inside the recorder's start delay (a job's
+        short-lived helper): Ray ends such a worker without running atexit."""
+
+        def pid(self) -> int:
+            return os.getpid()
+
+        def leave(self) -> None:
+            ray.actor.exit_actor()
+
+    return Trainer, Rollout, Straggler, Brief
 
 
 def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_session: Optional[int],
@@ -102,7 +113,7 @@ def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_ses
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="ERROR")
-    Trainer, Rollout, Straggler = _actors()
+    Trainer, Rollout, Straggler, Brief = _actors()
     head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n.get("NodeManagerAddress") and
                 n["NodeID"] == ray.get_runtime_context().get_node_id())
     others = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
@@ -115,7 +126,14 @@ def drive(address: str, runtime_env: Dict[str, Any], faults: List[str], node_ses
     rollout = Rollout.options(runtime_env={"env_vars": dict(base, SGLANG_ROLE="rollout")},
                               scheduling_strategy=on_head).remote()
     result: Dict[str, Any] = {"faults": faults, "errors": {}, "steps": []}
-    pids = {"trainer0": ray.get(trainers[0].pid.remote()), "trainer1": ray.get(trainers[1].pid.remote()),
+    brief = Brief.options(scheduling_strategy=on_head).remote()
+    brief_pid = ray.get(brief.pid.remote())
+    try:
+        ray.get(brief.leave.remote())
+    except Exception:  # the caller of an actor that exits sees it gone
+        pass
+    result["brief_actor_id"] = brief._actor_id.hex()
+    pids = {"brief": brief_pid, "trainer0": ray.get(trainers[0].pid.remote()), "trainer1": ray.get(trainers[1].pid.remote()),
             "rollout": ray.get(rollout.pid.remote()), "driver": os.getpid()}
     pids.update(ray.get(rollout.start_engine.remote()))
     stragglers = {}

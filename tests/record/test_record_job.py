@@ -37,6 +37,14 @@ def test_every_process_of_the_job_is_recorded_once_with_its_ray_actor(fault_runs
     for who, cls in (("trainer0", "Trainer"), ("rollout", "Rollout"), ("straggler", "Straggler")):
         ctx = [e for e in events(proc_dir(slime_run, who)) if e["kind"] == "ray_context"]
         assert ctx and ctx[0]["actor_class"] == cls and ctx[0]["actor_id"] == slime_run["actor_ids"][who]
+    # an actor that ended itself with exit_actor inside the start delay (Ray runs no atexit there): its actor,
+    # its exit and its full start records, written when it called exit_actor
+    brief = proc_dir(slime_run, "brief")
+    found = events(brief)
+    ctx = [e for e in found if e["kind"] == "ray_context"]
+    assert ctx and ctx[0]["actor_class"] == "Brief" and ctx[0]["actor_id"] == slime_run["brief_actor_id"], found
+    assert [e.get("how") for e in found if e["kind"] == "exit"] == ["exit_actor"], found
+    assert not json.loads((brief / "start.json").read_text()).get("partial")
     run = json.loads((Path(slime_run["run_dir"]) / "run.json").read_text())
     assert run["schema"] == "envbuild.record.run/1" and run["setup_hook"] == "envbuild.record.hook.setup"
     node = json.loads(next(Path(slime_run["run_dir"]).glob("*/node.json")).read_text())
