@@ -21,6 +21,9 @@ from envbuild.fsutil import atomic_write_text
 from envbuild.hashing import sha256_file
 
 MANIFEST = "envbuild/manifest.json"
+# how json.dumps(indent=1) lays out the "files" list: the rows are written as text (render), and kept joined
+# the same way (envbuild.install.tree_cache)
+_FIRST_ROW, ROW_SEP, _END_ROWS, _END_EMPTY = "\n  ", ",\n  ", "\n ]\n}\n", "]\n}\n"
 SCHEMA = 1
 _SKIP = ("envbuild/manifest.json", "envbuild/.create-state.json")
 _PATH = operator.itemgetter(0)
@@ -62,15 +65,15 @@ def render(prefix: Path, target: Path, profile: str, lock_key: str, locked: List
     text = json.dumps(head, indent=1)
     yield text[:-2] + ',\n "files": ['
     if rows_text is not None:
-        yield ("\n  " + rows_text + "\n ]\n}\n") if rows_text else "]\n}\n"
+        yield (_FIRST_ROW + rows_text + _END_ROWS) if rows_text else _END_EMPTY
         return
     if rows is None:
         rows = (row for _, _, row in file_rows(prefix, progress, recorded, files, read))
     n = 0
     for row in rows:
-        yield ("\n  " if n == 0 else ",\n  ") + row  # each row exactly what json.dumps writes of its dict
+        yield (_FIRST_ROW if n == 0 else ROW_SEP) + row  # each row exactly what json.dumps writes of its dict
         n += 1
-    yield "\n ]\n}\n" if n else "]\n}\n"
+    yield _END_ROWS if n else _END_EMPTY
 
 
 def _conda_packages(prefix: Path, locked: List[Any]) -> List[Dict[str, Any]]:
@@ -131,12 +134,16 @@ def own_files(prefix: Path) -> List[Tuple[str, "os.DirEntry[str]"]]:
     """The files envbuild itself wrote into `prefix` (owner "envbuild"), as walk_files lists them."""
     from envbuild.install.prefix_files import walk_files
 
-    out = [("envbuild/" + rel, e) for rel, e in walk_files(prefix / "envbuild")]
-    for hook in ("activate.d", "deactivate.d"):
+    out = []
+    for start in _OWN:  # a folder ("envbuild/"), or a name's start in a folder ("etc/conda/activate.d/envbuild")
+        folder, _, name = start.rpartition("/")
+        if not name:
+            out += [(f"{folder}/{rel}", e) for rel, e in walk_files(prefix / folder)]
+            continue
         try:
-            with os.scandir(prefix / "etc" / "conda" / hook) as it:
-                out += [(f"etc/conda/{hook}/{e.name}", e) for e in it
-                        if e.name.startswith("envbuild") and not e.is_dir(follow_symlinks=False)]
+            with os.scandir(prefix / folder) as it:
+                out += [(f"{folder}/{e.name}", e) for e in it
+                        if e.name.startswith(name) and not e.is_dir(follow_symlinks=False)]
         except OSError:
             continue
     return out
@@ -145,8 +152,11 @@ def own_files(prefix: Path) -> List[Tuple[str, "os.DirEntry[str]"]]:
 _quote = json.encoder.encode_basestring_ascii  # json.dumps's own string writer (ensure_ascii)
 
 
+_OWN = ("etc/conda/activate.d/envbuild", "etc/conda/deactivate.d/envbuild", "envbuild/")  # envbuild's own files
+
+
 def _owner_of(rel: str) -> str:
-    if rel.startswith(("etc/conda/activate.d/envbuild", "etc/conda/deactivate.d/envbuild", "envbuild/")):
+    if rel.startswith(_OWN):
         return "envbuild"
     if rel.startswith("conda-meta/"):
         return "conda-meta"

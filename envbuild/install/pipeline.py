@@ -208,6 +208,7 @@ def run(job: CreateJob, ui) -> None:
             each a noticeable part of a warm create."""
             if tree is not None:
                 n = relocate_listed(prefix, prefix, job.target, tree.rewritten)
+                kept["rewritten"] = tree.rewritten
                 ph.result = f"{n} files rewritten, the ones an earlier create with the same inputs rewrote"
                 return
             files, digests, rewritten = list(walk_files(prefix)), {}, []
@@ -235,7 +236,8 @@ def run(job: CreateJob, ui) -> None:
                                                            layers=layered, rows_text=tree.rows_text))
                     ph.result = "rows kept from an earlier create with the same inputs"
                     return
-            keep: Optional[List[Any]] = [] if tree_key else None  # for the tree cache, filled as written
+            # rows for the tree cache, filled as written (relocation ran in this process: it is not a resumed run)
+            keep: Optional[List[Any]] = [] if tree_key else None
             own_rows: List[str] = []
             # listed before the manifest's own temporary file appears in the prefix
             files = kept["walked"] if "walked" in kept else list(walk_files(prefix))
@@ -250,8 +252,7 @@ def run(job: CreateJob, ui) -> None:
             manifest.write(prefix, manifest.render(prefix, job.target, job.profile.name, job.key, job.conda,
                                                    layers=layered, rows=listed()))
             if keep is not None:
-                rewritten = kept["rewritten"] if "rewritten" in kept else tree.rewritten
-                tree_cache.put(tree_key, rewritten, own_rows, keep)
+                tree_cache.put(tree_key, kept["rewritten"], own_rows, keep)
 
         phase("manifest", "manifest: hash the installed files", write_manifest)
 

@@ -117,6 +117,14 @@ def _kind(path: Path) -> Tuple[str, Optional[bytes]]:
     return ("elf" if probe.startswith(b"\x7fELF") else ""), whole
 
 
+def _paths_as_bytes(old: Path, new: Path) -> Tuple[bytes, bytes]:
+    """`old` and `new` as the bytes files hold; a longer `new` cannot replace `old` in place (ELF padding)."""
+    old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
+    if len(new_b) > len(old_b):
+        raise ValueError(f"cannot relocate {old} to the longer path {new}")
+    return old_b, new_b
+
+
 def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] = frozenset(),
                   files: Optional[Iterable[Tuple[str, "os.DirEntry[str]"]]] = None,
                   digests: Optional[Dict[str, Tuple[str, int]]] = None,
@@ -130,9 +138,7 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
     path is appended to it (envbuild.install.tree_cache keeps the list for a rerun with the same inputs)."""
     from envbuild.install.prefix_files import walk_files
 
-    old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
-    if len(new_b) > len(old_b):
-        raise ValueError(f"cannot relocate {old} to the longer path {new}")
+    old_b, new_b = _paths_as_bytes(old, new)
     owned = conda_owned(prefix)
     changed = 0
     for rel, entry in (walk_files(prefix) if files is None else files):
@@ -164,9 +170,7 @@ def relocate_tree(prefix: Path, old: Path, new: Path, verbatim: Container[str] =
 def relocate_listed(prefix: Path, old: Path, new: Path, rels: Iterable[str]) -> int:
     """Rewrite `old` -> `new` in the files `rels` (relative to `prefix`) only: the ones relocate_tree changed
     in an earlier create of the same inputs (envbuild.install.tree_cache). Returns how many changed."""
-    old_b, new_b = os.fsencode(str(old)), os.fsencode(str(new))
-    if len(new_b) > len(old_b):
-        raise ValueError(f"cannot relocate {old} to the longer path {new}")
+    old_b, new_b = _paths_as_bytes(old, new)
     changed = 0
     for rel in rels:
         path = prefix / rel

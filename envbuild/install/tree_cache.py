@@ -26,6 +26,7 @@ CACHE_KIND = "tree"
 # What changes the files uv writes (bytecode, link mode, ...) or what the interpreter writes when run
 _ENV_PREFIXES = ("UV_", "PYTHON", "SOURCE_DATE_EPOCH")
 _SEP = "\0"
+KEEP = 8  # a torch stack's entry is about 20 MB: one per recent (locks, prefix) is plenty for reruns
 
 
 def tree_inputs(prefix: Path, target: Path, lock_key: str, layers: Dict[str, Any],
@@ -58,13 +59,10 @@ def usable(resumed: bool, layers: Dict[str, Any]) -> bool:
 
 class KeptTree:
     """A kept answer: the files relocation rewrote, the manifest rows of envbuild's own files (activation),
-    and every manifest row, joined as the manifest writes them (`ROW_SEP`)."""
+    and every manifest row, joined as the manifest writes them (manifest.ROW_SEP)."""
 
     def __init__(self, rewritten: List[str], own_rows: List[str], rows_text: str):
         self.rewritten, self.own_rows, self.rows_text = rewritten, own_rows, rows_text
-
-
-ROW_SEP = ",\n  "  # between two file rows in the manifest (envbuild.install.manifest.render)
 
 
 def get(key: str) -> Optional[KeptTree]:
@@ -84,9 +82,7 @@ def put(key: str, rewritten: Sequence[str], own_rows: Sequence[str], rows: Seque
     """Keep `rewritten` (relative paths), `own_rows` (the rows of envbuild's own files) and `rows` (every
     manifest row, in order); at most KEEP entries stay, the most recently written."""
     from envbuild.install import rerun_cache
+    from envbuild.install.manifest import ROW_SEP
 
     rerun_cache.put(CACHE_KIND, key, _SEP.join(["\n".join(rewritten), "\n".join(own_rows), ROW_SEP.join(rows)]))
     rerun_cache.prune(CACHE_KIND, KEEP)
-
-
-KEEP = 8  # a torch stack's entry is about 20 MB: one per recent (locks, prefix) is plenty for reruns
