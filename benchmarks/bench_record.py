@@ -1,7 +1,7 @@
 """What `envbuild record` costs a job, each number next to its anchor measured in the same run.
 
     python benchmarks/bench_record.py start [--actors 8] [--rounds 3] [--json FILE]   # goal: <= 30 ms per worker
-    python benchmarks/bench_record.py gpu [--steps 200] [--rounds 3] [--json FILE]    # goal: <= 2 % fewer steps/s
+    python benchmarks/bench_record.py gpu [--steps 100] [--rounds 5] [--json FILE]    # goal: <= 2 % fewer steps/s
 
 start (CPU, a real local Ray cluster of one node): a driver creates actors one after another, each in a new Ray
 worker process, and times `ray.get(Actor.remote().ready.remote())` (the worker's start, its setup hook, the
@@ -11,10 +11,16 @@ ratio; the difference of each round's adjacent drivers and its median (the goal'
 machine's other load than the pooled medians); the hook's start path as each worker timed it (`setup_ms` of its
 `start` event); and the same in a plain interpreter with the hook's imports.
 
-gpu (the lent GPU; torch with CUDA): a training loop in one process (4 bf16 linear layers of 4096, forward,
-backward, an NCCL all_reduce of the gradients on a one-rank group, SGD) for --steps steps after a warm-up, with
-recording on (the recorder through its sitecustomize bootstrap, which switches PyTorch's flight recorder on with
-2000 entries) and off (TORCH_FR_BUFFER_SIZE=0, no recorder); runs alternate. Printed: steps/s of each, the ratio.
+gpu (the lent GPU; torch with CUDA): a training loop in one process on a one-rank NCCL group, with recording on
+(the recorder through its sitecustomize bootstrap, which switches PyTorch's flight recorder on with 2000 entries
+and wraps torch.distributed's collectives to catch their first error) and off (TORCH_FR_BUFFER_SIZE=0, no
+recorder); runs alternate, the first side alternating per round. Two step shapes, each against its own anchor:
+  bucketed (the goal's number): a training step as Megatron's DDP runs it: 4 MLP blocks (4096 -> 16384 -> 4096,
+    bf16, 4096 tokens), forward and backward, the gradients all-reduced in buckets of 40M elements (Megatron's
+    default bucket size), SGD: ~0.5 B parameters, 14 collectives a step;
+  per-param (a worst case, no goal): 4 linear layers of 4096 on 2048 tokens and one all_reduce per parameter
+    tensor: a 1-2 ms step with 8 collectives, where a per-collective cost shows most;
+and a micro loop of 2000 all_reduces of 1 KiB, which prints what recording costs per collective (microseconds).
 """
 from __future__ import annotations
 
@@ -122,25 +128,67 @@ def bench_start(actors: int, rounds: int) -> Dict[str, Any]:
 GPU_WORKER = r"""
 import os, sys, time, datetime
 import torch, torch.distributed as dist
-steps, port = int(sys.argv[1]), sys.argv[2]
+shape, steps, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
                         timeout=datetime.timedelta(seconds=60), device_id=torch.device("cuda:0"))
 torch.manual_seed(0)
-layers = [torch.nn.Linear(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+if shape == "micro":  # per-collective cost: tiny all_reduces, nothing else
+    t = torch.ones(256, device="cuda")
+    for _ in range(200):
+        dist.all_reduce(t)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        dist.all_reduce(t)
+    torch.cuda.synchronize()
+    print((time.perf_counter() - t0) / steps * 1e6)  # microseconds per collective
+    dist.destroy_process_group()
+    sys.exit(0)
+if shape == "bucketed":
+    hidden, ffn, tokens, blocks = 4096, 16384, 4096, 4
+    layers = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(hidden, ffn, bias=False, device="cuda", dtype=torch.bfloat16),
+                   torch.nn.Linear(ffn, hidden, bias=False, device="cuda", dtype=torch.bfloat16)]
+    act = torch.nn.functional.gelu
+else:
+    hidden, tokens = 4096, 2048
+    layers = [torch.nn.Linear(hidden, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    act = torch.relu
 params = [p for l in layers for p in l.parameters()]
-x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
+x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+if shape == "bucketed":  # Megatron's DDP: one contiguous grad buffer, all-reduced bucket by bucket (40M elements)
+    total = sum(p.numel() for p in params)
+    grad_buffer = torch.zeros(total, device="cuda", dtype=torch.bfloat16)
+    offset = 0
+    for p in params:
+        p.grad = grad_buffer[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    bucket = 40_000_000
+    buckets = [grad_buffer[i:i + bucket] for i in range(0, total, bucket)]
+    def reduce_grads():
+        for b in buckets:
+            dist.all_reduce(b)
+else:
+    def reduce_grads():
+        for p in params:
+            dist.all_reduce(p.grad)
 def step():
     h = x
-    for l in layers:
-        h = torch.relu(l(h))
+    for i, l in enumerate(layers):
+        h = l(h)
+        if shape != "bucketed" or i % 2 == 0:
+            h = act(h)
     h.float().pow(2).mean().backward()
-    for p in params:
-        dist.all_reduce(p.grad)
+    reduce_grads()
     with torch.no_grad():
         for p in params:
             p -= 1e-4 * p.grad
-            p.grad = None
-for _ in range(20):
+            if shape != "bucketed":
+                p.grad = None
+        if shape == "bucketed":
+            grad_buffer.zero_()
+for _ in range(10):
     step()
 torch.cuda.synchronize()
 t0 = time.perf_counter()
@@ -152,33 +200,52 @@ dist.destroy_process_group()
 print(steps / dt)
 """
 
+SHAPES = ("bucketed", "per-param", "micro")
 
-def bench_gpu(steps: int, rounds: int) -> Dict[str, Any]:
+
+def _gpu_run(shape: str, mode: str, steps: int, run_dir: str) -> float:
+    """One worker process: steps/s (the micro shape: microseconds per collective)."""
     from envbuild.fleet.localray import _free_port
     from envbuild.record.hook import bootstrap_dir
 
-    rates: Dict[str, List[float]] = {"plain": [], "record": []}
+    extra = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"} if mode == "plain" else \
+        {"ENVBUILD_RECORD_DIR": run_dir,
+         "PYTHONPATH": os.pathsep.join([bootstrap_dir(), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", GPU_WORKER, shape, str(steps), str(_free_port())],
+                          capture_output=True, text=True, env={**_env({}), **extra}, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"gpu worker ({shape}, {mode}) exited {proc.returncode}: {proc.stderr[-1500:]}")
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_gpu(steps: int, rounds: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"mode": "gpu", "steps": steps, "rounds": rounds, "goal_slower_pct": 2, "shapes": {}}
     with tempfile.TemporaryDirectory(prefix="bench-record-gpu-") as tmp:
-        for r in range(rounds):
-            for mode in (("plain", "record") if r % 2 == 0 else ("record", "plain")):
-                extra = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"} if mode == "plain" else \
-                    {"ENVBUILD_RECORD_DIR": os.path.join(tmp, "run"),
-                     "PYTHONPATH": os.pathsep.join([bootstrap_dir(), str(REPO), os.environ.get("PYTHONPATH", "")])}
-                proc = subprocess.run([sys.executable, "-c", GPU_WORKER, str(steps), str(_free_port())],
-                                      capture_output=True, text=True, env={**_env({}), **extra}, timeout=600)
-                if proc.returncode != 0:
-                    raise SystemExit(f"gpu worker ({mode}) exited {proc.returncode}: {proc.stderr[-1500:]}")
-                rate = float(proc.stdout.strip().splitlines()[-1])
-                rates[mode].append(rate)
-                print(f"round {r + 1} {mode:6s}: {rate:.2f} steps/s", flush=True)
-        recorded = [p.name for p in Path(tmp, "run").glob("*/proc/*")]
-    plain, rec = statistics.median(rates["plain"]), statistics.median(rates["record"])
-    out = {"mode": "gpu", "steps": steps, "rounds": rounds, "plain_steps_per_s": rates["plain"],
-           "record_steps_per_s": rates["record"], "ratio": rec / plain, "slower_pct": (1 - rec / plain) * 100,
-           "processes_recorded": len(recorded), "goal_slower_pct": 2}
-    print(f"train steps/s, median of {rounds}: without recording {plain:.2f} (anchor), with recording and the flight "
-          f"recorder {rec:.2f}: ratio {out['ratio']:.4f}, {out['slower_pct']:+.2f} % slower "
-          f"(goal <= 2 %: {'met' if out['slower_pct'] <= 2 else 'NOT met'}); {len(recorded)} process(es) recorded")
+        for shape in SHAPES:
+            n = 2000 if shape == "micro" else steps * (10 if shape == "per-param" else 1)
+            rates: Dict[str, List[float]] = {"plain": [], "record": []}
+            for r in range(rounds):
+                for mode in (("plain", "record") if r % 2 == 0 else ("record", "plain")):
+                    value = _gpu_run(shape, mode, n, os.path.join(tmp, "run"))
+                    rates[mode].append(value)
+                    print(f"{shape:9s} round {r + 1} {mode:6s}: {value:.2f} "
+                          f"{'us per collective' if shape == 'micro' else 'steps/s'}", flush=True)
+            plain, rec = statistics.median(rates["plain"]), statistics.median(rates["record"])
+            if shape == "micro":
+                out["shapes"][shape] = {"collectives": n, "plain_us": rates["plain"], "record_us": rates["record"],
+                                        "added_us_per_collective": rec - plain}
+                print(f"micro: one all_reduce of 1 KiB, median of {rounds}: {plain:.1f} us without recording "
+                      f"(anchor), {rec:.1f} us with: {rec - plain:+.1f} us per collective", flush=True)
+                continue
+            out["shapes"][shape] = {"steps": n, "plain_steps_per_s": rates["plain"], "record_steps_per_s":
+                                    rates["record"], "ratio": rec / plain, "slower_pct": (1 - rec / plain) * 100}
+            goal = f"goal <= 2 %: {'met' if (1 - rec / plain) * 100 <= 2 else 'NOT met'}" if shape == "bucketed" \
+                else "no goal: a worst case"
+            print(f"{shape}: train steps/s, median of {rounds}: without recording {plain:.2f} (anchor), with "
+                  f"recording and the flight recorder {rec:.2f}: ratio {rec / plain:.4f}, "
+                  f"{(1 - rec / plain) * 100:+.2f} % slower ({goal})", flush=True)
+        out["processes_recorded"] = len(list(Path(tmp, "run").glob("*/proc/*")))
+    out["slower_pct"] = out["shapes"]["bucketed"]["slower_pct"]
     return out
 
 
@@ -189,8 +256,8 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     s.add_argument("--actors", type=int, default=8, help="actor starts per driver")
     s.add_argument("--rounds", type=int, default=3, help="drivers per mode, alternated")
     g = sub.add_parser("gpu", help="train steps/s with and without recording (GPU)")
-    g.add_argument("--steps", type=int, default=200)
-    g.add_argument("--rounds", type=int, default=3)
+    g.add_argument("--steps", type=int, default=100, help="bucketed steps per run (per-param: 10x)")
+    g.add_argument("--rounds", type=int, default=5)
     for p in (s, g):
         p.add_argument("--json", help="write the numbers to this file")
     args = ap.parse_args(argv)
