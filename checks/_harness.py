@@ -129,6 +129,9 @@ class Probe:
         self._phases: List[str] = []
         self._entered = False  # a phase was entered (the test hooks tell "before the first" from "between")
         self._first_phase_t: Optional[float] = None  # wall clock of entering the first phase (in the result)
+        # seconds in each outermost phase (in the result as phase_s): where a probe's time went, beside the
+        # launcher's start_s (spawn to first phase) and after_result_s (result to exit: teardown)
+        self._phase_s: Dict[str, float] = {}
         self._error_phase: Optional[str] = None
         self._finished = False
         self._stacks_fh = None
@@ -194,6 +197,8 @@ class Probe:
         if not self._entered:
             self._first_phase_t = time.time()
         self._entered = True
+        outermost = len(self._phases) == 1
+        began = time.perf_counter()
         self._write_phase(name)
         self._test_hooks(name)
         try:
@@ -203,6 +208,8 @@ class Probe:
                 self._error_phase = name
             raise
         finally:
+            if outermost:
+                self._phase_s[name] = self._phase_s.get(name, 0.0) + time.perf_counter() - began
             self._phases.pop()
             if self._phases:
                 self._write_phase(self._phases[-1])
@@ -239,7 +246,8 @@ class Probe:
     def emit(self, result: Dict[str, Any]) -> None:
         """Write rank<k>.json atomically: {rank, status, summary, metrics, evidence, ...}."""
         data = {"rank": self.rank, "world_size": self.world_size, "metrics": self.metrics,
-                "evidence": self.evidence, "first_phase_t": self._first_phase_t}
+                "evidence": self.evidence, "first_phase_t": self._first_phase_t, "result_t": time.time(),
+                "phase_s": {k: round(v, 3) for k, v in self._phase_s.items()}}
         data.update(result)
         self._write_atomic(".json", data)
         self._finished = True

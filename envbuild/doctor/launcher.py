@@ -83,6 +83,10 @@ class RankOutcome:
     # the harness wrote into its result: what a launch costs before the probe's own work (a cold rank's torch
     # import, a warm one still finishing its import). None without a result or a phase.
     start_s: Optional[float] = None
+    # Seconds in each outermost phase (the harness's phase_s) and from the result to the rank's exit (teardown:
+    # the process group, the CUDA context): with start_s, where a launch's wall time went. None without a result.
+    phase_s: Optional[Dict[str, float]] = None
+    after_result_s: Optional[float] = None
 
 
 @dataclass
@@ -245,6 +249,7 @@ class _Rank:
         self.stack_dump = ""
         self.state: Optional[str] = None
         self.started = time.time()  # wall clock, as the phase files' "t"
+        self.ended: Optional[float] = None  # wall clock when the launcher saw it exit on its own
 
     def path(self, suffix: str) -> Path:
         return self.run_dir / f"rank{self.rank}{suffix}"
@@ -491,6 +496,7 @@ def _watch(ranks: List[_Rank], python: str, script: Path, args: List[str], envs:
         for r in ranks:
             if r.exited_on_own is None and r.proc.poll() is not None:
                 r.exited_on_own = r.proc.returncode
+                r.ended = time.time()
                 if r.proc.returncode != 0 and first_crash_at is None:
                     first_crash_at = now
                     reason = f"rank {r.rank} exited with code {r.proc.returncode}"
@@ -550,6 +556,8 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
         ph = r.phase()
         result = _read_json(r.path(".json"))
         first = (result or {}).get("first_phase_t")
+        result_t = (result or {}).get("result_t")
+        phase_s = (result or {}).get("phase_s")
         elapsed = None
         if ph and ph.get("t") is not None and r.killed:
             elapsed = round(time.time() - float(ph["t"]), 2)
@@ -562,6 +570,9 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state, warm=r.warm,
             # at least 0: a warm rank may enter its first phase before the launcher has noted that it handed it
             start_s=round(max(0.0, float(first) - r.started), 3) if isinstance(first, (int, float)) else None,
+            phase_s=phase_s if isinstance(phase_s, dict) else None,
+            after_result_s=round(max(0.0, r.ended - float(result_t)), 3)
+            if r.ended is not None and isinstance(result_t, (int, float)) else None,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

@@ -134,8 +134,10 @@ class ProbeRun:
         """Per launch: its wall time and, per rank, whether it was warm and how long it took to reach its first
         phase. What a probe check's seconds were besides the probe's own work: in a --quick on one H200 the first
         GPU probe (gpu.basic) took 2.9 s (docs/gpu-runs/s7) and nothing recorded how much of it was its rank still
-        importing torch; this does."""
-        return [{"wall_s": o.wall_s, "ranks": [{"rank": r.rank, "warm": r.warm, "start_s": r.start_s}
+        importing torch; this does, and where the rest went: each outermost phase's seconds and the rank's exit
+        after its result (teardown)."""
+        return [{"wall_s": o.wall_s, "ranks": [{"rank": r.rank, "warm": r.warm, "start_s": r.start_s,
+                                                "phase_s": r.phase_s, "after_result_s": r.after_result_s}
                                                for r in o.ranks]} for o in self.outcomes]
 
     def launch(self, args: Sequence[str] = (), **kw: Any) -> "LaunchOutcome":

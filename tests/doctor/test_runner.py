@@ -102,3 +102,8 @@ def test_a_probe_checks_results_say_how_long_its_ranks_took_to_reach_their_first
     [rank] = launch["ranks"]
     assert rank["rank"] == 0 and rank["warm"] is False
     assert 0 < rank["start_s"] < launch["wall_s"], launch  # a cold rank: python's start-up before its phase
+    # where the rest went: each outermost phase's seconds, and the exit after the result
+    assert set(rank["phase_s"]) == {"work"}, rank  # ok_payload.py: one outermost phase
+    assert all(0 <= s < launch["wall_s"] for s in rank["phase_s"].values()), rank
+    assert rank["start_s"] + sum(rank["phase_s"].values()) <= launch["wall_s"], launch
+    assert 0 <= rank["after_result_s"] < launch["wall_s"], rank
