@@ -114,6 +114,17 @@ def _env_int(name: str, default: int) -> int:
 START_HOOK = "<start>"  # ENVBUILD_TEST_SIGSTOP_AT value for "before the first phase" (launcher.START's twin)
 
 
+def _warm_import_times() -> Optional[List[float]]:
+    """[began, finished] (wall clock) of the torch import a warm interpreter made before it became this rank, taken
+    out of the environment so the probe's own child processes do not inherit it."""
+    raw = os.environ.pop("ENVBUILD_WARM_IMPORT_T", "")
+    try:
+        began, finished = (float(x) for x in raw.split(","))
+    except ValueError:
+        return None
+    return [began, finished]
+
+
 class Probe:
     """One rank of a probe: its identity, its phase file, its result."""
 
@@ -132,6 +143,7 @@ class Probe:
         # seconds in each outermost phase (in the result as phase_s): where a probe's time went, beside the
         # launcher's start_s (spawn to first phase) and after_result_s (result to exit: teardown)
         self._phase_s: Dict[str, float] = {}
+        self._warm_import_t = _warm_import_times()  # a warm rank's torch import (checks/_warm.py), else None
         self._error_phase: Optional[str] = None
         self._finished = False
         self._stacks_fh = None
@@ -247,7 +259,7 @@ class Probe:
         """Write rank<k>.json atomically: {rank, status, summary, metrics, evidence, ...}."""
         data = {"rank": self.rank, "world_size": self.world_size, "metrics": self.metrics,
                 "evidence": self.evidence, "first_phase_t": self._first_phase_t, "result_t": time.time(),
-                "phase_s": {k: round(v, 3) for k, v in self._phase_s.items()}}
+                "phase_s": {k: round(v, 3) for k, v in self._phase_s.items()}, "warm_import_t": self._warm_import_t}
         data.update(result)
         self._write_atomic(".json", data)
         self._finished = True

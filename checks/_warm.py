@@ -14,7 +14,12 @@ import builtins
 import json
 import os
 import sys
+import time
 import types
+
+# The rank's harness reads (and removes) this: when this interpreter began and finished importing torch, so the
+# launcher can say how long the import took on this node and how much of it the launch still waited for.
+IMPORT_T_VAR = "ENVBUILD_WARM_IMPORT_T"
 
 
 def _redirect(fd: int, path: str, flags: int) -> None:
@@ -24,10 +29,12 @@ def _redirect(fd: int, path: str, flags: int) -> None:
 
 
 def main() -> int:
+    began = time.time()
     try:
         import torch  # noqa: F401  the start-up this process exists to pay in advance
     except Exception:  # a cold rank would hit the same error; the payload reports it
         pass
+    imported = time.time()
     line = sys.stdin.readline()
     if not line.strip():
         return 0
@@ -37,6 +44,7 @@ def main() -> int:
     _redirect(2, job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.environ.clear()
     os.environ.update(job["env"])
+    os.environ[IMPORT_T_VAR] = "%.3f,%.3f" % (began, imported)
     os.chdir(job["cwd"])
     script = job["script"]
     sys.argv = [script] + list(job["argv"])

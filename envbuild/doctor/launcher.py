@@ -87,6 +87,10 @@ class RankOutcome:
     # the process group, the CUDA context): with start_s, where a launch's wall time went. None without a result.
     phase_s: Optional[Dict[str, float]] = None
     after_result_s: Optional[float] = None
+    # A warm rank: how long its torch import took, and how much of it was still left when the launch handed it its
+    # job (the launch waited that long for the import; 0 when the import was done ahead).
+    import_s: Optional[float] = None
+    import_wait_s: Optional[float] = None
 
 
 @dataclass
@@ -558,6 +562,9 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
         first = (result or {}).get("first_phase_t")
         result_t = (result or {}).get("result_t")
         phase_s = (result or {}).get("phase_s")
+        imported = (result or {}).get("warm_import_t")
+        if not (isinstance(imported, list) and len(imported) == 2 and all(isinstance(t, (int, float)) for t in imported)):
+            imported = None
         elapsed = None
         if ph and ph.get("t") is not None and r.killed:
             elapsed = round(time.time() - float(ph["t"]), 2)
@@ -573,6 +580,8 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             phase_s=phase_s if isinstance(phase_s, dict) else None,
             after_result_s=round(max(0.0, r.ended - float(result_t)), 3)
             if r.ended is not None and isinstance(result_t, (int, float)) else None,
+            import_s=round(imported[1] - imported[0], 3) if imported else None,
+            import_wait_s=round(max(0.0, imported[1] - r.started), 3) if imported else None,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

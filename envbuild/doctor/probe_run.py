@@ -137,7 +137,8 @@ class ProbeRun:
         importing torch; this does, and where the rest went: each outermost phase's seconds and the rank's exit
         after its result (teardown)."""
         return [{"wall_s": o.wall_s, "ranks": [{"rank": r.rank, "warm": r.warm, "start_s": r.start_s,
-                                                "phase_s": r.phase_s, "after_result_s": r.after_result_s}
+                                                "phase_s": r.phase_s, "after_result_s": r.after_result_s,
+                                                "import_s": r.import_s, "import_wait_s": r.import_wait_s}
                                                for r in o.ranks]} for o in self.outcomes]
 
     def launch(self, args: Sequence[str] = (), **kw: Any) -> "LaunchOutcome":

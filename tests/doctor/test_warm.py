@@ -57,6 +57,9 @@ def test_warm_ranks_imported_torch_first_and_give_the_cold_result(torch_env, mon
     assert [r.warm for r in first.ranks] == [True, True] == [r.warm for r in second.ranks]
     assert [r.warm for r in prepared.ranks] == [True, True]
     assert {r.pid for r in first.ranks} == waiting  # the very interpreters that had imported torch
+    for r in first.ranks:  # whose import began before the launch (torch's libraries were mapped), so the launch
+        assert 0 <= r.import_wait_s < r.import_s, r  # waited for part of it at most
+    assert [r.import_s for r in cold.ranks] == [None, None]  # a cold rank imports torch as its own start-up
     for r in first.ranks:  # the rank wrote its own logs in its run directory, as a cold rank does
         assert os.path.dirname(r.log_path) == first.run_dir and os.path.exists(r.stdout_path)
     end = time.monotonic() + 10
