@@ -121,7 +121,7 @@ def _run_doctor(prefix: Path, profile: "Profile") -> str:
     with tempfile.TemporaryDirectory(prefix="envbuild-gate-") as tmp:
         out = Path(tmp) / "report.json"
         opts = DoctorOptions(profile=str(profile.path), prefix=str(prefix), mode="static", checks=["stack"],
-                             quiet=True, json_path=str(out))
+                             quiet=True, json_path=str(out), resolve_only=True)
         # the probe runs in the staged python and must leave no bytecode there: the staged tree is the same
         # whether or not the verdict was kept (envbuild.install.tree_cache keeps what relocation found in it)
         saved = os.environ.get("PYTHONDONTWRITEBYTECODE")
