@@ -72,7 +72,7 @@ def version_facts(path):
     return {"version": values["__version__"], "cuda": values.get("cuda"), "git_version": values.get("git_version")}
 
 
-def package_loader(pkg_dir):
+def package_loader(pkg_dir, stand_ins=None):
     """torch's own `_load_global_deps` (with the helpers it calls) from torch/__init__.py, compiled on its own.
 
     What `import torch` maps is decided there, and it changes between releases: torch 2.11 loads
@@ -80,7 +80,8 @@ def package_loader(pkg_dir):
     libraries (cuBLAS, cuDNN, NCCL, ...) by path from the first sys.path entry holding them, so a process can map
     a pip libnccl and a preloaded one at once. Running the release's own function keeps that exact, whatever the
     release; of the rest of the module only the literals they read are run (not its imports, not torch._C).
-    Their `from torch.version import ...` is served a stand-in package holding only torch/version.py."""
+    Their `from torch.version import ...` is served a stand-in package holding only torch/version.py. `stand_ins`
+    replace names of the functions' globals (the loader trace's recording `ctypes` and `open`, checks/_loader_trace.py)."""
     path = os.path.join(pkg_dir, "__init__.py")
     try:
         with open(path) as fh:
@@ -105,6 +106,7 @@ def package_loader(pkg_dir):
                         type_ignores=[])
     namespace = {"__file__": path, "__name__": "torch", "ctypes": ctypes, "glob": glob, "os": os,
                  "platform": __import__("platform"), "sys": __import__("sys")}
+    namespace.update(stand_ins or {})
     try:
         exec(compile(module, path, "exec"), namespace)
     except Exception as exc:  # e.g. an annotation naming what only the whole module defines
@@ -227,16 +229,23 @@ class Runtime:
             raise InitError(self.describe(name, rc))
 
 
-def torch_facts(spec, enter):
-    """(torch facts, the Runtime for a CUDA build or None) with torch's libraries loaded and every CUDA/NCCL symbol
-    resolved; NativeUnavailable, before any CUDA call, when this path cannot tell."""
+def package_facts(spec, method):
+    """(torch's package directory, its facts from version.py: version, cuda, git_version, cuda_tag), read without
+    running the package; NativeUnavailable when it is not a package or version.py does not tell."""
     pkg_dir = (spec.submodule_search_locations or [None])[0]
     if not pkg_dir:
         raise NativeUnavailable("torch is not a package here")
-    t = {"present": True, "file": spec.origin, "method": "torch's native libraries, without `import torch`"}
+    t = {"present": True, "file": spec.origin, "method": method}
     t.update(version_facts(os.path.join(pkg_dir, "version.py")))
     m = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)$", t["version"])
     t["cuda_tag"] = m.group(1) if m else None
+    return pkg_dir, t
+
+
+def torch_facts(spec, enter):
+    """(torch facts, the Runtime for a CUDA build or None) with torch's libraries loaded and every CUDA/NCCL symbol
+    resolved; NativeUnavailable, before any CUDA call, when this path cannot tell."""
+    pkg_dir, t = package_facts(spec, "torch's native libraries, without `import torch`")
     enter("load torch libraries")
     scopes = load_libraries(pkg_dir)
     nccl = built_nccl(scopes)

@@ -135,9 +135,13 @@ def version_of_file(family, path):
 
 def read_maps():
     """Every mapped file of the families above, from /proc/self/maps, in first-mapped order."""
-    out = []
     with open("/proc/self/maps") as fh:
-        paths = mapped_paths(fh.read())
+        return mapped_entries(mapped_paths(fh.read()))
+
+
+def mapped_entries(paths):
+    """The `mapped` entries of those paths that belong to a family above (from the maps or the loader's trace)."""
+    out = []
     for path in paths:
         fam = family_of(os.path.basename(path))
         if fam is None:
@@ -301,10 +305,12 @@ print(json.dumps(out))
 """
 
 
-def versions_in_child(items, errors):
-    """dlopen each (family, path) in a child process and ask its C API for the version.
+def versions_in_child(items, errors, part):
+    """dlopen each (family, path) in a child process and ask its C API for the version; a failure is kept in
+    errors[part].
 
-    A child, so that the copies NOT loaded by this env never show up in our /proc/self/maps."""
+    A child, so that the copies NOT loaded by this env never show up in our /proc/self/maps (and, for the loader
+    trace's copies, so that this process stays small)."""
     if not items:
         return {}
     try:
@@ -313,23 +319,24 @@ def versions_in_child(items, errors):
                               timeout=SUBPROCESS_TIMEOUT_S, env=CHILD_ENV or None)
         return json.loads(proc.stdout.decode() or "{}")
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        errors["reachable_versions"] = "%s: %s" % (type(exc).__name__, exc)
+        errors[part] = "%s: %s" % (type(exc).__name__, exc)
         return {}
 
 
-def add_reachable_versions(reachable, errors):
-    """Versions of every reachable copy: NCCL from its version string, the others (and NCCL builds
-    without the string) from their C API in a child process, once per real file."""
+def add_file_versions(entries, errors, part):
+    """Versions of library copies this process has not loaded (the reachable ones, or those the loader's trace
+    resolved): NCCL from its version string, the others (and NCCL builds without the string) from their C API in a
+    child process, once per real file; a failure of that child is kept in errors[part]."""
     ask = {}
-    for entry in reachable:
+    for entry in entries:
         entry.update(version_of_file(entry["family"], entry["path"]))
         base = os.path.basename(entry["path"])
         wants_api = entry["family"] in ("libcudart", "libcuda") or base.startswith("libcudnn.so") \
             or (entry["family"] == "libnccl" and "version" not in entry)
         if wants_api:
             ask.setdefault(entry["realpath"], (entry["family"], entry["realpath"]))
-    answers = versions_in_child(list(ask.values()), errors)
-    for entry in reachable:
+    answers = versions_in_child(list(ask.values()), errors, part)
+    for entry in entries:
         ans = answers.get(entry["realpath"])
         if not ans:
             continue
@@ -565,12 +572,13 @@ def enter(state, name):
             pass
 
 
-def probe_torch(result, errors, init_state, gate):
+def probe_torch(result, errors, init_state, gate, resolve_only=False):
     """torch's facts, then CUDA and NCCL initialised like a training process would; False when there is no torch.
 
-    Through torch's native libraries when that path can tell (checks/_torch_native.py: 0.5 s instead of the
-    3.4-5.5 s of `import torch` on an H200 node), else by importing torch (import_torch), with the reason kept in
-    torch["native_path"]."""
+    `resolve_only` (create's gate): the loader's trace of torch's libraries instead (resolve_torch), unless it
+    cannot stand in, which torch["resolve_path"] then says. Else through torch's native libraries when that path
+    can tell (checks/_torch_native.py: 0.5 s instead of the 3.4-5.5 s of `import torch` on an H200 node), else by
+    importing torch (import_torch), with the reason kept in torch["native_path"]."""
     import importlib.util
 
     import _torch_native as native
@@ -583,6 +591,37 @@ def probe_torch(result, errors, init_state, gate):
     if spec is None:
         result["torch"] = {"present": False, "error": "No module named 'torch'"}
         return False
+    if resolve_only:
+        try:
+            return resolve_torch(result, errors, spec, lambda name: enter(init_state, name))
+        except native.NativeUnavailable as exc:
+            present = load_torch(result, errors, init_state, gate, spec)
+            result["torch"]["resolve_path"] = "not used: %s" % exc
+            return present
+    return load_torch(result, errors, init_state, gate, spec)
+
+
+def resolve_torch(result, errors, spec, enter_fn):
+    """torch's facts and the `mapped` copies from the dynamic loader's trace (checks/_loader_trace.py), with their
+    versions read from the files and, for the C APIs, in a child process: nothing of torch is loaded here and CUDA
+    and NCCL are not initialised, so the probe stays a few tens of MB. NativeUnavailable when the trace cannot
+    stand in for loading."""
+    import _loader_trace as loader_trace
+
+    t, paths = loader_trace.torch_facts(spec, enter_fn)
+    mapped = mapped_entries(paths)
+    add_file_versions(mapped, errors, "mapped_versions")
+    result["torch"], result["mapped"] = t, mapped
+    result["init"] = {"cuda_tensor": False, "nccl_group": False, "source": "loader trace",
+                      "method": "loader trace: torch's libraries resolved by the dynamic loader, not loaded; CUDA and "
+                                "NCCL not initialised"}
+    return True
+
+
+def load_torch(result, errors, init_state, gate, spec):
+    """torch's libraries loaded (checks/_torch_native.py), else `import torch`; CUDA and NCCL initialised."""
+    import _torch_native as native
+
     init = {"cuda_tensor": False, "nccl_group": False, "method": None}
     try:
         t, runtime = native.torch_facts(spec, lambda name: enter(init_state, name))
@@ -694,6 +733,19 @@ def probe_without_torch(result, errors):
         init["nccl_get_version"] = dec or err
 
 
+def mapped_in_maps(result, errors):
+    """result["mapped"]: the libraries this process mapped, with the versions their C APIs report."""
+    try:
+        result["mapped"] = read_maps()
+    except Exception as exc:
+        errors["mapped"] = "%s: %s" % (type(exc).__name__, exc)
+        result["mapped"] = []
+    try:
+        add_mapped_versions(result["mapped"])
+    except Exception as exc:
+        errors["mapped_versions"] = "%s: %s" % (type(exc).__name__, exc)
+
+
 def mapped_cudnn_version(result):
     """torch.backends.cudnn.version() is cudnnGetVersion() of the libcudnn torch loaded: without `import torch`
     the probe reads the same call on the mapped copy."""
@@ -726,7 +778,7 @@ def inventory(found, errors, patches):
     Fills `found`, a dict of its own, merged into the result once complete."""
     try:
         reachable, ld_path, cache = reachable_libraries(errors)
-        add_reachable_versions(reachable, errors)
+        add_file_versions(reachable, errors, "reachable_versions")
         found["reachable"] = reachable
         found["resolution"] = resolution_order(ld_path, cache)
     except Exception as exc:
@@ -761,8 +813,9 @@ def wait_for_gate(path, timeout_s=30.0):
 def parse_args(argv):
     """--patches FILE: JSON list of {"target": "sglang"|"megatron", "file": name, "path": abs path}.
     --init-timeout S: watchdog for the CUDA/NCCL initialisation (default 120).
-    --gate PATH: wait (at most 30 s) for PATH to exist before the first CUDA call (wait_for_gate)."""
-    opts = {"patches": [], "init_timeout": 120.0, "gate": None}
+    --gate PATH: wait (at most 30 s) for PATH to exist before the first CUDA call (wait_for_gate).
+    --resolve-only: torch's libraries resolved by the loader's trace, not loaded (resolve_torch)."""
+    opts = {"patches": [], "init_timeout": 120.0, "gate": None, "resolve_only": False}
     i = 0
     while i < len(argv):
         if argv[i] == "--patches" and i + 1 < len(argv):
@@ -772,6 +825,9 @@ def parse_args(argv):
         elif argv[i] == "--gate" and i + 1 < len(argv):
             opts["gate"] = argv[i + 1]
             i += 2
+        elif argv[i] == "--resolve-only":
+            opts["resolve_only"] = True
+            i += 1
         elif argv[i] == "--init-timeout" and i + 1 < len(argv):
             opts["init_timeout"] = float(argv[i + 1])
             i += 2
@@ -848,23 +904,15 @@ def main(argv):
     timer.daemon = True
     timer.start()
     try:
-        if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"])):
+        if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"]), opts["resolve_only"]):
             probe_without_torch(result, errors)
     except Exception as exc:
         errors["init"] = "%s during %s: %s" % (type(exc).__name__, init_state["phase"], exc)
     timer.cancel()
 
     enter(init_state, "libraries")
-    for name, fn in (("mapped", read_maps),):
-        try:
-            result[name] = fn()
-        except Exception as exc:
-            errors[name] = "%s: %s" % (type(exc).__name__, exc)
-            result[name] = []
-    try:
-        add_mapped_versions(result["mapped"])
-    except Exception as exc:
-        errors["mapped_versions"] = "%s: %s" % (type(exc).__name__, exc)
+    if "mapped" not in result:  # the loader's trace (resolve_torch) fills it without mapping anything
+        mapped_in_maps(result, errors)
     mapped_cudnn_version(result)
     bound_cuda_versions(result, result["mapped"])
     enter(init_state, "inventory")

@@ -136,8 +136,12 @@ int ncclCommDestroy(void *comm) { return 0; }
 const char *ncclGetErrorString(int rc) { return rc == 4 ? "invalid argument" : "unhandled cuda error"; }
 """
 TORCH_CUDA_SRC = r"""
+#include <stdio.h>
+#include <stdlib.h>
 unsigned long long _ZN5torch4cuda4nccl7versionEv(void) { return (2ULL << 32) | (28ULL << 16) | 9ULL; }
 const char *_ZN5torch4cuda4nccl14version_suffixEv(void) { return ""; }
+__attribute__((constructor)) static void envbuild_fake_torch_loaded(void) {  /* loading runs torch's code */
+  const char *path = getenv("FAKE_TORCH_LOADED"); if (path) { FILE *fh = fopen(path, "w"); if (fh) fclose(fh); } }
 """
 
 
@@ -181,7 +185,9 @@ raise ImportError("this fake torch must never be imported")
 def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", preloading: bool = False,
                loader_fails: bool = False) -> Path:
     """torch 2.11-shaped: torch/lib/libtorch_global_deps.so -> libcudart, torch/_C -> libtorch_cuda -> libnccl +
-    libcudart, found through the wheel's RPATHs ($ORIGIN/../../nvidia/...). Its torch.cuda.nccl.version() is 2.28.9.
+    libcudart, found through the wheel's RPATHs ($ORIGIN/../../nvidia/...). Its torch.cuda.nccl.version() is 2.28.9
+    (built -O2, so that function is `return constant` as in torch's builds); loading libtorch_cuda creates the file
+    named by FAKE_TORCH_LOADED.
     `preloading`: its __init__ holds a _load_global_deps that also preloads the wheel's libnccl by path;
     `loader_fails`: that function raises OSError as torch's does when a CUDA library is missing."""
     gcc = need_gcc()
@@ -194,7 +200,7 @@ def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", 
     def link(out: Path, source: str, needs: List[str], rpath: str) -> None:
         src = out.with_suffix(".c")
         src.write_text(source)
-        cmd = [gcc, "-shared", "-fPIC", "-o", str(out), str(src), f"-Wl,-soname,{out.name}", "-Wl,--disable-new-dtags",
+        cmd = [gcc, "-shared", "-fPIC", "-O2", "-o", str(out), str(src), f"-Wl,-soname,{out.name}", "-Wl,--disable-new-dtags",
                f"-Wl,-rpath,{rpath}", f"-L{lib}", f"-L{nccl_dir}", f"-L{cu13}", "-Wl,--no-as-needed"] + [f"-l:{n}" for n in needs]
         subprocess.run(cmd, check=True, capture_output=True)
         src.unlink()

@@ -47,6 +47,9 @@ class DoctorOptions:
     quiet: bool = False
     loaded_profile: Optional["Profile"] = None  # the profile read once by the settings (not shipped to Ray nodes)
     env_origins: Dict[str, str] = field(default_factory=dict)  # DoctorContext.env_origins (a Ray worker's runtime_env)
+    # The stack probe resolves torch's libraries through the loader's trace instead of loading them (create's gate:
+    # envbuild/install/doctor_gate.py; envbuild/doctor/stack_reader.py read_stack)
+    resolve_only: bool = False
 
 
 def resolve_python(python: Optional[str], prefix: Optional[str]) -> str:
@@ -157,7 +160,7 @@ def run_doctor(opts: DoctorOptions) -> int:
     _note_renamed(opts.checks + opts.skips)
     profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
     python = resolve_python(opts.python, opts.prefix)
-    stack_reader = StackPrefetch()
+    stack_reader = StackPrefetch(resolve_only=opts.resolve_only)
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options), env_origins=dict(opts.env_origins))

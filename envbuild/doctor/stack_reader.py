@@ -36,13 +36,16 @@ def _tail(text: str, lines: int = 8) -> str:
 
 
 def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optional[List[Dict[str, str]]] = None,
-               cancel: Optional[threading.Event] = None, gate: Optional[str] = None) -> Dict[str, Any]:
+               cancel: Optional[threading.Event] = None, gate: Optional[str] = None,
+               resolve_only: bool = False) -> Dict[str, Any]:
     """Run the stack probe with `python` (default: this interpreter) under the launcher and return its JSON object
     (facts/stack.py describes it).
 
     Raises FactUnavailable with the reason (and the probe's stderr tail) when the interpreter cannot run, the
     probe crashes before answering, it does not answer within `timeout_s`, or `cancel` is set first. `gate`: a
-    path the probe waits for (at most 30 s) before its first CUDA call (checks/stack_probe.py wait_for_gate)."""
+    path the probe waits for (at most 30 s) before its first CUDA call (checks/stack_probe.py wait_for_gate).
+    `resolve_only`: the probe asks the dynamic loader which copies torch's libraries bind instead of loading them
+    (`--resolve-only`, checks/_loader_trace.py): create's gate, ~26 MB instead of ~410 MB; no CUDA/NCCL init."""
     from envbuild.doctor.launcher import launch
 
     python = python or sys.executable
@@ -53,6 +56,7 @@ def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optio
     run_dir = tempfile.mkdtemp(prefix=leftovers.tmp_prefix("envbuild-run"))
     try:
         args = ["--init-timeout", str(init_timeout_s(timeout_s))] + (["--gate", gate] if gate else [])
+        args += ["--resolve-only"] if resolve_only else []
         if patches:
             patch_file = os.path.join(run_dir, "patches.json")
             with open(patch_file, "w") as fh:
@@ -93,7 +97,8 @@ class StackPrefetch:
     finished while it still runs (CPython's _wait_for_tstate_lock releases the lock the running thread holds), and
     the close that followed would then not wait for the cleanup."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolve_only: bool = False) -> None:
+        self._resolve_only = resolve_only  # every probe of this reader is read_stack's `resolve_only`
         self._thread: Optional[threading.Thread] = None
         self._python: Optional[str] = None
         self._cancel = threading.Event()
@@ -114,7 +119,8 @@ class StackPrefetch:
 
     def _run(self) -> None:
         try:
-            self._data = read_stack(self._python or "", cancel=self._cancel, gate=self._gate)
+            self._data = read_stack(self._python or "", cancel=self._cancel, gate=self._gate,
+                                    resolve_only=self._resolve_only)
         except Exception as exc:  # handed to the check that asks, as if it had read the stack itself
             self._error = exc
         finally:
@@ -131,7 +137,7 @@ class StackPrefetch:
 
     def __call__(self, python: str) -> Dict[str, Any]:
         if self._thread is None or python != self._python:
-            return read_stack(python)
+            return read_stack(python, resolve_only=self._resolve_only)
         self._done.wait()
         if self._error is not None:
             raise self._error

@@ -25,14 +25,21 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
   cuda_available, device_count, cuda_error? (why CUDA reports no device, in CUDA's words), arch_list? (only
   when torch was imported)}. method: "torch's native libraries, without `import torch`" (checks/_torch_native.py:
   the libraries loaded as torch's package loads them, CUDA and NCCL called through the copies the linker bound)
-  or "import torch" (the fallback; native_path then says why the fast path was not used)
-- init: {cuda_tensor: bool, nccl_group: bool, method: str, nccl_banner?, nccl_banner_version?,
+  or "import torch" (the fallback; native_path then says why the fast path was not used), or, with
+  `--resolve-only` (create's gate), "the dynamic loader's trace of torch's libraries (LD_TRACE_LOADED_OBJECTS),
+  without loading them" (checks/_loader_trace.py: nccl_version then read from libtorch_cuda's code; no
+  cuda_available, device_count or cuda_error, since nothing is initialised); resolve_path? says why the trace could
+  not stand in when the libraries were loaded after all
+- init: {cuda_tensor: bool, nccl_group: bool, method: str, source?, nccl_banner?, nccl_banner_version?,
   dlopen_errors?: {soname: msg}, nccl_get_version?}: what was initialised before the maps were read (a
   1-rank NCCL communicator and one all_reduce when a GPU exists; otherwise the libraries torch loads, or by
-  name without torch)
+  name without torch). source: "loader trace" when `mapped` comes from the loader's trace (--resolve-only):
+  nothing was loaded or initialised
 - mapped: [{family, path, realpath, stub, compat, version?, version_string?, version_method?,
   file_version?, api_version?, api_version_code?, api_error?}] for every libnccl / libcudart /
-  libcudnn* / libcuda / libnvidia-ml mapped in /proc/self/maps after the initialisation, in map order.
+  libcudnn* / libcuda / libnvidia-ml mapped in /proc/self/maps after the initialisation, in map order (with
+  init.source "loader trace": the real paths the loader's trace resolved, in load order, libcuda.so.1 being the copy
+  the CUDA runtime would open by name; api_* then come from a child process).
   family is one of libnccl, libcudart, libcudnn, libcuda, libnvidia-ml; api_* come from the library's
   own C API (ncclGetVersion, cudaRuntimeGetVersion, cuDriverGetVersion, cudnnGetVersion);
   version_string is NCCL's compiled-in "2.28.9+cuda12.9"; file_version is the version in the real

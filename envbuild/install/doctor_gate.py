@@ -5,11 +5,22 @@ never replace a working env. The checks run with the staged prefix's python, sta
 against the profile. Only `fail` results close the gate; warn/skip/error are reported and let it pass,
 because a check that cannot run on this node (no GPU, no torch yet) is no verdict on the env.
 
+The stack probe runs resolve-only (DoctorOptions.resolve_only, `stack_probe.py --resolve-only`,
+checks/_loader_trace.py): the staged python's own dynamic loader, in trace mode, names the libnccl, libcudart,
+libcudnn and libcuda copies torch's libraries would bind (torch's `_load_global_deps` opens preloaded first, as the
+import does), and nothing of torch is loaded or initialised. Loading them was the peak of create's process tree
+(the probe 409 MB resident, 0.45 s, on the slime torch 2.11 cu130 env); the trace is 26 MB and 0.24 s, and
+`envbuild doctor --check stack` in one process with it 98 MB instead of 452 MB. The checks' statuses on that env
+are the same either way; where the trace cannot stand in (a library not found, an unusual `_load_global_deps`),
+the probe loads the libraries as `envbuild doctor` does. What only loading gives is lost on a GPU node: there the
+full probe also initialises CUDA and a 1-rank NCCL group (stack.torch fails on a refusal, NCCL's banner names the
+NCCL that ran); the gate leaves such node faults to `envbuild doctor` and still judges the libcuda the CUDA runtime
+would open (stub, forward-compat, its driver's CUDA version, read in a child process).
+
 A passing verdict is kept (envbuild.install.rerun_cache) under the hash of every input it depends on
-(`gate_inputs`), and a create with the same inputs reuses it instead of running the stack probe again: the
-probe loads torch's native libraries in the staged env's python (about 1 s and 460 MB of memory on a torch
-cu130 stack), and on a rerun it would load the same bytes through the same loader on the same node and be
-judged by the same checks against the same profile. What the gate proves is unchanged: a staged env whose
+(`gate_inputs`), and a create with the same inputs reuses it instead of running the stack probe again: on a
+rerun it would trace the same bytes through the same loader on the same node and be judged by the same checks
+against the same profile. What the gate proves is unchanged: a staged env whose
 inputs differ in anything the verdict depends on is probed afresh, a failing verdict is never kept, and
 `envbuild doctor` on the built env always runs the probe (it judges the node the training runs on).
 """
@@ -121,7 +132,7 @@ def _run_doctor(prefix: Path, profile: "Profile") -> str:
     with tempfile.TemporaryDirectory(prefix="envbuild-gate-") as tmp:
         out = Path(tmp) / "report.json"
         opts = DoctorOptions(profile=str(profile.path), prefix=str(prefix), mode="static", checks=["stack"],
-                             quiet=True, json_path=str(out))
+                             quiet=True, json_path=str(out), resolve_only=True)
         # the probe runs in the staged python and must leave no bytecode there: the staged tree is the same
         # whether or not the verdict was kept (envbuild.install.tree_cache keeps what relocation found in it)
         saved = os.environ.get("PYTHONDONTWRITEBYTECODE")

@@ -102,6 +102,8 @@ def torch_present(ctx) -> Result:
     if t.get("cuda_available"):
         what += f"; {t.get('device_count')} GPU(s) visible; " + (
             "CUDA tensor and a 1-rank NCCL group initialised" if init.get("nccl_group") else "CUDA initialised")
+    elif init.get("source") == "loader trace":  # create's gate: the libraries were resolved, never loaded
+        what += "; libraries resolved by the dynamic loader's trace, not loaded: CUDA and NCCL not initialised"
     else:
         what += "; no GPU visible, so CUDA and NCCL were not initialised (libraries are those `import torch` maps)"
     unmet = sv.unmet_requirements(stack, "torch")

@@ -1,0 +1,170 @@
+"""The stack probe's resolve-only path (`stack_probe.py --resolve-only`, what `envbuild create`'s gate runs): which
+copies of libnccl, libcudart, libcudnn and libcuda torch's libraries would bind, asked of the dynamic loader
+itself instead of loading them.
+
+Why: loading torch's native libraries (checks/_torch_native.py) relocates and initialises libtorch_cpu,
+libtorch_cuda, cuBLAS and the rest: about 400 MB resident for a torch 2.11 cu130 stack, the peak of create's
+whole process tree, while what the gate judges is only which files get mapped. The env's own python, run with
+LD_TRACE_LOADED_OBJECTS=1, is mapped by its own loader (its PT_INTERP), which then maps every object in
+LD_PRELOAD and their dependencies, prints "soname => path" for each and exits before relocating anything or
+running any code: the same search (the objects' RPATHs and RUNPATHs, the executable's RPATH, LD_LIBRARY_PATH,
+LD_PRELOAD, /etc/ld.so.preload, the ld.so cache) with the same environment, a few MB resident. What `import torch`
+opens by path goes into LD_PRELOAD in the order torch opens it: the files torch's own `_load_global_deps` opens
+(that function from the release's __init__.py, run with a `ctypes` that records instead of loading and a
+/proc/self/maps answered from the trace so far), then the torch._C extension, then libcuda.so.1 by name (what
+the CUDA runtime opens at its first call). A dependency is resolved the same way whichever object asks first
+(an already mapped soname is reused; by-path opens of another file map a second copy in both), so the mapped
+copies are those of the real import; the scope (RTLD_LOCAL or GLOBAL) changes symbol binding, not which files
+are mapped.
+
+It cannot stand in for everything: a library the loader does not find, an object it cannot preload, a path
+LD_PRELOAD cannot carry (a space or a colon), a `_load_global_deps` that needs more of ctypes than CDLL, or a
+trace that does not answer raise NativeUnavailable, and the probe then loads the libraries as
+`envbuild doctor` does (the verdict is then the full probe's). The NCCL torch was built with is read from
+libtorch_cuda's code (checks/_elf.py). CUDA and NCCL are never initialised here. Standard library only.
+"""
+import builtins
+import glob
+import io
+import os
+import re
+import struct
+import subprocess
+import sys
+import types
+
+from _elf import returned_integer, returned_string
+from _torch_native import (CUDA_BUILD_NCCL_SUFFIX, CUDA_BUILD_NCCL_VERSION, NativeUnavailable, _version_stand_in,
+                           package_facts, package_loader)
+
+TRACE_TIMEOUT_S = 20.0
+DRIVER_SONAME = "libcuda.so.1"  # what libcudart dlopens by name at its first call
+METHOD = "the dynamic loader's trace of torch's libraries (LD_TRACE_LOADED_OBJECTS), without loading them"
+TRACE_LINE = re.compile(r"^\s*(?:(\S+) => )?(/.*?) \(0x[0-9a-fA-F]+\)\s*$")
+NOT_FOUND = re.compile(r"^\s*(\S+) => not found\s*$")
+# Presentation-only loader variables that would add lines to the trace (or make it relocate: LD_WARN).
+QUIET = ("LD_VERBOSE", "LD_WARN", "LD_DEBUG")
+
+
+def trace(preloads, by_name=()):
+    """The files the loader maps for this python with `preloads` (paths) and `by_name` (sonames) appended to
+    LD_PRELOAD, in load order, as real paths (what /proc/self/maps would show); raises NativeUnavailable when a
+    dependency is not found, a preload is not mapped, or the trace does not answer."""
+    exe = sys.executable
+    if not exe or not os.path.isfile(exe):
+        raise NativeUnavailable("no interpreter path to trace (sys.executable %r)" % exe)
+    unfit = [p for p in preloads if re.search(r"[:\s]", p)]  # LD_PRELOAD splits on spaces and colons
+    if unfit:
+        raise NativeUnavailable("a path LD_PRELOAD cannot carry: %s" % unfit)
+    env = {k: v for k, v in os.environ.items() if k not in QUIET}
+    env["LD_TRACE_LOADED_OBJECTS"] = "1"
+    env["LD_PRELOAD"] = " ".join([env.get("LD_PRELOAD", "")] + list(preloads) + list(by_name)).strip()
+    try:
+        proc = subprocess.run([exe, "-c", ""], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=TRACE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NativeUnavailable("the loader's trace did not answer: %s: %s" % (type(exc).__name__, exc))
+    paths = parse(proc.stdout.decode("utf-8", "replace"))
+    if proc.returncode != 0 or not paths:
+        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        raise NativeUnavailable("the loader's trace failed (exit %d) %s" % (proc.returncode, tail))
+    absent = [p for p in preloads if os.path.realpath(p) not in paths]
+    if absent:
+        raise NativeUnavailable("the loader could not map %s" % absent)
+    return paths
+
+
+def parse(text):
+    """Real paths of the trace's lines, in order, each once; NativeUnavailable for a "soname => not found" line."""
+    out = []
+    for line in text.splitlines():
+        missing = NOT_FOUND.match(line)
+        if missing:
+            raise NativeUnavailable("the loader finds no %s" % missing.group(1))
+        m = TRACE_LINE.match(line)
+        if m:
+            real = os.path.realpath(m.group(2))
+            if real not in out:
+                out.append(real)
+    return out
+
+
+class _Recorder:
+    """What the release's `_load_global_deps` opens, recorded in order instead of loaded; its reads of
+    /proc/self/maps are answered with the files the loader would have mapped by then."""
+
+    def __init__(self):
+        self.opened = []
+
+    def ctypes(self):
+        """A `ctypes` holding CDLL and the RTLD_* flags only: a loader needing more cannot be stood in for."""
+        import ctypes
+
+        return types.SimpleNamespace(CDLL=self.cdll, RTLD_GLOBAL=ctypes.RTLD_GLOBAL, RTLD_LOCAL=ctypes.RTLD_LOCAL)
+
+    def cdll(self, name, mode=None, *args, **kwargs):
+        self.opened.append(name)
+
+    def open(self, file, *args, **kwargs):
+        if file != "/proc/self/maps":
+            return builtins.open(file, *args, **kwargs)
+        lines = ["0-0 r-xp 00000000 00:00 0 %s" % p for p in trace(self.opened)] if self.opened else []
+        return io.StringIO("\n".join(lines) + "\n")
+
+
+def global_deps(pkg_dir):
+    """The files torch's own `_load_global_deps` opens, in order, without opening them."""
+    recorder = _Recorder()
+    load_global_deps = package_loader(pkg_dir, {"ctypes": recorder.ctypes(), "open": recorder.open})
+    before = set(sys.modules)
+    sys.modules.update(_version_stand_in(pkg_dir))
+    try:
+        load_global_deps()
+    except NativeUnavailable:
+        raise
+    except Exception as exc:  # e.g. a release that calls what the recording ctypes does not have
+        raise NativeUnavailable("torch's _load_global_deps cannot be traced: %s: %s" % (type(exc).__name__, exc))
+    finally:  # the fallback must find the real package and none of the stand-in's modules
+        for name in set(sys.modules) - before:
+            if name == "torch" or name.startswith("torch."):
+                del sys.modules[name]
+    return recorder.opened
+
+
+def resolve(pkg_dir, cuda_build):
+    """Every file `import torch` would map, in load order: _load_global_deps' files, the torch._C extension and its
+    dependencies, then (for a CUDA build) the libcuda.so.1 the CUDA runtime would open by name, if any."""
+    if os.environ.get("TORCH_USE_RTLD_GLOBAL"):
+        raise NativeUnavailable("TORCH_USE_RTLD_GLOBAL is set: torch then loads torch._C into the global scope")
+    extensions = sorted(glob.glob(os.path.join(pkg_dir, "_C.*.so")) + glob.glob(os.path.join(pkg_dir, "_C.so")))
+    if not extensions:
+        raise NativeUnavailable("no _C extension under %s" % pkg_dir)
+    return trace(global_deps(pkg_dir) + extensions[:1], (DRIVER_SONAME,) if cuda_build else ())
+
+
+def built_nccl(pkg_dir):
+    """(version, suffix) of the NCCL torch was built with, read from libtorch_cuda.so's code: what
+    torch.cuda.nccl.version() reports. None when the file or its code does not tell."""
+    path = os.path.join(pkg_dir, "lib", "libtorch_cuda.so")
+    try:
+        code = returned_integer(path, CUDA_BUILD_NCCL_VERSION)
+        suffix = returned_string(path, CUDA_BUILD_NCCL_SUFFIX) if code else None
+    except (OSError, ValueError, struct.error):  # struct.error: a short read of a cut file
+        return None
+    if not code:
+        return None
+    return "%d.%d.%d" % (code >> 32, (code >> 16) & 0xFFFF, code & 0xFFFF), suffix or ""
+
+
+def torch_facts(spec, enter):
+    """(torch facts, the real paths of every file `import torch` would map), nothing loaded; NativeUnavailable when
+    the trace cannot stand in for loading (the module's docstring)."""
+    pkg_dir, t = package_facts(spec, METHOD)
+    enter("resolve torch libraries")
+    paths = resolve(pkg_dir, bool(t.get("cuda")))
+    nccl = built_nccl(pkg_dir)
+    if nccl is not None:
+        t["nccl_version"] = nccl[0]
+        if nccl[1]:
+            t["nccl_version_suffix"] = nccl[1]
+    return t, paths
