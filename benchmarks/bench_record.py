@@ -218,10 +218,10 @@ def _gpu_run(shape: str, mode: str, steps: int, run_dir: str) -> float:
     return float(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_gpu(steps: int, rounds: int) -> Dict[str, Any]:
+def bench_gpu(steps: int, rounds: int, shapes: List[str]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"mode": "gpu", "steps": steps, "rounds": rounds, "goal_slower_pct": 2, "shapes": {}}
     with tempfile.TemporaryDirectory(prefix="bench-record-gpu-") as tmp:
-        for shape in SHAPES:
+        for shape in shapes:
             n = 2000 if shape == "micro" else steps * (10 if shape == "per-param" else 1)
             rates: Dict[str, List[float]] = {"plain": [], "record": []}
             for r in range(rounds):
@@ -249,6 +249,14 @@ def bench_gpu(steps: int, rounds: int) -> Dict[str, Any]:
     return out
 
 
+def _shapes(text: str) -> List[str]:
+    shapes = [s for s in text.split(",") if s]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or "bucketed" not in shapes:
+        raise SystemExit(f"--shapes {text}: each of {', '.join(SHAPES)}, and bucketed (the goal's) among them")
+    return shapes
+
+
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -258,11 +266,12 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     g = sub.add_parser("gpu", help="train steps/s with and without recording (GPU)")
     g.add_argument("--steps", type=int, default=100, help="bucketed steps per run (per-param: 10x)")
     g.add_argument("--rounds", type=int, default=5)
+    g.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)} (bucketed is the goal's)")
     for p in (s, g):
         p.add_argument("--json", help="write the numbers to this file")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    out = bench_start(args.actors, args.rounds) if args.mode == "start" else bench_gpu(args.steps, args.rounds)
+    out = bench_start(args.actors, args.rounds) if args.mode == "start" else bench_gpu(args.steps, args.rounds, _shapes(args.shapes))
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

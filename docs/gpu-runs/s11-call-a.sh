@@ -7,8 +7,8 @@
 set -u
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT/record" "$OUT/doctor"
-OUT=$OUT/record LIMIT=${RECORD_LIMIT:-340} bash docs/gpu-runs/s8-record.sh
+OUT=$OUT/record LIMIT=${RECORD_LIMIT:-360} bash docs/gpu-runs/s8-record.sh
 # the faults whose checks changed this session (quick's compute seconds and offload region, every rank's exit), and
 # the healthy node; the others' checks are as in session 10 (docs/gpu-runs/s10-doctor: 16 of 16 as expected)
 unchanged="f02 f03 f04 f05 f08 f09 f10 f11 f12 f13 f14"
-OUT=$OUT/doctor LIMIT=${DOCTOR_LIMIT:-215} SKIP="full cold-ab $unchanged" bash docs/gpu-runs/s8-doctor.sh
+OUT=$OUT/doctor LIMIT=${DOCTOR_LIMIT:-200} SKIP="full cold-ab $unchanged" bash docs/gpu-runs/s8-doctor.sh

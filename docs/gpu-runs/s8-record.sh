@@ -64,7 +64,7 @@ for f in sys.argv[3:]:
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 PY
 if [ "$(left)" -ge 70 ]; then
-  timeout $(( $(left) - 20 )) python3 benchmarks/bench_record.py gpu --steps 100 --rounds 3 \
+  timeout $(( $(left) - 20 )) python3 benchmarks/bench_record.py gpu --steps 100 --rounds 3 --shapes bucketed,micro \
     --json "$OUT/s8-bench-record-gpu.json" > "$R/bench.log" 2>&1
   say "bench gpu: exit $? $(tail -1 "$R/bench.log" | cut -c1-300)"
 else
