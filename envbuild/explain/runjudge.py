@@ -22,13 +22,21 @@ def _adj(cause: str, reason: str, delta: float = RECORD_RAISE) -> Adjustment:
     return Adjustment(cause, delta=delta, reason=reason, origin="record")
 
 
-def _odd_ones(procs: List[Proc], value: Any) -> Tuple[List[Proc], Any, List[Proc]]:
-    """(the minority, the majority value, the majority) by value(proc); procs with None are left out."""
+def _odd_ones(procs: List[Proc], value: Any, usual: Any = None) -> Tuple[List[Proc], Any, List[Proc]]:
+    """(the minority, the majority value, the majority) by value(proc); procs with None are left out.
+
+    On a tie for the most processes, `usual` (the value a process has when nobody set anything: LD_PRELOAD unset,
+    expandable segments off) is the majority when it is among the tied: a trainer and a rollout engine, one of them
+    with a setting of its own, are a 1:1 tie, and the odd one out is the one with the setting, whichever process
+    the run dir happened to list first."""
     vals = {id(p): value(p) for p in procs}
     count = Counter(v for v in vals.values() if v is not None)
     if len(count) < 2:
         return [], None, []
-    major = count.most_common(1)[0][0]
+    ranked = count.most_common()
+    major = ranked[0][0]
+    if usual is not None and count.get(usual) == ranked[0][1]:
+        major = usual
     return ([p for p in procs if vals[id(p)] not in (None, major)], major, [p for p in procs if vals[id(p)] == major])
 
 
@@ -77,13 +85,13 @@ def _env(procs: List[Proc]) -> List[Adjustment]:
     for var, cause in (("NCCL_CUMEM_ENABLE", "C5"), ("NCCL_CUMEM_HOST_ENABLE", "C5"), ("NCCL_NVLS_ENABLE", "C4"),
                        ("NCCL_ALGO", "C4"), ("NCCL_PROTO", "C4")):
         out += _differs_in_group(have, var, cause)
-    odd, major, rest = _odd_ones(have, lambda p: _expandable(p.env.get("PYTORCH_CUDA_ALLOC_CONF", "")))
+    odd, major, rest = _odd_ones(have, lambda p: _expandable(p.env.get("PYTORCH_CUDA_ALLOC_CONF", "")), usual="off")
     for p in odd[:3]:
         if _expandable(p.env.get("PYTORCH_CUDA_ALLOC_CONF", "")) == "on":
             out.append(_adj("M3", f"{p.who} runs with PYTORCH_CUDA_ALLOC_CONF={p.env['PYTORCH_CUDA_ALLOC_CONF']} (expandable "
                                   f"segments: VMM memory); {len(rest)} other process(es) ({rest[0].who}, ...) without: "
                                   f"CUDA IPC of its tensors needs pidfd_getfd [{p.file('start.json')}]"))
-    odd, major, rest = _odd_ones(have, lambda p: p.env.get("LD_PRELOAD", "(unset)"))
+    odd, major, rest = _odd_ones(have, lambda p: p.env.get("LD_PRELOAD", "(unset)"), usual="(unset)")
     for p in odd[:3]:
         val = p.env.get("LD_PRELOAD", "")
         c = next((c for lib, c in PRELOAD_CAUSES if lib in val), None)
