@@ -87,6 +87,10 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     result["node_facts"] = facts.to_dict() if facts else None
     result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
     if run_section is not None:
+        # Whether anything in the run failed: recorded facts alone (two libnccl copies in one communicator) name a
+        # cause's mechanism even in a run that went through, and the reader must be told which of the two it is.
+        run_section["failed"] = bool(run_section["first_failures"]) or rank.failure_seen(rank.counted_hits(scan)) \
+            or context.doctor_failed(report)
         result["run"] = run_section
         result["missing"] = run_section["missing"]
     return result

@@ -66,6 +66,9 @@ def render(result: Dict[str, Any]) -> str:
         top = result["causes"][0]
         why = " — no single line names it" if top["label"] == "medium" and top["probability"] >= 0.9 else ""
         out.append(f"verdict: most likely {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
+        if run and not run.get("failed", True):
+            out.append(f"  no process of this run failed: the recorded facts are {top['id']}'s mechanism, a risk for the "
+                       "next run rather than the cause of a failure in this one")
         if result.get("tied"):
             out.append(f"  the evidence fits {', '.join(result['tied'])} equally: tell them apart with the steps below")
     if result["causes"]:

@@ -52,6 +52,7 @@ def test_a_process_that_goes_silent_first_is_u6(tmp_path):
     rc, r, _ = _explain(tmp_path)
     assert r["top"] == "U6" and "pid 11" in r["causes"][0]["adjustments"][0]["reason"]
     assert r["run"]["first_failures"][0]["pid"] == "11"
+    assert r["run"]["failed"] is True  # a process went silent: the run failed, U6 is its cause, not a risk
 
 
 def test_a_proc_dir_with_nothing_and_a_huge_events_file_still_answers(tmp_path):

@@ -27,3 +27,8 @@ def test_the_process_with_expandable_segments_is_named_not_its_ipc_peer():
     assert len(reasons) == 1 and "Trainer vm/pid 5020 runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" \
         in reasons[0] and "Rollout vm/pid 5021" in reasons[0], reasons
     assert {str(p["pid"]) for p in result["run"]["processes"]} == {"5020", "5021"}
+    # the job went through (3 steps, exit 0: root with CAP_SYS_PTRACE may pidfd_getfd): a risk, not its failure
+    assert result["run"]["failed"] is False and result["run"]["first_failures"] == []
+    text = subprocess.run([sys.executable, "-m", "envbuild", "explain", str(FIXTURES / "h100-expandable-s11")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO).stdout
+    assert "no process of this run failed: the recorded facts are M3's mechanism" in text, text
