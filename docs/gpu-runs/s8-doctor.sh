@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 8 (issue 26's speed goals) on the lent 1xH200: static <= 2 s (first run included), --quick <= 15 s,
 # --full <= 180 s, after this session's changes, with the same faults caught:
-#   - comm.offload_cycle pauses 1 GiB (quick) / 2 GiB (full) regions, slime's way: its time was TMS re-pinning its
+#   - comm.offload_cycle pauses 1 GiB (quick; 0.5 GiB since session 11) / 2 GiB (full) regions, slime's way: its time was TMS re-pinning its
 #     host shadow at every pause (checks/comm_offload_cycle.py SIZES says why);
 #   - train.moe_step keeps the CPU backup but TMS's pinned host copy between cycles (retain_host_shadow in
 #     checks/train_moe_step.py): only the first offload pins the 74.5 GiB;
@@ -98,7 +98,7 @@ step quick 70 $B --modes quick,quick --gpus 0 --json "$OUT/bench-quick.json" --k
 step full 300 $B --modes full --gpus 0 --json "$OUT/bench-full.json" --keep "$R/reports/full"
 
 Q="--quick --gpus 0"
-fault healthy-quick 30 "none (the node as lent; quick's comm.offload_cycle now pauses 1 GiB)" X=1 -- $Q
+fault healthy-quick 30 "none (the node as lent; quick's comm.offload_cycle pauses 0.5 GiB since session 11)" X=1 -- $Q
 fault f01-nccl-ifname-nonexistent 30 "NCCL_SOCKET_IFNAME=nonexistent0" NCCL_SOCKET_IFNAME=nonexistent0 -- $Q
 fault f02-gloo-ifname-nonexistent 10 "GLOO_SOCKET_IFNAME=nonexistent0 (static)" GLOO_SOCKET_IFNAME=nonexistent0 -- --gpus 0
 nic=$(ls /sys/class/net | grep -v '^lo$' | head -1); exact="=${nic%%[0-9]*}"
