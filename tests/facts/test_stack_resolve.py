@@ -4,11 +4,13 @@ torch's libraries would bind, asked of the real dynamic loader (LD_TRACE_LOADED_
 The torch is tests/stackfix.py's fake_torch: real ELF libraries in the pip wheel's layout, whose libtorch_cuda
 leaves a file behind when it is loaded (FAKE_TORCH_LOADED), so a test can tell that nothing of torch ran.
 """
+import os
+import subprocess
 import sys
 
 import pytest
 
-from stackfix import fake_libcuda, fake_torch, full_nccl, run_probe, torch_env
+from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_gcc, run_probe, torch_env
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
@@ -86,3 +88,70 @@ def test_elf_reads_only_plain_constant_returns(tmp_path):
     text.write_bytes(b"not an ELF file" * 8)
     with pytest.raises(ValueError):
         _elf.returned_integer(str(text), "anything")
+
+
+def test_a_dependency_of_an_earlier_open_is_mapped_beside_a_later_by_path_open_of_its_soname(tmp_path):
+    """libtorch_global_deps needs libnccl.so.2, which its RPATH finds in the wheel; _load_global_deps then opens
+    another libnccl.so.2 by path (the first on sys.path). Each real dlopen resolves its dependencies at once, so the
+    import maps both; one trace with both in LD_PRELOAD would map only the by-path one."""
+    site, first = tmp_path / "site", tmp_path / "first"
+    fake_torch(site, preloading=True, global_deps_nccl=True)
+    by_path = full_nccl(first / "nvidia" / "nccl" / "lib", "2.28.3")
+    env = torch_env(PYTHONPATH=os.pathsep.join([str(first), str(site)]))
+    full = run_probe(env)
+    gate = run_probe(env, "--resolve-only")
+    assert gate["init"]["source"] == "loader trace", gate["torch"]
+    wheel = str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
+    assert sorted(p for f, p in _copies(full) if f == "libnccl") == sorted([wheel, str(by_path)])
+    assert _copies(gate) == _copies(full)
+
+
+def _versioned_cudart(site, tmp_path):
+    """libtorch_global_deps linked against a libcudart.so.13 whose cudaRuntimeGetVersion is at version CUDART_13,
+    while the wheel's copy defines only CUDART_12: loading fails with "version `CUDART_13' not found"."""
+    gcc = need_gcc()
+    cu13 = site / "nvidia" / "cu13" / "lib"
+
+    def cc(out, source, script_node, *flags):
+        src, script = out.with_suffix(".c"), out.with_suffix(".map")
+        src.write_text(source)
+        script.write_text("%s { global: *; };\n" % script_node if script_node else "")
+        cmd = [gcc, "-shared", "-fPIC", "-o", str(out), str(src), "-Wl,-soname,%s" % out.name] + list(flags)
+        if script_node:
+            cmd.append("-Wl,--version-script,%s" % script)
+        subprocess.run(cmd, check=True, capture_output=True)
+        src.unlink()
+        script.unlink()
+
+    linked = tmp_path / "link" / "libcudart.so.13"
+    linked.parent.mkdir()
+    cc(linked, "int cudaRuntimeGetVersion(int *v) { *v = 13000; return 0; }\n", "CUDART_13")
+    cc(site / "torch" / "lib" / "libtorch_global_deps.so",
+       "extern int cudaRuntimeGetVersion(int *);\nint envbuild_global_deps(void) { int v; return cudaRuntimeGetVersion(&v); }\n",
+       None, "-L%s" % linked.parent, "-l:libcudart.so.13", "-Wl,--disable-new-dtags",
+       "-Wl,-rpath,$ORIGIN/../../nvidia/cu13/lib")
+    (cu13 / "libcudart.so.13").unlink()
+    cc(cu13 / "libcudart.so.13", FULL_CUDART_SRC.replace("VCODE", "13000"), "CUDART_12")
+
+
+def test_a_symbol_version_the_loader_lacks_sends_the_probe_to_loading(tmp_path):
+    """Tracing, ld.so prints "version `CUDART_13' not found" and still exits 0; the real load fails on it, so the
+    gate must not judge the trace: the probe loads (here: fails to load, then `import torch` fails) as the doctor."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    _versioned_cudart(site, tmp_path)
+    full = run_probe(_env(site))
+    gate = run_probe(_env(site), "--resolve-only")
+    assert "version `CUDART_13' not found" in gate["torch"]["resolve_path"], gate["torch"]
+    assert "CUDART_13" in full["torch"]["native_path"]
+    assert gate["torch"]["present"] is full["torch"]["present"] is False
+
+
+def test_the_c_extension_is_the_one_this_pythons_import_system_picks(tmp_path):
+    """With `_C.abi3.so` beside `_C.cpython-3xx-....so`, sorted order would take abi3; the import system tries its
+    EXTENSION_SUFFIXES in order, the interpreter's own tag first, so the trace must take that one."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    (site / "torch" / "_C.abi3.so").write_bytes(b"not the extension this python loads")
+    gate = run_probe(_env(site), "--resolve-only")
+    assert gate["init"]["source"] == "loader trace" and "resolve_path" not in gate["torch"], gate["torch"]
