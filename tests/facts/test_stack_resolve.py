@@ -155,3 +155,57 @@ def test_the_c_extension_is_the_one_this_pythons_import_system_picks(tmp_path):
     (site / "torch" / "_C.abi3.so").write_bytes(b"not the extension this python loads")
     gate = run_probe(_env(site), "--resolve-only")
     assert gate["init"]["source"] == "loader trace" and "resolve_path" not in gate["torch"], gate["torch"]
+
+
+CONSTANTS_SRC = r"""
+unsigned long long envbuild_code(void) { return (2ULL << 32) | (28ULL << 16) | 9ULL; }
+const char *envbuild_suffix(void) { return "+cuda13.0"; }
+"""
+
+
+def _constants(tmp_path, *flags):
+    out = tmp_path / "libconstants.so"
+    src = tmp_path / "constants.c"
+    src.write_text(CONSTANTS_SRC)
+    subprocess.run([need_gcc(), "-shared", "-fPIC", "-O2", "-o", str(out), str(src)] + list(flags), check=True,
+                   capture_output=True)
+    return out
+
+
+def test_elf_reads_past_the_endbr64_of_a_cet_build(tmp_path):
+    lib = _constants(tmp_path, "-fcf-protection=full")
+    with open(lib, "rb") as fh:
+        image = _elf._Image(fh)
+        assert image.read(image.offset(image.symbol("envbuild_code")), 4) == b"\xf3\x0f\x1e\xfa"  # endbr64
+    assert _elf.returned_integer(str(lib), "envbuild_code") == (2 << 32) | (28 << 16) | 9
+    assert _elf.returned_string(str(lib), "envbuild_suffix") == "+cuda13.0"
+
+
+def test_elf_answers_none_for_another_machine(tmp_path):
+    """aarch64's code is not x86's: the same bytes must not be read as `movabs; ret`."""
+    lib = _constants(tmp_path, "-fcf-protection=none")
+    assert _elf.returned_integer(str(lib), "envbuild_code") is not None
+    data = bytearray(lib.read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: EM_AARCH64
+    lib.write_bytes(bytes(data))
+    assert _elf.returned_integer(str(lib), "envbuild_code") is None
+    assert _elf.returned_string(str(lib), "envbuild_suffix") is None
+
+
+def test_a_cuda_build_whose_nccl_the_file_does_not_tell_is_not_judged_from_the_trace(tmp_path, monkeypatch):
+    """torch.nccl_version must not silently vanish from the gate's facts: the probe loads the library instead."""
+    import importlib.machinery
+
+    import _loader_trace
+    from _torch_native import NativeUnavailable
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    spec = importlib.machinery.PathFinder.find_spec("torch", [str(site)])
+    for key in [k for k in os.environ if k.startswith("LD_")]:
+        monkeypatch.delenv(key)
+    t, _ = _loader_trace.torch_facts(spec, lambda phase: None)
+    assert t["nccl_version"] == "2.28.9"
+    monkeypatch.setattr(_loader_trace, "built_nccl", lambda pkg_dir: None)
+    with pytest.raises(NativeUnavailable, match="NCCL torch was built with"):
+        _loader_trace.torch_facts(spec, lambda phase: None)
