@@ -36,13 +36,14 @@ import sys
 import types
 from typing import Callable, Dict, List, Tuple
 
+from _common import LOADER_TRACE
 from _elf import returned_integer, returned_string
 from _torch_native import (CUDA_BUILD_NCCL_SUFFIX, CUDA_BUILD_NCCL_VERSION, NativeUnavailable, _version_stand_in,
                            extension, package_facts, package_loader)
 
 TRACE_TIMEOUT_S = 20.0
 DRIVER_SONAME = "libcuda.so.1"  # what libcudart dlopens by name at its first call
-METHOD = "the dynamic loader's trace of torch's libraries (LD_TRACE_LOADED_OBJECTS), without loading them"
+METHOD = LOADER_TRACE + ": torch's libraries resolved by the dynamic loader (LD_TRACE_LOADED_OBJECTS), not loaded"
 TRACE_LINE = re.compile(r"^\s*(?:(\S+) => )?(/.*?) \(0x[0-9a-fA-F]+\)\s*$")
 NOT_FOUND = re.compile(r"^\s*(\S+) => not found\s*$")
 VERSION_NOT_FOUND = re.compile(r"version .* not found")

@@ -14,6 +14,7 @@ from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
+from _common import LOADER_TRACE  # noqa: E402
 
 
 def _env(site, **extra):
@@ -40,10 +41,11 @@ def test_resolve_only_maps_what_loading_maps_and_runs_none_of_torchs_code(tmp_pa
     assert sorted(p for f, p in _copies(gate) if f == "libnccl") == sorted(
         [str(other), str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")])
     t = gate["torch"]
-    assert t["method"].startswith("the dynamic loader's trace") and "resolve_path" not in t
+    assert t["method"].startswith(LOADER_TRACE) and gate["init"]["method"].startswith(LOADER_TRACE)
+    assert "resolve_path" not in t
     assert t["nccl_version"] == full["torch"]["nccl_version"] == "2.28.9"  # read from libtorch_cuda's code
     assert gate["cuda_runtime"] == full["cuda_runtime"]
-    assert gate["init"]["source"] == "loader trace" and gate["init"]["nccl_group"] is False
+    assert gate["init"]["source"] == LOADER_TRACE and gate["init"]["nccl_group"] is False
 
 
 def test_a_library_the_loader_cannot_find_sends_the_probe_to_loading_with_the_reason(tmp_path):
@@ -100,7 +102,7 @@ def test_a_dependency_of_an_earlier_open_is_mapped_beside_a_later_by_path_open_o
     env = torch_env(PYTHONPATH=os.pathsep.join([str(first), str(site)]))
     full = run_probe(env)
     gate = run_probe(env, "--resolve-only")
-    assert gate["init"]["source"] == "loader trace", gate["torch"]
+    assert gate["init"]["source"] == LOADER_TRACE, gate["torch"]
     wheel = str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
     assert sorted(p for f, p in _copies(full) if f == "libnccl") == sorted([wheel, str(by_path)])
     assert _copies(gate) == _copies(full)
@@ -154,7 +156,7 @@ def test_the_c_extension_is_the_one_this_pythons_import_system_picks(tmp_path):
     fake_torch(site)
     (site / "torch" / "_C.abi3.so").write_bytes(b"not the extension this python loads")
     gate = run_probe(_env(site), "--resolve-only")
-    assert gate["init"]["source"] == "loader trace" and "resolve_path" not in gate["torch"], gate["torch"]
+    assert gate["init"]["source"] == LOADER_TRACE and "resolve_path" not in gate["torch"], gate["torch"]
 
 
 CONSTANTS_SRC = r"""
@@ -209,3 +211,34 @@ def test_a_cuda_build_whose_nccl_the_file_does_not_tell_is_not_judged_from_the_t
     monkeypatch.setattr(_loader_trace, "built_nccl", lambda pkg_dir: None)
     with pytest.raises(NativeUnavailable, match="NCCL torch was built with"):
         _loader_trace.torch_facts(spec, lambda phase: None)
+
+
+def test_any_fault_of_the_trace_falls_back_to_loading_with_the_reason(tmp_path, monkeypatch):
+    """Not only NativeUnavailable: a bug in the trace must not leave the gate judging the probe's own maps (which hold
+    no torch, so every stack check would skip and the gate pass)."""
+    import importlib.machinery
+    import importlib.util
+
+    import _loader_trace
+    import stack_probe
+
+    def broken(spec, enter):
+        raise KeyError("a fault of the trace")
+
+    loaded = []
+
+    def load_torch(result, errors, init_state, gate, spec):
+        loaded.append(spec.name)
+        result["torch"], result["init"] = {"present": True}, {"method": "loaded"}
+        return True
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: importlib.machinery.PathFinder.find_spec(name, [str(site)]))
+    monkeypatch.setattr(_loader_trace, "torch_facts", broken)
+    monkeypatch.setattr(stack_probe, "load_torch", load_torch)
+    result, errors = {}, {}
+    assert stack_probe.probe_torch(result, errors, {}, lambda: None, resolve_only=True) is True
+    assert loaded == ["torch"] and errors == {}
+    assert result["torch"]["resolve_path"] == "not used: KeyError: 'a fault of the trace'"
