@@ -15,8 +15,8 @@ of loading and a /proc/self/maps answered from the trace so far), then the torch
 libcuda is mapped by then, libcuda.so.1 by name (what the CUDA runtime opens at its first call). Each open is
 traced with every file mapped before it preloaded by path ahead of it, so its dependencies meet them by soname as
 in the real process (a by-path open of another file maps a second copy), and the mapped copies are those of the
-real import; the scope (RTLD_LOCAL or GLOBAL) changes symbol binding, not which files are mapped. About 6 ms per
-open (18 opens for torch 2.11 cu130).
+real import; the scope (RTLD_LOCAL or GLOBAL) changes symbol binding, not which files are mapped. About 3 ms per
+trace (19 for torch 2.11 cu130; a file already mapped is not traced again).
 
 It cannot stand in for everything: a library the loader does not find, a symbol version a library requires and
 its dependency lacks ("version `GLIBCXX_3.4.30' not found": the trace reports it and still exits 0), an object it
@@ -93,14 +93,18 @@ class Loader:
     RPATH at file A, and a later open is another file B with SONAME S by path, the real import maps A and B but a
     single trace only B (A's need is met by the preloaded B). So each open is traced with everything mapped so far
     preloaded by path ahead of it: those files come first, exactly as mapped, so the new open's dependencies meet
-    them by soname as in the real process, and only the new open's own search is new. Each step is a few ms."""
+    them by soname as in the real process, and only the new open's own search is new. Each step is about 3 ms."""
 
     def __init__(self):
         self.base = trace([])  # the python's own objects (and the user's LD_PRELOAD): never carried by path
         self.mapped = list(self.base)
 
     def open(self, name):
-        """Map `name` (a path, or a soname opened by name) after everything mapped so far."""
+        """Map `name` (a path, or a soname opened by name) after everything mapped so far. A path already mapped
+        is not traced again: dlopen of a loaded file returns it and maps nothing (most of torch 2.11's preloads are
+        libtorch_global_deps' dependencies by then)."""
+        if "/" in name and os.path.realpath(name) in self.mapped:
+            return
         base = set(self.base)
         carried = [p for p in self.mapped if p not in base]
         paths = trace(carried + [name]) if "/" in name else trace(carried, (name,))
