@@ -34,7 +34,7 @@ import struct
 import subprocess
 import sys
 import types
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from _common import LOADER_TRACE
 from _elf import returned_integer, returned_string
@@ -51,7 +51,7 @@ VERSION_NOT_FOUND = re.compile(r"version .* not found")
 QUIET = ("LD_VERBOSE", "LD_WARN", "LD_DEBUG")
 
 
-def trace(preloads, by_name=()):
+def trace(preloads: Sequence[str], by_name: Sequence[str] = ()) -> List[str]:
     """The files the loader maps for this python with `preloads` (paths) and `by_name` (sonames) appended to
     LD_PRELOAD, in load order, as real paths (what /proc/self/maps would show); raises NativeUnavailable when a
     dependency is not found or lacks a symbol version an object requires, a preload is not mapped, or the trace
@@ -95,11 +95,11 @@ class Loader:
     preloaded by path ahead of it: those files come first, exactly as mapped, so the new open's dependencies meet
     them by soname as in the real process, and only the new open's own search is new. Each step is about 3 ms."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.base = trace([])  # the python's own objects (and the user's LD_PRELOAD): never carried by path
         self.mapped = list(self.base)
 
-    def open(self, name):
+    def open(self, name: str) -> None:
         """Map `name` (a path, or a soname opened by name) after everything mapped so far. A path already mapped
         is not traced again: dlopen of a loaded file returns it and maps nothing (most of torch 2.11's preloads are
         libtorch_global_deps' dependencies by then)."""
@@ -111,7 +111,7 @@ class Loader:
         self.mapped += [p for p in paths if p not in self.mapped]
 
 
-def parse(text):
+def parse(text: str) -> List[str]:
     """Real paths of the trace's lines, in order, each once; NativeUnavailable for a "soname => not found" line."""
     out = []
     for line in text.splitlines():
@@ -148,7 +148,7 @@ class _Recorder:
         return io.StringIO("".join("0-0 r-xp 00000000 00:00 0 %s\n" % p for p in self.loader.mapped))
 
 
-def global_deps(pkg_dir, loader):
+def global_deps(pkg_dir: str, loader: Loader) -> None:
     """Trace, through `loader`, each file torch's own `_load_global_deps` opens, in its order, without opening it."""
     recorder = _Recorder(loader)
     load_global_deps = package_loader(pkg_dir, {"ctypes": recorder.ctypes(), "open": recorder.open})
@@ -166,7 +166,7 @@ def global_deps(pkg_dir, loader):
                 del sys.modules[name]
 
 
-def resolve(pkg_dir, cuda_build):
+def resolve(pkg_dir: str, cuda_build: bool) -> List[str]:
     """Every file `import torch` would map, in load order: this python's own, _load_global_deps' files, the torch._C
     extension and its dependencies, then (for a CUDA build) the libcuda.so.1 the CUDA runtime would open by name,
     unless a libcuda is mapped already (then the runtime's dlopen returns that one)."""
@@ -181,7 +181,7 @@ def resolve(pkg_dir, cuda_build):
     return loader.mapped
 
 
-def built_nccl(pkg_dir):
+def built_nccl(pkg_dir: str) -> Optional[Tuple[str, str]]:
     """(version, suffix) of the NCCL torch was built with, read from libtorch_cuda.so's code: what
     torch.cuda.nccl.version() reports. None when the file or its code does not tell (checks/_elf.py)."""
     path = os.path.join(pkg_dir, "lib", "libtorch_cuda.so")
