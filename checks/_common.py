@@ -74,6 +74,12 @@ def human_bytes(n: int) -> str:
     return "%d B" % n
 
 
+# The stack probe's init.source when its `mapped` comes from the dynamic loader's trace of torch's libraries
+# (`stack_probe.py --resolve-only`, create's gate; checks/_loader_trace.py) instead of a process that loaded them, and
+# the prefix of that trace's torch.method and init.method: envbuild's stack.torch check tells the gate's facts by it.
+LOADER_TRACE = "loader trace"
+
+
 # The launcher (envbuild/doctor/launcher.py) names every variable it set or changed in a payload's environment
 # (rank variables, ENVBUILD_*, NVLS pinned off, CUDA_VISIBLE_DEVICES, a caller's extras) in this one variable, as
 # JSON {NAME: the value the launching process had, or null when it had none}. A payload that records "the

@@ -4,14 +4,19 @@ Why: the create gate's stack probe (checks/_loader_trace.py) must tell which NCC
 torch.cuda.nccl.version() reports) without loading libtorch_cuda, whose loading is most of the 400 MB the full probe
 maps and dirties. torch::cuda::nccl::version() compiles to `return <constant>`, so the answer is in the function's
 first instruction. The symbol is found through the file's GNU hash table, so only a few kilobytes of a 450 MB
-library are read. Anything else than a little-endian ELF64 with a GNU hash table, or a function whose code is not one
-of the plain `return constant` forms, answers None. Standard library only.
+library are read. Anything else than a little-endian ELF64 with a GNU hash table, a file for another machine than
+x86-64 (aarch64's code is another instruction set; the caller then loads the library and asks it), or a function
+whose code is not one of the plain `return constant` forms (after the endbr64 a CET build puts first) answers None.
+Standard library only.
 """
 import struct
+from typing import Optional
 
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_STRTAB, DT_SYMTAB, DT_GNU_HASH = 0, 5, 6, 0x6FFFFEF5
 SYM_SIZE = 24  # Elf64_Sym
+EM_X86_64 = 62
+ENDBR64 = b"\xf3\x0f\x1e\xfa"  # the indirect-branch landing pad -fcf-protection puts at each function's entry
 
 
 class _Image:
@@ -22,6 +27,7 @@ class _Image:
         ident = self.read(0, 64)
         if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
             raise ValueError("not a little-endian ELF64 file")
+        self.machine, = struct.unpack_from("<H", ident, 18)
         phoff, = struct.unpack_from("<Q", ident, 0x20)
         phentsize, phnum = struct.unpack_from("<HH", ident, 0x36)
         self.loads, dynamic = [], None
@@ -85,14 +91,27 @@ def _gnu_hash(name):
     return h
 
 
-def returned_integer(path, name):
+def _code(image, name, size):
+    """(address, the first `size` bytes) of x86-64 function `name`, past an endbr64; None when absent or when the
+    file is for another machine."""
+    if image.machine != EM_X86_64:
+        return None
+    address = image.symbol(name)
+    if address is None:
+        return None
+    code = image.read(image.offset(address), size + len(ENDBR64))
+    if code.startswith(ENDBR64):
+        return address + len(ENDBR64), code[len(ENDBR64):]
+    return address, code[:size]
+
+
+def returned_integer(path: str, name: str) -> Optional[int]:
     """The integer `name()` returns when its code is `movabs rax, imm64; ret` or `mov eax, imm32; ret`; else None."""
     with open(path, "rb") as fh:
-        image = _Image(fh)
-        address = image.symbol(name)
-        if address is None:
-            return None
-        code = image.read(image.offset(address), 11)
+        found = _code(_Image(fh), name, 11)
+    if found is None:
+        return None
+    code = found[1]
     if code[:2] == b"\x48\xb8" and code[10:11] == b"\xc3":
         return struct.unpack_from("<Q", code, 2)[0]
     if code[:1] == b"\xb8" and code[5:6] == b"\xc3":
@@ -100,14 +119,14 @@ def returned_integer(path, name):
     return None
 
 
-def returned_string(path, name, limit=256):
+def returned_string(path: str, name: str, limit: int = 256) -> Optional[str]:
     """The C string `name()` returns when its code is `lea rax, [rip + disp32]; ret`; else None."""
     with open(path, "rb") as fh:
         image = _Image(fh)
-        address = image.symbol(name)
-        if address is None:
+        found = _code(image, name, 8)
+        if found is None:
             return None
-        code = image.read(image.offset(address), 8)
+        address, code = found
         if code[:3] != b"\x48\x8d\x05" or code[7:8] != b"\xc3":
             return None
         target = address + 7 + struct.unpack_from("<i", code, 3)[0]

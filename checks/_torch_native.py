@@ -140,6 +140,18 @@ def _version_stand_in(pkg_dir):
     return {"torch": package, "torch.version": version}
 
 
+def extension(pkg_dir: str) -> str:
+    """The torch._C file `import torch` loads: the first of this python's extension suffixes that exists, in the
+    order its import system tries them (the probe runs in the env's own python); NativeUnavailable when none does."""
+    import importlib.machinery
+
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(pkg_dir, "_C" + suffix)
+        if os.path.isfile(path):
+            return path
+    raise NativeUnavailable("no _C extension under %s" % pkg_dir)
+
+
 def load_libraries(pkg_dir):
     """Load torch's native libraries as its package does (its own _load_global_deps, then the torch._C
     extension); returns the lookup scopes for CUDA/NCCL calls: the global scope, then libtorch_cuda's own."""
@@ -147,10 +159,9 @@ def load_libraries(pkg_dir):
 
     if os.environ.get("TORCH_USE_RTLD_GLOBAL"):
         raise NativeUnavailable("TORCH_USE_RTLD_GLOBAL is set: torch then loads torch._C into the global scope")
-    deps = os.path.join(pkg_dir, "lib", "libtorch_global_deps.so")
-    extensions = sorted(glob.glob(os.path.join(pkg_dir, "_C.*.so")) + glob.glob(os.path.join(pkg_dir, "_C.so")))
-    if not os.path.isfile(deps) or not extensions:
-        raise NativeUnavailable("no lib/libtorch_global_deps.so or _C extension under %s" % pkg_dir)
+    c_extension = extension(pkg_dir)
+    if not os.path.isfile(os.path.join(pkg_dir, "lib", "libtorch_global_deps.so")):
+        raise NativeUnavailable("no lib/libtorch_global_deps.so under %s" % pkg_dir)
     if any(name == "torch" or name.startswith("torch.") for name in sys.modules):
         raise NativeUnavailable("torch is already imported in this process")
     load_global_deps = package_loader(pkg_dir)
@@ -158,7 +169,7 @@ def load_libraries(pkg_dir):
     sys.modules.update(_version_stand_in(pkg_dir))
     try:
         load_global_deps()
-        ctypes.CDLL(extensions[0])
+        ctypes.CDLL(c_extension)
     except Exception as exc:  # OSError of a library, or the release's function needing what we did not give it
         raise NativeUnavailable("torch's native libraries did not load: %s: %s" % (type(exc).__name__, exc))
     finally:  # the fallback `import torch` must find the real package and none of the stand-in's modules

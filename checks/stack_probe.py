@@ -36,7 +36,8 @@ import tempfile
 import threading
 import time
 
-from _common import cudnn_version_string, cuda_version_string, mapped_paths, nccl_version_string, user_environ
+from _common import (LOADER_TRACE, cudnn_version_string, cuda_version_string, mapped_paths, nccl_version_string,
+                     user_environ)
 
 PAYLOAD_VERSION = 1
 LIB_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda", "libnvidia-ml")
@@ -576,7 +577,8 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False):
     """torch's facts, then CUDA and NCCL initialised like a training process would; False when there is no torch.
 
     `resolve_only` (create's gate): the loader's trace of torch's libraries instead (resolve_torch), unless it
-    cannot stand in, which torch["resolve_path"] then says. Else through torch's native libraries when that path
+    cannot stand in or fails in any way (else `mapped` would be this probe's own maps, without torch, and the
+    gate's checks would skip), which torch["resolve_path"] then says. Else through torch's native libraries when that path
     can tell (checks/_torch_native.py: 0.5 s instead of the 3.4-5.5 s of `import torch` on an H200 node), else by
     importing torch (import_torch), with the reason kept in torch["native_path"]."""
     import importlib.util
@@ -594,9 +596,10 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False):
     if resolve_only:
         try:
             return resolve_torch(result, errors, spec, lambda name: enter(init_state, name))
-        except native.NativeUnavailable as exc:
+        except Exception as exc:  # a fault of the trace itself too: the gate must judge the loaded libraries then
+            why = str(exc) if isinstance(exc, native.NativeUnavailable) else "%s: %s" % (type(exc).__name__, exc)
             present = load_torch(result, errors, init_state, gate, spec)
-            result["torch"]["resolve_path"] = "not used: %s" % exc
+            result["torch"]["resolve_path"] = "not used: %s" % why
             return present
     return load_torch(result, errors, init_state, gate, spec)
 
@@ -612,9 +615,8 @@ def resolve_torch(result, errors, spec, enter_fn):
     mapped = mapped_entries(paths)
     add_file_versions(mapped, errors, "mapped_versions")
     result["torch"], result["mapped"] = t, mapped
-    result["init"] = {"cuda_tensor": False, "nccl_group": False, "source": "loader trace",
-                      "method": "loader trace: torch's libraries resolved by the dynamic loader, not loaded; CUDA and "
-                                "NCCL not initialised"}
+    result["init"] = {"cuda_tensor": False, "nccl_group": False, "source": LOADER_TRACE,
+                      "method": loader_trace.METHOD + "; CUDA and NCCL not initialised"}
     return True
 
 

@@ -4,6 +4,7 @@ the doctor CLI against them. The libraries are tiny but real: the probe dlopens 
 'NCCL version' strings and finds them in /proc/self/maps, exactly as with NVIDIA's."""
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -183,13 +184,14 @@ raise ImportError("this fake torch must never be imported")
 
 
 def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", preloading: bool = False,
-               loader_fails: bool = False) -> Path:
+               loader_fails: bool = False, global_deps_nccl: bool = False) -> Path:
     """torch 2.11-shaped: torch/lib/libtorch_global_deps.so -> libcudart, torch/_C -> libtorch_cuda -> libnccl +
     libcudart, found through the wheel's RPATHs ($ORIGIN/../../nvidia/...). Its torch.cuda.nccl.version() is 2.28.9
     (built -O2, so that function is `return constant` as in torch's builds); loading libtorch_cuda creates the file
     named by FAKE_TORCH_LOADED.
     `preloading`: its __init__ holds a _load_global_deps that also preloads the wheel's libnccl by path;
-    `loader_fails`: that function raises OSError as torch's does when a CUDA library is missing."""
+    `loader_fails`: that function raises OSError as torch's does when a CUDA library is missing;
+    `global_deps_nccl`: libtorch_global_deps also needs libnccl.so.2, found through its RPATH in the wheel."""
     gcc = need_gcc()
     torch_dir, lib = site / "torch", site / "torch" / "lib"
     nccl_dir, cu13 = site / "nvidia" / "nccl" / "lib", site / "nvidia" / "cu13" / "lib"
@@ -205,11 +207,12 @@ def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", 
         subprocess.run(cmd, check=True, capture_output=True)
         src.unlink()
 
-    link(lib / "libtorch_global_deps.so", "int envbuild_global_deps;\n", ["libcudart.so.13"],
-         "$ORIGIN/../../nvidia/cu13/lib")
+    link(lib / "libtorch_global_deps.so", "int envbuild_global_deps;\n",
+         ["libcudart.so.13"] + (["libnccl.so.2"] if global_deps_nccl else []),
+         "$ORIGIN/../../nvidia/cu13/lib:$ORIGIN/../../nvidia/nccl/lib")
     link(lib / "libtorch_cuda.so", TORCH_CUDA_SRC, ["libnccl.so.2", "libcudart.so.13"],
          "$ORIGIN/../../nvidia/nccl/lib:$ORIGIN/../../nvidia/cu13/lib")
-    link(torch_dir / "_C.cpython-fake.so", "int envbuild_torch_c;\n", ["libtorch_cuda.so"], "$ORIGIN/lib")
+    link(torch_dir / ("_C" + importlib.machinery.EXTENSION_SUFFIXES[0]), "int envbuild_torch_c;\n", ["libtorch_cuda.so"], "$ORIGIN/lib")
     (torch_dir / "__init__.py").write_text(TORCH_INIT.replace("{preloading}", str(preloading))
                                            .replace("{loader_fails}", str(loader_fails)))
     (torch_dir / "version.py").write_text(f"from typing import Optional\n\n__version__ = {version!r}\ndebug = False\n"

@@ -26,15 +26,15 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
   when torch was imported)}. method: "torch's native libraries, without `import torch`" (checks/_torch_native.py:
   the libraries loaded as torch's package loads them, CUDA and NCCL called through the copies the linker bound)
   or "import torch" (the fallback; native_path then says why the fast path was not used), or, with
-  `--resolve-only` (create's gate), "the dynamic loader's trace of torch's libraries (LD_TRACE_LOADED_OBJECTS),
-  without loading them" (checks/_loader_trace.py: nccl_version then read from libtorch_cuda's code; no
-  cuda_available, device_count or cuda_error, since nothing is initialised); resolve_path? says why the trace could
-  not stand in when the libraries were loaded after all
+  `--resolve-only` (create's gate), "loader trace: torch's libraries resolved by the dynamic loader
+  (LD_TRACE_LOADED_OBJECTS), not loaded" (checks/_loader_trace.py: nccl_version then read from libtorch_cuda's
+  code; no cuda_available, device_count or cuda_error, since nothing is initialised); resolve_path? says why the
+  trace could not stand in (or failed) when the libraries were loaded after all
 - init: {cuda_tensor: bool, nccl_group: bool, method: str, source?, nccl_banner?, nccl_banner_version?,
   dlopen_errors?: {soname: msg}, nccl_get_version?}: what was initialised before the maps were read (a
   1-rank NCCL communicator and one all_reduce when a GPU exists; otherwise the libraries torch loads, or by
-  name without torch). source: "loader trace" when `mapped` comes from the loader's trace (--resolve-only):
-  nothing was loaded or initialised
+  name without torch). source: "loader trace" (LOADER_TRACE, checks/_common.py) when `mapped` comes from the
+  loader's trace (--resolve-only): nothing was loaded or initialised; method then starts with it too
 - mapped: [{family, path, realpath, stub, compat, version?, version_string?, version_method?,
   file_version?, api_version?, api_version_code?, api_error?}] for every libnccl / libcudart /
   libcudnn* / libcuda / libnvidia-ml mapped in /proc/self/maps after the initialisation, in map order (with

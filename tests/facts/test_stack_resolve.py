@@ -4,14 +4,17 @@ torch's libraries would bind, asked of the real dynamic loader (LD_TRACE_LOADED_
 The torch is tests/stackfix.py's fake_torch: real ELF libraries in the pip wheel's layout, whose libtorch_cuda
 leaves a file behind when it is loaded (FAKE_TORCH_LOADED), so a test can tell that nothing of torch ran.
 """
+import os
+import subprocess
 import sys
 
 import pytest
 
-from stackfix import fake_libcuda, fake_torch, full_nccl, run_probe, torch_env
+from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_gcc, run_probe, torch_env
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
+from _common import LOADER_TRACE  # noqa: E402
 
 
 def _env(site, **extra):
@@ -38,10 +41,11 @@ def test_resolve_only_maps_what_loading_maps_and_runs_none_of_torchs_code(tmp_pa
     assert sorted(p for f, p in _copies(gate) if f == "libnccl") == sorted(
         [str(other), str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")])
     t = gate["torch"]
-    assert t["method"].startswith("the dynamic loader's trace") and "resolve_path" not in t
+    assert t["method"].startswith(LOADER_TRACE) and gate["init"]["method"].startswith(LOADER_TRACE)
+    assert "resolve_path" not in t
     assert t["nccl_version"] == full["torch"]["nccl_version"] == "2.28.9"  # read from libtorch_cuda's code
     assert gate["cuda_runtime"] == full["cuda_runtime"]
-    assert gate["init"]["source"] == "loader trace" and gate["init"]["nccl_group"] is False
+    assert gate["init"]["source"] == LOADER_TRACE and gate["init"]["nccl_group"] is False
 
 
 def test_a_library_the_loader_cannot_find_sends_the_probe_to_loading_with_the_reason(tmp_path):
@@ -86,3 +90,155 @@ def test_elf_reads_only_plain_constant_returns(tmp_path):
     text.write_bytes(b"not an ELF file" * 8)
     with pytest.raises(ValueError):
         _elf.returned_integer(str(text), "anything")
+
+
+def test_a_dependency_of_an_earlier_open_is_mapped_beside_a_later_by_path_open_of_its_soname(tmp_path):
+    """libtorch_global_deps needs libnccl.so.2, which its RPATH finds in the wheel; _load_global_deps then opens
+    another libnccl.so.2 by path (the first on sys.path). Each real dlopen resolves its dependencies at once, so the
+    import maps both; one trace with both in LD_PRELOAD would map only the by-path one."""
+    site, first = tmp_path / "site", tmp_path / "first"
+    fake_torch(site, preloading=True, global_deps_nccl=True)
+    by_path = full_nccl(first / "nvidia" / "nccl" / "lib", "2.28.3")
+    env = torch_env(PYTHONPATH=os.pathsep.join([str(first), str(site)]))
+    full = run_probe(env)
+    gate = run_probe(env, "--resolve-only")
+    assert gate["init"]["source"] == LOADER_TRACE, gate["torch"]
+    wheel = str(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
+    assert sorted(p for f, p in _copies(full) if f == "libnccl") == sorted([wheel, str(by_path)])
+    assert _copies(gate) == _copies(full)
+
+
+def _versioned_cudart(site, tmp_path):
+    """libtorch_global_deps linked against a libcudart.so.13 whose cudaRuntimeGetVersion is at version CUDART_13,
+    while the wheel's copy defines only CUDART_12: loading fails with "version `CUDART_13' not found"."""
+    gcc = need_gcc()
+    cu13 = site / "nvidia" / "cu13" / "lib"
+
+    def cc(out, source, script_node, *flags):
+        src, script = out.with_suffix(".c"), out.with_suffix(".map")
+        src.write_text(source)
+        script.write_text("%s { global: *; };\n" % script_node if script_node else "")
+        cmd = [gcc, "-shared", "-fPIC", "-o", str(out), str(src), "-Wl,-soname,%s" % out.name] + list(flags)
+        if script_node:
+            cmd.append("-Wl,--version-script,%s" % script)
+        subprocess.run(cmd, check=True, capture_output=True)
+        src.unlink()
+        script.unlink()
+
+    linked = tmp_path / "link" / "libcudart.so.13"
+    linked.parent.mkdir()
+    cc(linked, "int cudaRuntimeGetVersion(int *v) { *v = 13000; return 0; }\n", "CUDART_13")
+    cc(site / "torch" / "lib" / "libtorch_global_deps.so",
+       "extern int cudaRuntimeGetVersion(int *);\nint envbuild_global_deps(void) { int v; return cudaRuntimeGetVersion(&v); }\n",
+       None, "-L%s" % linked.parent, "-l:libcudart.so.13", "-Wl,--disable-new-dtags",
+       "-Wl,-rpath,$ORIGIN/../../nvidia/cu13/lib")
+    (cu13 / "libcudart.so.13").unlink()
+    cc(cu13 / "libcudart.so.13", FULL_CUDART_SRC.replace("VCODE", "13000"), "CUDART_12")
+
+
+def test_a_symbol_version_the_loader_lacks_sends_the_probe_to_loading(tmp_path):
+    """Tracing, ld.so prints "version `CUDART_13' not found" and still exits 0; the real load fails on it, so the
+    gate must not judge the trace: the probe loads (here: fails to load, then `import torch` fails) as the doctor."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    _versioned_cudart(site, tmp_path)
+    full = run_probe(_env(site))
+    gate = run_probe(_env(site), "--resolve-only")
+    assert "version `CUDART_13' not found" in gate["torch"]["resolve_path"], gate["torch"]
+    assert "CUDART_13" in full["torch"]["native_path"]
+    assert gate["torch"]["present"] is full["torch"]["present"] is False
+
+
+def test_the_c_extension_is_the_one_this_pythons_import_system_picks(tmp_path):
+    """With `_C.abi3.so` beside `_C.cpython-3xx-....so`, sorted order would take abi3; the import system tries its
+    EXTENSION_SUFFIXES in order, the interpreter's own tag first, so the trace must take that one."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    (site / "torch" / "_C.abi3.so").write_bytes(b"not the extension this python loads")
+    gate = run_probe(_env(site), "--resolve-only")
+    assert gate["init"]["source"] == LOADER_TRACE and "resolve_path" not in gate["torch"], gate["torch"]
+
+
+CONSTANTS_SRC = r"""
+unsigned long long envbuild_code(void) { return (2ULL << 32) | (28ULL << 16) | 9ULL; }
+const char *envbuild_suffix(void) { return "+cuda13.0"; }
+"""
+
+
+def _constants(tmp_path, *flags):
+    out = tmp_path / "libconstants.so"
+    src = tmp_path / "constants.c"
+    src.write_text(CONSTANTS_SRC)
+    subprocess.run([need_gcc(), "-shared", "-fPIC", "-O2", "-o", str(out), str(src)] + list(flags), check=True,
+                   capture_output=True)
+    return out
+
+
+def test_elf_reads_past_the_endbr64_of_a_cet_build(tmp_path):
+    lib = _constants(tmp_path, "-fcf-protection=full")
+    with open(lib, "rb") as fh:
+        image = _elf._Image(fh)
+        assert image.read(image.offset(image.symbol("envbuild_code")), 4) == b"\xf3\x0f\x1e\xfa"  # endbr64
+    assert _elf.returned_integer(str(lib), "envbuild_code") == (2 << 32) | (28 << 16) | 9
+    assert _elf.returned_string(str(lib), "envbuild_suffix") == "+cuda13.0"
+
+
+def test_elf_answers_none_for_another_machine(tmp_path):
+    """aarch64's code is not x86's: the same bytes must not be read as `movabs; ret`."""
+    lib = _constants(tmp_path, "-fcf-protection=none")
+    assert _elf.returned_integer(str(lib), "envbuild_code") is not None
+    data = bytearray(lib.read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: EM_AARCH64
+    lib.write_bytes(bytes(data))
+    assert _elf.returned_integer(str(lib), "envbuild_code") is None
+    assert _elf.returned_string(str(lib), "envbuild_suffix") is None
+
+
+def test_a_cuda_build_whose_nccl_the_file_does_not_tell_is_not_judged_from_the_trace(tmp_path, monkeypatch):
+    """torch.nccl_version must not silently vanish from the gate's facts: the probe loads the library instead."""
+    import importlib.machinery
+
+    import _loader_trace
+    from _torch_native import NativeUnavailable
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    spec = importlib.machinery.PathFinder.find_spec("torch", [str(site)])
+    for key in [k for k in os.environ if k.startswith("LD_")]:
+        monkeypatch.delenv(key)
+    t, _ = _loader_trace.torch_facts(spec, lambda phase: None)
+    assert t["nccl_version"] == "2.28.9"
+    monkeypatch.setattr(_loader_trace, "built_nccl", lambda pkg_dir: None)
+    with pytest.raises(NativeUnavailable, match="NCCL torch was built with"):
+        _loader_trace.torch_facts(spec, lambda phase: None)
+
+
+def test_any_fault_of_the_trace_falls_back_to_loading_with_the_reason(tmp_path, monkeypatch):
+    """Not only NativeUnavailable: a bug in the trace must not leave the gate judging the probe's own maps (which hold
+    no torch, so every stack check would skip and the gate pass)."""
+    import importlib.machinery
+    import importlib.util
+
+    import _loader_trace
+    import stack_probe
+
+    def broken(spec, enter):
+        raise KeyError("a fault of the trace")
+
+    loaded = []
+
+    def load_torch(result, errors, init_state, gate, spec):
+        loaded.append(spec.name)
+        result["torch"], result["init"] = {"present": True}, {"method": "loaded"}
+        return True
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: importlib.machinery.PathFinder.find_spec(name, [str(site)]))
+    monkeypatch.setattr(_loader_trace, "torch_facts", broken)
+    monkeypatch.setattr(stack_probe, "load_torch", load_torch)
+    result, errors = {}, {}
+    assert stack_probe.probe_torch(result, errors, {}, lambda: None, resolve_only=True) is True
+    assert loaded == ["torch"] and errors == {}
+    assert result["torch"]["resolve_path"] == "not used: KeyError: 'a fault of the trace'"

@@ -9,6 +9,7 @@ import sys
 
 from stackfix import fake_torch, full_nccl
 
+from envbuild.data.checks._common import LOADER_TRACE
 from envbuild.install import doctor_gate
 from envbuild.profile import load_profile
 
@@ -38,7 +39,7 @@ def test_the_gate_refuses_a_second_libnccl_without_loading_torch(tmp_path, monke
     prefix = _staged(tmp_path, monkeypatch, LD_PRELOAD=str(other), FAKE_TORCH_LOADED=str(loaded))
     gate = doctor_gate.run_stack_checks(prefix, load_profile("slime-v0.3.1-cu130"))
     results = _by_id(gate)
-    assert results["stack.torch"].evidence["init"]["source"] == "loader trace"
+    assert results["stack.torch"].evidence["init"]["source"] == LOADER_TRACE
     assert not loaded.exists()  # libtorch_cuda never ran: nothing of torch was loaded
     assert not gate.ok and "stack.nccl_copies" in [r.check_id for r in gate.failed]
     assert "2 different libnccl files are mapped" in results["stack.nccl_copies"].summary
@@ -48,5 +49,6 @@ def test_the_same_env_without_the_preload_passes_the_nccl_check(tmp_path, monkey
     prefix = _staged(tmp_path, monkeypatch)
     gate = doctor_gate.run_stack_checks(prefix, load_profile("slime-v0.3.1-cu130"))
     results = _by_id(gate)
-    assert results["stack.torch"].evidence["init"]["source"] == "loader trace"
+    assert results["stack.torch"].evidence["init"]["source"] == LOADER_TRACE
+    assert "resolved by the dynamic loader's trace, not loaded" in results["stack.torch"].summary  # the check knows it
     assert results["stack.nccl_copies"].status.value == "pass", results["stack.nccl_copies"].summary
