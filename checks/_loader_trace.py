@@ -38,8 +38,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from _common import LOADER_TRACE
 from _elf import returned_integer, returned_string
-from _torch_native import (CUDA_BUILD_NCCL_SUFFIX, CUDA_BUILD_NCCL_VERSION, NativeUnavailable, _version_stand_in,
-                           extension, package_facts, package_loader)
+from _torch_native import (CUDA_BUILD_NCCL_SUFFIX, CUDA_BUILD_NCCL_VERSION, NativeUnavailable, extension,
+                           package_facts, package_loader, require_local_scope, stand_in_package)
 
 TRACE_TIMEOUT_S = 20.0
 DRIVER_SONAME = "libcuda.so.1"  # what libcudart dlopens by name at its first call
@@ -96,8 +96,9 @@ class Loader:
     them by soname as in the real process, and only the new open's own search is new. Each step is about 3 ms."""
 
     def __init__(self) -> None:
-        self.base = trace([])  # the python's own objects (and the user's LD_PRELOAD): never carried by path
-        self.mapped = list(self.base)
+        base = trace([])  # the python's own objects (and the user's LD_PRELOAD): never carried by path
+        self.base = set(base)
+        self.mapped = list(base)
 
     def open(self, name: str) -> None:
         """Map `name` (a path, or a soname opened by name) after everything mapped so far. A path already mapped
@@ -105,8 +106,7 @@ class Loader:
         libtorch_global_deps' dependencies by then)."""
         if "/" in name and os.path.realpath(name) in self.mapped:
             return
-        base = set(self.base)
-        carried = [p for p in self.mapped if p not in base]
+        carried = [p for p in self.mapped if p not in self.base]
         paths = trace(carried + [name]) if "/" in name else trace(carried, (name,))
         self.mapped += [p for p in paths if p not in self.mapped]
 
@@ -152,26 +152,20 @@ def global_deps(pkg_dir: str, loader: Loader) -> None:
     """Trace, through `loader`, each file torch's own `_load_global_deps` opens, in its order, without opening it."""
     recorder = _Recorder(loader)
     load_global_deps = package_loader(pkg_dir, {"ctypes": recorder.ctypes(), "open": recorder.open})
-    before = set(sys.modules)
-    sys.modules.update(_version_stand_in(pkg_dir))
     try:
-        load_global_deps()
+        with stand_in_package(pkg_dir):
+            load_global_deps()
     except NativeUnavailable:
         raise
     except Exception as exc:  # e.g. a release that calls what the recording ctypes does not have
         raise NativeUnavailable("torch's _load_global_deps cannot be traced: %s: %s" % (type(exc).__name__, exc))
-    finally:  # the fallback must find the real package and none of the stand-in's modules
-        for name in set(sys.modules) - before:
-            if name == "torch" or name.startswith("torch."):
-                del sys.modules[name]
 
 
 def resolve(pkg_dir: str, cuda_build: bool) -> List[str]:
     """Every file `import torch` would map, in load order: this python's own, _load_global_deps' files, the torch._C
     extension and its dependencies, then (for a CUDA build) the libcuda.so.1 the CUDA runtime would open by name,
     unless a libcuda is mapped already (then the runtime's dlopen returns that one)."""
-    if os.environ.get("TORCH_USE_RTLD_GLOBAL"):
-        raise NativeUnavailable("TORCH_USE_RTLD_GLOBAL is set: torch then loads torch._C into the global scope")
+    require_local_scope()
     c_extension = extension(pkg_dir)
     loader = Loader()
     global_deps(pkg_dir, loader)

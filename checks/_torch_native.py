@@ -21,6 +21,7 @@ of the CUDA or NCCL initialisation itself is a finding, raised as InitError with
 (the strings envbuild/knowledge/causes.toml matches). Standard library only.
 """
 import ast
+import contextlib
 import ctypes
 import glob
 import os
@@ -140,6 +141,30 @@ def _version_stand_in(pkg_dir):
     return {"torch": package, "torch.version": version}
 
 
+def require_local_scope():
+    """NativeUnavailable under TORCH_USE_RTLD_GLOBAL: torch then loads torch._C into the global scope, which neither
+    the loading path nor the loader's trace stands in for."""
+    if os.environ.get("TORCH_USE_RTLD_GLOBAL"):
+        raise NativeUnavailable("TORCH_USE_RTLD_GLOBAL is set: torch then loads torch._C into the global scope")
+
+
+@contextlib.contextmanager
+def stand_in_package(pkg_dir):
+    """While the release's `_load_global_deps` runs: its `from torch.version import ...` is served the stand-in
+    package (_version_stand_in); after it, every torch module that appeared is removed, so a fallback `import torch`
+    finds the real package and none of the stand-in's modules."""
+    import sys
+
+    before = set(sys.modules)
+    sys.modules.update(_version_stand_in(pkg_dir))
+    try:
+        yield
+    finally:
+        for name in set(sys.modules) - before:
+            if name == "torch" or name.startswith("torch."):
+                del sys.modules[name]
+
+
 def extension(pkg_dir: str) -> str:
     """The torch._C file `import torch` loads: the first of this python's extension suffixes that exists, in the
     order its import system tries them (the probe runs in the env's own python); NativeUnavailable when none does."""
@@ -157,25 +182,19 @@ def load_libraries(pkg_dir):
     extension); returns the lookup scopes for CUDA/NCCL calls: the global scope, then libtorch_cuda's own."""
     import sys
 
-    if os.environ.get("TORCH_USE_RTLD_GLOBAL"):
-        raise NativeUnavailable("TORCH_USE_RTLD_GLOBAL is set: torch then loads torch._C into the global scope")
+    require_local_scope()
     c_extension = extension(pkg_dir)
     if not os.path.isfile(os.path.join(pkg_dir, "lib", "libtorch_global_deps.so")):
         raise NativeUnavailable("no lib/libtorch_global_deps.so under %s" % pkg_dir)
     if any(name == "torch" or name.startswith("torch.") for name in sys.modules):
         raise NativeUnavailable("torch is already imported in this process")
     load_global_deps = package_loader(pkg_dir)
-    before = set(sys.modules)
-    sys.modules.update(_version_stand_in(pkg_dir))
     try:
-        load_global_deps()
-        ctypes.CDLL(c_extension)
+        with stand_in_package(pkg_dir):
+            load_global_deps()
+            ctypes.CDLL(c_extension)
     except Exception as exc:  # OSError of a library, or the release's function needing what we did not give it
         raise NativeUnavailable("torch's native libraries did not load: %s: %s" % (type(exc).__name__, exc))
-    finally:  # the fallback `import torch` must find the real package and none of the stand-in's modules
-        for name in set(sys.modules) - before:
-            if name == "torch" or name.startswith("torch."):
-                del sys.modules[name]
     scopes = [ctypes.CDLL(None)]
     torch_cuda = os.path.join(pkg_dir, "lib", "libtorch_cuda.so")
     if os.path.isfile(torch_cuda):
