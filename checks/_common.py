@@ -74,6 +74,11 @@ def human_bytes(n: int) -> str:
     return "%d B" % n
 
 
+# How a warm interpreter (checks/_warm.py) hands its rank the wall-clock start and end of the torch import it made
+# ahead ("began,finished"); the rank's harness takes it out of the environment (the launcher's import_s and
+# import_wait_s), and a payload that re-executes itself drops it (the new image imports torch on its own).
+WARM_IMPORT_T_VAR = "ENVBUILD_WARM_IMPORT_T"
+
 # The stack probe's init.source when its `mapped` comes from the dynamic loader's trace of torch's libraries
 # (`stack_probe.py --resolve-only`, create's gate; checks/_loader_trace.py) instead of a process that loaded them, and
 # the prefix of that trace's torch.method and init.method: envbuild's stack.torch check tells the gate's facts by it.

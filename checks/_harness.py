@@ -53,6 +53,8 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+from _common import WARM_IMPORT_T_VAR
+
 # ---------------------------------------------------------------------------------------------------
 # nccl-tests' bandwidth definitions (nccl-tests doc/PERFORMANCE.md, from nccl-tests doc/PERFORMANCE.md):
 # algbw = S / t, with S the bytes of the operation; for all_gather, reduce_scatter and all_to_all S is the
@@ -117,7 +119,7 @@ START_HOOK = "<start>"  # ENVBUILD_TEST_SIGSTOP_AT value for "before the first p
 def _warm_import_times() -> Optional[List[float]]:
     """[began, finished] (wall clock) of the torch import a warm interpreter made before it became this rank, taken
     out of the environment so the probe's own child processes do not inherit it."""
-    raw = os.environ.pop("ENVBUILD_WARM_IMPORT_T", "")
+    raw = os.environ.pop(WARM_IMPORT_T_VAR, "")
     try:
         began, finished = (float(x) for x in raw.split(","))
     except ValueError:

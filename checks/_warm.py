@@ -17,9 +17,7 @@ import sys
 import time
 import types
 
-# The rank's harness reads (and removes) this: when this interpreter began and finished importing torch, so the
-# launcher can say how long the import took on this node and how much of it the launch still waited for.
-IMPORT_T_VAR = "ENVBUILD_WARM_IMPORT_T"
+from _common import WARM_IMPORT_T_VAR
 
 
 def _redirect(fd: int, path: str, flags: int) -> None:
@@ -44,7 +42,7 @@ def main() -> int:
     _redirect(2, job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.environ.clear()
     os.environ.update(job["env"])
-    os.environ[IMPORT_T_VAR] = "%.3f,%.3f" % (began, imported)
+    os.environ[WARM_IMPORT_T_VAR] = "%.3f,%.3f" % (began, imported)
     os.chdir(job["cwd"])
     script = job["script"]
     sys.argv = [script] + list(job["argv"])

@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from _common import WARM_IMPORT_T_VAR
 from _harness import Probe, exact_fill, exact_sum, mismatches, parse_mode, word_pattern
 
 # Region per mode. A pause's time is torch_memory_saver pinning a fresh host shadow (cudaMallocHost at 2-3 GB/s: TMS
@@ -117,7 +118,7 @@ def maybe_reexec_with_preload() -> None:
     extra = preload_env()
     if extra:
         env = {**os.environ, **extra}
-        env.pop("ENVBUILD_WARM_IMPORT_T", None)  # the new image imports torch itself: no warm import to report
+        env.pop(WARM_IMPORT_T_VAR, None)  # the new image imports torch itself: no warm import to report
         os.execve(sys.executable, [sys.executable, "-u"] + sys.argv, env)
 
 

@@ -81,7 +81,8 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         adjustments.extend(padj)
     causes = load_causes()
     ranked = rank.rank(scan, adjustments, {c.id: c.title for c in causes.values()})
-    verdict = rank.verdict(scan, ranked, context.doctor_failed(report) or context.contradicts_itself(adjustments)
+    doctor_failed = context.doctor_failed(report)
+    verdict = rank.verdict(scan, ranked, doctor_failed or context.contradicts_itself(adjustments)
                            or any(a.origin in ("node", "record") for a in adjustments))
     result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
     result["node_facts"] = facts.to_dict() if facts else None
@@ -90,7 +91,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         # Whether anything in the run failed: recorded facts alone (two libnccl copies in one communicator) name a
         # cause's mechanism even in a run that went through, and the reader must be told which of the two it is.
         run_section["failed"] = bool(run_section["first_failures"]) or rank.failure_seen(rank.counted_hits(scan)) \
-            or context.doctor_failed(report)
+            or doctor_failed
         result["run"] = run_section
         result["missing"] = run_section["missing"]
     return result
