@@ -212,7 +212,7 @@ def _gpu_run(shape: str, mode: str, steps: int, run_dir: str) -> float:
         {"ENVBUILD_RECORD_DIR": run_dir,
          "PYTHONPATH": os.pathsep.join([bootstrap_dir(), str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", GPU_WORKER, shape, str(steps), str(_free_port())],
-                          capture_output=True, text=True, env={**_env({}), **extra}, timeout=600)
+                          capture_output=True, text=True, env=_env(extra), timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"gpu worker ({shape}, {mode}) exited {proc.returncode}: {proc.stderr[-1500:]}")
     return float(proc.stdout.strip().splitlines()[-1])
