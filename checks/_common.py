@@ -79,6 +79,14 @@ def human_bytes(n: int) -> str:
 # import_wait_s), and a payload that re-executes itself drops it (the new image imports torch on its own).
 WARM_IMPORT_T_VAR = "ENVBUILD_WARM_IMPORT_T"
 
+# The pids (comma-separated) of an earlier probe's ranks still exiting when this launch started: their teardown runs
+# behind this probe (envbuild/doctor/launcher.py Drain), and a payload waits for them before it measures free
+# memory or speed (checks/_harness.py Probe.settle), so another process's context going away never moves a reading.
+SETTLE_PIDS_VAR = "ENVBUILD_SETTLE_PIDS"
+# The longest that wait may last (seconds): under the launch's deadline for its "settle" phase, so the wait itself is
+# never what the launcher reports as a hang.
+SETTLE_LIMIT_VAR = "ENVBUILD_SETTLE_S"
+
 # The stack probe's init.source when its `mapped` comes from the dynamic loader's trace of torch's libraries
 # (`stack_probe.py --resolve-only`, create's gate; checks/_loader_trace.py) instead of a process that loaded them, and
 # the prefix of that trace's torch.method and init.method: envbuild's stack.torch check tells the gate's facts by it.

@@ -53,7 +53,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from _common import WARM_IMPORT_T_VAR
+from _common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, WARM_IMPORT_T_VAR
 
 # ---------------------------------------------------------------------------------------------------
 # nccl-tests' bandwidth definitions (nccl-tests doc/PERFORMANCE.md, from nccl-tests doc/PERFORMANCE.md):
@@ -104,6 +104,17 @@ def parse_mode(argv: Optional[List[str]] = None, **choices: Sequence[str]) -> ar
     for name, allowed in choices.items():
         ap.add_argument(f"--{name}", choices=tuple(allowed), default=allowed[0])
     return ap.parse_args(argv)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs: a zombie has already closed its files, the GPU's among them (its CUDA context is
+    gone), so it counts as gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "r") as fh:
+            data = fh.read()
+    except OSError:
+        return False
+    return data[data.rfind(")") + 2:][:1] not in ("Z", "X", "")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -247,6 +258,29 @@ class Probe:
             sys.stderr.flush()
             os._exit(3)
 
+    def settle(self) -> None:
+        """Wait, in phase "settle", until the earlier probe's ranks that were still exiting when this launch started
+        (SETTLE_PIDS_VAR) are gone, so their CUDA contexts going away never moves this probe's free memory or
+        speed. A payload calls it just before it measures; the wait hides behind its own start-up (NCCL init)
+        otherwise. At most SETTLE_LIMIT_VAR seconds (the launcher keeps it under this phase's deadline): a
+        predecessor stuck in its teardown is its own check's failure (the launcher's drain kills it under that
+        check's deadlines); this probe then measures beside it and says so in its evidence ("settle")."""
+        pids = [int(p) for p in os.environ.get(SETTLE_PIDS_VAR, "").split(",") if p.strip().isdigit()]
+        if not pids:
+            return
+        try:
+            limit = float(os.environ.get(SETTLE_LIMIT_VAR, "20"))
+        except ValueError:
+            limit = 20.0
+        began = time.monotonic()
+        with self.phase("settle"):
+            alive = [p for p in pids if _running(p)]
+            while alive and time.monotonic() - began < limit:
+                time.sleep(0.01)
+                alive = [p for p in alive if _running(p)]
+        self.evidence["settle"] = {"waited_s": round(time.monotonic() - began, 3), "pids": pids,
+                                   "still_running": alive}
+
     # --- results -------------------------------------------------------------------------------------
     def metric(self, name: str, value: float, unit: str, expect: Optional[str] = None,
                source: Optional[str] = None) -> None:
@@ -267,7 +301,9 @@ class Probe:
         self._finished = True
 
     def finish(self, status: str, summary: str, **extra: Any) -> None:
-        self.emit(dict(status=status, summary=summary, **extra))
+        """The rank's last result ("final": what is left of it is its exit; emit() alone writes a first record
+        that a later one replaces)."""
+        self.emit(dict(status=status, summary=summary, final=True, **extra))
 
     @classmethod
     def run(cls, main: Callable[["Probe"], None]) -> None:

@@ -195,6 +195,7 @@ def main(p: Probe) -> None:
                            "nccl_cumem_enable": os.environ.get("NCCL_CUMEM_ENABLE")})
     with p.phase("collective before pause"):
         _check_collectives(torch, dist, p, [("world", world), ("subgroup", sub)], dev, salt=0)
+    p.settle()  # free memory is read around every pause: an earlier probe's context going away would move it
     with p.phase("allocate region"):
         if backend == "tms":
             from torch_memory_saver import torch_memory_saver as tms

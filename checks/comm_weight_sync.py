@@ -120,6 +120,7 @@ def main(p: Probe) -> None:
         dist = p.init_dist()
         dev = p.device
         p.evidence["torch_nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+    p.settle()  # the broadcast and the IPC handoff are timed (GB/s): not beside an earlier probe's exit
     with p.phase("training groups"):
         train_group = dist.new_group(ranks=train_ranks)
         if p.rank in train_ranks:

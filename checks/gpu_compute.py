@@ -89,6 +89,7 @@ def main(p: Probe) -> None:
                       seconds=args.seconds)
     n = args.gemm_n
     flops = 2.0 * n ** 3
+    p.settle()  # an earlier probe's ranks still exiting would share the GPU with the timed GEMMs
     for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         with p.phase(f"gemm.{name}"):
             m = time_gemm(torch, n, dtype, dev, args.seconds)

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 
 from envbuild import leftovers
 from envbuild.doctor import warm
-from envbuild.data.checks._common import mark_launcher_set
+from envbuild.data.checks._common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, mark_launcher_set
 from envbuild.doctor.interrupt import Stopped
 from envbuild.doctor.rankproc import NVLS_OFF, rank_preexec, rendezvous_port
 from envbuild.doctor.rankproc import signals_deferred as _signals_deferred
@@ -60,6 +60,11 @@ RUN_DEADLINE = "run deadline"  # how LaunchOutcome.reason starts when the whole-
 # only the whole-run deadline ended it (a weight-sync rank stopped there ran 117 s of a quick run, issue 26).
 START = "<start>"
 STUCK_STARTING = "stuck starting"  # how LaunchOutcome.reason names a rank that overran START
+# Probe.settle's longest wait (checks/_harness.py): 20 s, and never more than this share of the launch's deadline
+# for its "settle" phase, so the wait is never reported as a hang (quick's phase cap is 30 s).
+SETTLE_LIMIT_S = 20.0
+SETTLE_SHARE = 2 / 3
+ANSWERED = "answered"  # _follow's reason when every rank left running has answered: its exit is a Drain's to watch
 
 
 
@@ -91,6 +96,9 @@ class RankOutcome:
     # job (the launch waited that long for the import; 0 when the import was done ahead).
     import_s: Optional[float] = None
     import_wait_s: Optional[float] = None
+    # Its result was written and the launch returned while it was still exiting (its teardown runs behind the next
+    # check: Drain); returncode and after_result_s come when the drain ends, which sets this back to False.
+    exiting: bool = False
 
 
 @dataclass
@@ -105,6 +113,9 @@ class LaunchOutcome:
     run_dir: str = ""
     reason: str = ""  # why the run was stopped early, "" when every rank exited on its own
     leftover_pids: List[int] = field(default_factory=list)  # must stay empty; kept for the report
+    # The ranks' exits when the launch returned before them (launch(drain=True)): wait() on it, then read this
+    # outcome again (the drain rewrites its fields in place). None when every rank had exited.
+    drain: Optional["Drain"] = field(default=None, repr=False, compare=False)
 
     @property
     def run_deadline_passed(self) -> bool:
@@ -116,7 +127,7 @@ class LaunchOutcome:
     def ok(self) -> bool:
         """Every rank exited 0 on its own and emitted a result."""
         return (not self.timed_out and not self.hung_ranks and not self.crashed_ranks
-                and all(r.returncode == 0 and r.result is not None for r in self.ranks))
+                and all((r.returncode == 0 or r.exiting) and r.result is not None for r in self.ranks))
 
 
 def resolve_payload(payload: str) -> Path:
@@ -254,6 +265,7 @@ class _Rank:
         self.state: Optional[str] = None
         self.started = time.time()  # wall clock, as the phase files' "t"
         self.ended: Optional[float] = None  # wall clock when the launcher saw it exit on its own
+        self.answer: Optional[bool] = None  # _answered's reading of its result, once there is one
 
     def path(self, suffix: str) -> Path:
         return self.run_dir / f"rank{self.rank}{suffix}"
@@ -305,28 +317,42 @@ def _dump_stacks(ranks: List[_Rank]) -> None:
 class _Subreaper:
     """While a run lasts, make this process the child subreaper (Linux prctl), so a payload's
     grandchild whose parent exited is re-parented to us instead of to init: still findable, still
-    killable. Restored afterwards. Without prctl (not Linux) the /proc scan alone is used."""
+    killable. Restored afterwards. Without prctl (not Linux) the /proc scan alone is used.
+
+    Counted: a launch and the drains of earlier launches (their ranks still exiting, watched from threads of their
+    own) overlap, and the setting is the process's, so only the last one out restores what was there before."""
 
     PR_SET_CHILD_SUBREAPER = 36
     PR_GET_CHILD_SUBREAPER = 37
+    _lock = threading.Lock()
+    _holders = 0
+    _prev: Optional[int] = None
+    _libc = None
 
     def __enter__(self) -> "_Subreaper":
-        self.prev = None
-        try:
-            import ctypes
+        cls = type(self)
+        with cls._lock:
+            cls._holders += 1
+            if cls._holders == 1:
+                cls._prev = None
+                try:
+                    import ctypes
 
-            self.libc = ctypes.CDLL(None, use_errno=True)
-            val = ctypes.c_int(0)
-            if self.libc.prctl(self.PR_GET_CHILD_SUBREAPER, ctypes.byref(val), 0, 0, 0) == 0:
-                self.prev = val.value
-                self.libc.prctl(self.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        except (OSError, AttributeError):
-            self.prev = None
+                    cls._libc = ctypes.CDLL(None, use_errno=True)
+                    val = ctypes.c_int(0)
+                    if cls._libc.prctl(self.PR_GET_CHILD_SUBREAPER, ctypes.byref(val), 0, 0, 0) == 0:
+                        cls._prev = val.value
+                        cls._libc.prctl(self.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+                except (OSError, AttributeError):
+                    cls._prev = None
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.prev is not None:
-            self.libc.prctl(self.PR_SET_CHILD_SUBREAPER, self.prev, 0, 0, 0)
+        cls = type(self)
+        with cls._lock:
+            cls._holders -= 1
+            if cls._holders == 0 and cls._prev is not None:
+                cls._libc.prctl(self.PR_SET_CHILD_SUBREAPER, cls._prev, 0, 0, 0)
 
 
 class _Tracker:
@@ -421,7 +447,7 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
            deadline_s: float, backend: str = "nccl", env: Optional[Dict[str, str]] = None,
            per_rank_env: Optional[List[Dict[str, str]]] = None,
            phase_deadlines: Optional[Dict[str, float]] = None, run_dir: Optional[str] = None,
-           allow_nvls: bool = False, cancel: Optional[threading.Event] = None) -> LaunchOutcome:
+           allow_nvls: bool = False, cancel: Optional[threading.Event] = None, drain: bool = False) -> LaunchOutcome:
     """Run `payload` as `nranks` processes under `python` and return what each rank did.
 
     deadline_s bounds the whole run; phase_deadlines maps a phase name (or "*" for any phase) to the
@@ -429,6 +455,12 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     phase. The run directory (a fresh temp dir unless given) keeps the per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
     stack probe's prefetch thread: envbuild/doctor/stack_reader.py). Raises FileNotFoundError for a missing
     payload or python.
+
+    `drain`: return once every rank has exited or written a result that is not an error, its exit still to come
+    (the harness's teardown: the process group destroyed, the CUDA context released as the process ends; 0.6-1.1 s
+    of a quick run's probes on the H100, docs/faults.md). A Drain (outcome.drain) watches those exits under the
+    same deadlines while the doctor goes on. Ranks launched while drains run get their pids in SETTLE_PIDS_VAR, so
+    a payload can wait for them before it measures (checks/_harness.py Probe.settle).
     """
     script = resolve_payload(payload)
     if not (os.path.isfile(python) or shutil.which(python)):
@@ -443,23 +475,38 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     pythonpath = None if in_payload_dir else str(payload_dir())
     base = dict(os.environ)
     phase_deadlines = dict(phase_deadlines or {})
+    exiting = settle_pids()
+    if exiting:
+        cap = phase_deadlines.get("settle", phase_deadlines.get("*", deadline_s))
+        env = {**(env or {}), SETTLE_PIDS_VAR: ",".join(str(p) for p in exiting),
+               SETTLE_LIMIT_VAR: f"{min(SETTLE_LIMIT_S, SETTLE_SHARE * cap):.1f}"}
 
     envs = [rank_env(k, nranks, port=port, run_dir=str(rd), gpus=gpus, backend=backend, deadline_s=deadline_s,
                      base=base, extra=env, per_rank=(per_rank_env[k] if per_rank_env else None),
                      allow_nvls=allow_nvls, pythonpath=pythonpath) for k in range(nranks)]
     ranks: List[_Rank] = []  # filled by _watch as ranks start, so the cleanup sees every one
     start = time.monotonic()
+    handed_on = False
     with _Subreaper():
         tracker = _Tracker(str(rd))
         try:
-            timed_out, reason = _watch(ranks, python, script, list(args), envs, rd, deadline_s,
-                                       phase_deadlines, tracker, start, cancel)
+            for k, rank_environ in enumerate(envs):
+                with _signals_deferred():
+                    ranks.append(_start_rank(k, python, script, list(args), rank_environ, rd))
+            timed_out, reason = _follow(ranks, tracker, start, deadline_s, phase_deadlines, cancel,
+                                        until_answered=drain)
+            handed_on = reason == ANSWERED
         except Stopped as stop:
             stop.where = _where(ranks, payload)
             raise
         finally:
-            with _signals_deferred():
-                leftover = _kill_all(ranks, tracker)
+            if not handed_on:
+                with _signals_deferred():
+                    leftover = _kill_all(ranks, tracker)
+        if handed_on:  # the drain takes the subreaper before this launch lets it go: no orphan slips past
+            outcome = _outcome(ranks, False, "", [], time.monotonic() - start, rd)
+            outcome.drain = Drain(ranks, tracker, start, deadline_s, phase_deadlines, outcome)
+            return outcome
     return _outcome(ranks, timed_out, reason, leftover, time.monotonic() - start, rd)
 
 
@@ -476,20 +523,27 @@ def _start_rank(k: int, python: str, script: Path, args: List[str], env: Dict[st
     return _Rank(k, proc, rd)
 
 
-def _watch(ranks: List[_Rank], python: str, script: Path, args: List[str], envs: List[Dict[str, str]], rd: Path,
-           deadline_s: float,
-           phase_deadlines: Dict[str, float], tracker: _Tracker, start: float,
-           cancel: Optional[threading.Event] = None) -> "tuple[bool, str]":
-    """Start the ranks and watch them until all exit, one crashes (plus a grace), or a deadline passes.
+def _answered(r: _Rank) -> bool:
+    """The rank wrote its final result (checks/_harness.py Probe.finish; a first record written early does not
+    count) and it is not an error: what is left of it is its exit. A rank whose payload raised exits non-zero right
+    after its error result, and that exit is the crash a check reports: not drained."""
+    if not r.answer and r.path(".json").exists():
+        data = _read_json(r.path(".json")) or {}
+        r.answer = bool(data.get("final")) and data.get("status") != "error"
+    return bool(r.answer)
 
-    Returns (timed_out, reason). Ranks still alive at the end get their stacks dumped and are marked
-    killed; the caller's cleanup kills them.
+
+def _follow(ranks: List[_Rank], tracker: _Tracker, start: float, deadline_s: float,
+            phase_deadlines: Dict[str, float], cancel: Optional[threading.Event] = None,
+            until_answered: bool = False, dump_on_cancel: bool = True) -> "tuple[bool, str]":
+    """Watch the started ranks until all exit, one crashes (plus a grace), a deadline passes, `cancel` is set, or
+    (`until_answered`) every rank still running has answered (_answered): then (False, ANSWERED).
+
+    Returns (timed_out, reason). Ranks still alive at the end (not ANSWERED) get their stacks dumped (unless
+    cancelled without `dump_on_cancel`) and are marked killed; the caller's cleanup kills them.
     """
     reason = ""
     timed_out = False
-    for k, env in enumerate(envs):
-        with _signals_deferred():
-            ranks.append(_start_rank(k, python, script, args, env, rd))
     first_crash_at: Optional[float] = None
     last_scan = 0.0
     while True:
@@ -506,6 +560,10 @@ def _watch(ranks: List[_Rank], python: str, script: Path, args: List[str], envs:
                     reason = f"rank {r.rank} exited with code {r.proc.returncode}"
         if all(r.exited_on_own is not None for r in ranks):
             break
+        if until_answered and first_crash_at is None and \
+                all(r.exited_on_own is not None or _answered(r) for r in ranks):
+            tracker.scan(ranks)  # what they started so far, for the drain's cleanup
+            return False, ANSWERED
         if first_crash_at is not None and now - first_crash_at > CRASH_GRACE_S:
             break
         if now - start > deadline_s:
@@ -525,11 +583,100 @@ def _watch(ranks: List[_Rank], python: str, script: Path, args: List[str], envs:
         for r in ranks:
             if r.proc.poll() is None:
                 r.state = _proc_state(r.proc.pid)
-        _dump_stacks(ranks)
+        if dump_on_cancel or reason != "cancelled":
+            _dump_stacks(ranks)
         for r in ranks:
             if r.proc.poll() is None:
                 r.killed = True
     return timed_out, reason
+
+
+class Drain:
+    """The exits of a launch's ranks that answered (launch(drain=True)), watched from a thread of its own under the
+    launch's deadlines: its whole-run deadline and its phase deadlines (the harness's "teardown" phase falls under
+    "*"), with the same stack dumps and kills as a rank that hangs inside the launch. A rank stuck in its teardown
+    or crashing there is as much a failure as before; the runner reads it from the outcome once `wait()` returns
+    (envbuild/doctor/runner.py) and puts the launch's failure in place of the check's results.
+
+    Meanwhile the next check runs: a quick doctor on the H100 spent 1.7 s of its 15 s waiting for exits
+    (docs/faults.md, session 11)."""
+
+    def __init__(self, ranks: List[_Rank], tracker: _Tracker, start: float, deadline_s: float,
+                 phase_deadlines: Dict[str, float], outcome: LaunchOutcome):
+        self.ranks, self.tracker, self.outcome = ranks, tracker, outcome
+        self.start, self.deadline_s, self.phase_deadlines = start, deadline_s, dict(phase_deadlines)
+        self.began = time.monotonic()
+        self.done = threading.Event()
+        self._cancel = threading.Event()
+        self._reaper = _Subreaper().__enter__()
+        with _DRAINS_LOCK:
+            _DRAINS.append(self)
+        threading.Thread(target=self._run, name="envbuild-drain", daemon=True).start()
+
+    def pids(self) -> List[int]:
+        """The ranks still running and every process the run started that the tracker knows."""
+        return sorted({r.proc.pid for r in self.ranks if r.proc.poll() is None} | set(self.tracker.known))
+
+    def _run(self) -> None:
+        try:  # stop signals are the main thread's to take (envbuild/doctor/interrupt.py)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        except (AttributeError, OSError, ValueError):  # pragma: no cover
+            pass
+        timed_out, reason, leftover = False, "", []
+        try:
+            timed_out, reason = _follow(self.ranks, self.tracker, self.start, self.deadline_s, self.phase_deadlines,
+                                        self._cancel, dump_on_cancel=False)
+        finally:
+            try:
+                leftover = _kill_all(self.ranks, self.tracker)
+            finally:
+                fresh = _outcome(self.ranks, timed_out, reason, leftover, self.outcome.wall_s,
+                                 Path(self.outcome.run_dir))
+                o = self.outcome
+                o.ranks, o.timed_out, o.reason, o.leftover_pids = fresh.ranks, timed_out, reason, leftover
+                o.hung_ranks, o.crashed_ranks = fresh.hung_ranks, fresh.crashed_ranks
+                self._reaper.__exit__(None, None, None)
+                with _DRAINS_LOCK:
+                    if self in _DRAINS:
+                        _DRAINS.remove(self)
+                self.done.set()
+
+    def wait(self) -> LaunchOutcome:
+        """The outcome, rewritten with the ranks' exits (an Event wait: a stop signal can interrupt it)."""
+        self.done.wait()
+        return self.outcome
+
+    def abort(self) -> None:
+        """Kill what is left now (the doctor was stopped) and wait for the cleanup."""
+        self._cancel.set()
+        self.done.wait()
+
+
+_DRAINS: List[Drain] = []
+_DRAINS_LOCK = threading.Lock()
+
+
+def settle_pids() -> List[int]:
+    """The pids of every rank (and its descendants) still exiting behind an earlier launch."""
+    with _DRAINS_LOCK:
+        drains = list(_DRAINS)
+    return sorted({pid for d in drains for pid in d.pids()})
+
+
+def wait_drains() -> None:
+    """Wait until every drain has ended (each has its deadlines: this never waits longer than they allow)."""
+    with _DRAINS_LOCK:
+        drains = list(_DRAINS)
+    for d in drains:
+        d.wait()
+
+
+def abort_drains() -> None:
+    """End every drain now, killing what is left of its ranks (a stopped doctor leaves no process behind)."""
+    with _DRAINS_LOCK:
+        drains = list(_DRAINS)
+    for d in drains:
+        d.abort()
 
 
 def _wait_a_little(ranks: List[_Rank]) -> None:
@@ -582,6 +729,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             if r.ended is not None and isinstance(result_t, (int, float)) else None,
             import_s=round(imported[1] - imported[0], 3) if imported else None,
             import_wait_s=round(max(0.0, imported[1] - r.started), 3) if imported else None,
+            exiting=r.exited_on_own is None and not r.killed and r.proc.poll() is None,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

@@ -126,7 +126,7 @@ class ProbeRun:
                          backend=self.spec.backend, env={**start, **(env or {})} if start else env,
                          per_rank_env=per_rank_env,
                          phase_deadlines=deadlines,
-                         run_dir=run_dir)
+                         run_dir=run_dir, drain=self.spec.teardown_behind)
         self.outcomes.append(outcome)
         return outcome
 

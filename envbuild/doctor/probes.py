@@ -94,10 +94,11 @@ def failure_result(outcome: LaunchOutcome, *, what: str, hang_causes: Sequence[s
     if outcome.crashed_ranks:
         first = next(r for r in outcome.ranks if r.rank == outcome.crashed_ranks[0])
         msg = _last_error_line(first)
-        # A payload that raised still wrote an "error" verdict: when it names a cause, keep its summary.
+        # A payload that raised still wrote an "error" verdict: when it names a cause, keep its summary. A rank
+        # that answered pass or warn and crashed afterwards (its teardown) is told by where it crashed.
         own = first.result or {}
         summary = f"{what} failed: {lines}" + (f": {msg}" if msg else "")
-        if own.get("summary"):
+        if own.get("summary") and own.get("status") in ("error", "fail"):
             summary = f"{what} failed on rank {first.rank}: {own['summary']}"
         return verdict(Status.FAIL, summary, evidence=evidence,
                       causes=list(crash_causes) or list(own.get("causes", [])), subject=subject,

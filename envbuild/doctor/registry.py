@@ -143,6 +143,13 @@ class ProbeSpec:
     # LD_PRELOAD): called with the check's ProbeRun; every launch of the check gets them, and warm ranks for
     # the check are started with them ahead of time (envbuild/doctor/warm.py). None: the ranks need nothing.
     start_env: Optional[Callable[[Any], Dict[str, str]]] = None
+    # Its ranks' exits (the teardown after their results) run behind the next check (launcher.launch(drain=True)):
+    # a crash or a hang there still fails this check, once the runner has read the drain (runner.py).
+    teardown_behind: bool = False
+    # Its ranks may start while an earlier probe's ranks still exit: its payload waits for them before it measures
+    # (checks/_harness.py Probe.settle), or measures nothing another process on the GPU could move. Otherwise the
+    # runner waits for those exits before the check starts.
+    starts_beside_teardown: bool = False
 
     def __post_init__(self) -> None:
         if set(self.deadline_s) != set(PROBE_MODES):

@@ -41,8 +41,11 @@ def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
     return None
 
 
-def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
-    """One check's results, never an exception: a broken check must not hide the verdicts of the others."""
+def run_check(check: Check, ctx: DoctorContext, behind: Optional[List[ProbeRun]] = None) -> List[Result]:
+    """One check's results, never an exception: a broken check must not hide the verdicts of the others.
+
+    `behind`: where a probe check's run goes when its ranks are still exiting (ProbeSpec.teardown_behind); its
+    results stand until judge_exits has read those exits."""
     start = time.monotonic()
     reason = unmet_need(check, ctx)
     if reason is not None:
@@ -74,12 +77,51 @@ def run_check(check: Check, ctx: DoctorContext) -> List[Result]:
             timing = run.launch_timing()
             for r in results:
                 r.evidence = {**(r.evidence or {}), "launch": (r.evidence or {}).get("launch", timing)}
-    elapsed = time.monotonic() - start
+            if behind is not None and any(o.drain is not None for o in run.outcomes):
+                behind.append(run)
+    return _stamped(check, results, time.monotonic() - start)
+
+
+def _stamped(check: Check, results: List[Result], elapsed: float) -> List[Result]:
+    """The check's id, category and share of `elapsed` on each result; its own causes on a fail or warn that
+    names none."""
     for r in results:
         r.check_id, r.category = check.id, check.category
         r.duration_s = round(elapsed / len(results), 4)
         if r.status in (Status.FAIL, Status.WARN) and not r.causes:
             r.causes = list(check.causes)
+    return results
+
+
+def judge_exits(behind: List[ProbeRun], results: List[Result],
+                on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
+    """`results` once the checks whose ranks exited behind the run (ProbeSpec.teardown_behind) have been read
+    again with those exits: a rank that crashed or hung after its result fails its check as it would have inside
+    the launch (the launch's failure replaces the check's results, which its evidence keeps as
+    `results_before_exit`); otherwise the results stay, their launch evidence completed with the exit times.
+    Waits for every drain (each bounded by its launch's deadlines)."""
+    from envbuild.doctor.launcher import wait_drains
+
+    wait_drains()
+    for run in behind:
+        timing = run.launch_timing()
+        own = [r for r in results if r.check_id == run.check.id]
+        broken = next((f for f in (run.failure(o) for o in run.outcomes if o.drain is not None) if f is not None),
+                      None)
+        if broken is None:
+            for r in own:
+                if "launch" in (r.evidence or {}):
+                    r.evidence["launch"] = timing
+            continue
+        broken.evidence = {**(broken.evidence or {}), "results_before_exit": [
+            {"status": r.status.value, "summary": r.summary, "subject": r.subject} for r in own],
+            "launch": timing}
+        [broken] = _stamped(run.check, [broken], sum(r.duration_s or 0.0 for r in own))
+        at = results.index(own[0]) if own else len(results)
+        results = [r for r in results if r.check_id != run.check.id]
+        results.insert(min(at, len(results)), broken)
+        if on_result is not None:
+            on_result(broken)
     return results
 
 
@@ -156,7 +198,10 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
     def in_order(results: List[Result]) -> List[Result]:
         return sorted(results, key=lambda r: order.get(r.check_id, len(order)))
 
+    from envbuild.doctor.launcher import abort_drains, wait_drains
+
     results: List[Result] = []
+    behind: List[ProbeRun] = []
     remaining = list(checks)
     while remaining:
         check = remaining.pop(next_check(remaining, ctx))
@@ -165,15 +210,23 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
         prepare_warm(remaining, ctx)
         began = time.monotonic()
         try:
-            for r in run_check(check, ctx):
+            if not (check.probe is not None and check.probe.starts_beside_teardown):
+                wait_drains()  # an earlier probe's ranks still exiting: this check would see them on the GPU
+            for r in run_check(check, ctx, behind):
                 results.append(r)
                 if on_result is not None:
                     on_result(r)
         except Stopped as stop:
+            abort_drains()
             stop.partial = in_order(results + [interrupted_result(check, stop, time.monotonic() - began)] +
                                     [not_run_result(c, stop) for c in remaining])
             raise
-    return in_order(results)
+    try:
+        return in_order(judge_exits(behind, results, on_result))
+    except Stopped as stop:  # while the last probes' ranks were exiting: every check has its results
+        abort_drains()
+        stop.partial = in_order(results)
+        raise
 
 
 def warm_ranks(ctx: DoctorContext, checks: List[Check]) -> ContextManager[object]:

@@ -28,7 +28,8 @@ def start_env(run) -> Dict[str, str]:
              options=OPTIONS,
              probe=ProbeSpec("comm_offload_cycle.py", "the offload/resume probe", deadline_s={"quick": 120, "full": 420},
                              phase_deadlines={"init": 90, "*": 90}, hang_causes=("M5", "M4", "C9"),
-                             crash_causes=("C9", "M5"), start_env=start_env))
+                             crash_causes=("C9", "M5"), start_env=start_env,
+                             teardown_behind=True, starts_beside_teardown=True))
 def offload_cycle(ctx, run) -> List[Result]:
     """One rank per GPU runs checks/comm_offload_cycle.py; one Result for the group, metrics of every rank."""
     from envbuild.doctor.probes import merged_result

@@ -35,7 +35,8 @@ OPTIONS = (
              causes=("C5", "C3", "M3"), options=OPTIONS,
              probe=ProbeSpec("comm_weight_sync.py", "the weight-sync probe", deadline_s={"quick": 120, "full": 420},
                              phase_deadlines={"init": 90, "*": 90}, hang_causes=("C5", "C3", "M4"),
-                             crash_causes=("C5", "C3")))
+                             crash_causes=("C5", "C3"), teardown_behind=True,
+                             starts_beside_teardown=True))
 def weight_sync(ctx, run) -> List[Result]:
     """Rank 0 plays "train", the others "rollout" (one rank per GPU).
 

@@ -13,7 +13,7 @@ MEM_MIB = {"quick": 1024, "full": 4096}
              "per GPU", causes=("D1", "D4", "D5", "D10"),
              probe=ProbeSpec("gpu_basic.py", "the basic GPU probe", deadline_s={"quick": 90, "full": 90},
                              phase_deadlines={"cuinit": 30, "context": 60, "*": 45}, backend="none",
-                             hang_causes=("D1", "D4", "D7")))
+                             hang_causes=("D1", "D4", "D7"), teardown_behind=True))
 def gpu_basic(ctx, run) -> List[Result]:
     """One process per GPU runs checks/gpu_basic.py with the env's python; one Result per GPU."""
     from envbuild.doctor.probes import rank_results

@@ -49,7 +49,8 @@ REMEDY = ("look at `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE` for th
                                                                     "--full)", low=0, high=3600, low_open=True),),
              probe=ProbeSpec("gpu_compute.py", "the compute probe", deadline_s={"quick": 60, "full": 120},
                              phase_deadlines={"*": 30}, backend="none", hang_causes=("D3", "D1", "D7"),
-                             crash_causes=("D3",)))
+                             crash_causes=("D3",), teardown_behind=True,
+                             starts_beside_teardown=True))
 def gpu_compute(ctx, run) -> List[Result]:
     """One Result per GPU (subject gpuN) against its peak, plus `peers` comparing the GPUs when there are 2+."""
     seconds = run.option("gpu.compute.seconds") or SECONDS[run.mode]

@@ -19,7 +19,8 @@ _REMEDY = {
              needs=("gpu", "live"), causes=("M1", "M3", "O3", "D8"),
              probe=ProbeSpec("gpu_cumem_ipc.py", "the cuMem/IPC probe", deadline_s={"quick": 150, "full": 420},
                              phase_deadlines={"*": 90}, ranks="one", max_gpus=2,
-                             hang_causes=("M1", "M3", "D8"), crash_causes=("M1", "D8")))
+                             hang_causes=("M1", "M3", "D8"), crash_causes=("M1", "D8"), teardown_behind=True,
+                             starts_beside_teardown=True))
 def cumem_ipc(ctx, run) -> List[Result]:
     """checks/gpu_cumem_ipc.py in one process that sees up to two GPUs (a second for the peer-GPU cases)."""
     outcome = run.launch(["--mode", run.mode])
