@@ -140,6 +140,9 @@ else
 fi
 fault f15-sigstop-offload-pause 45 "a comm.offload_cycle rank SIGSTOPped in phase 'pause 1' (caught inside the 30 s cap)" \
   ENVBUILD_TEST_SIGSTOP_AT='pause 1' -- $Q --check comm.offload_cycle
+# session 12: a rank that answered, then stopped in its teardown, which now runs behind the next check (launcher Drain)
+fault f16-sigstop-weight-sync-teardown 45 "a comm.weight_sync rank SIGSTOPped in phase 'teardown', after its result" \
+  ENVBUILD_TEST_SIGSTOP_AT=teardown -- $Q --check comm.weight_sync
 # their checks did not change: only with the time left
 fault f05-sigstop-weight-sync-start 45 "a comm.weight_sync rank SIGSTOPped before its first phase" \
   ENVBUILD_TEST_SIGSTOP_AT='<start>' -- $Q --check comm.weight_sync

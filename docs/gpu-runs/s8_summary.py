@@ -36,6 +36,7 @@ EXPECTED: Dict[str, Optional[Tuple[List[str], List[str]]]] = {
     "f13-stub-libcuda-first": (["stack.libcuda_stub"], ["stack.torch", "gpu.basic", "comm.offload_cycle"]),
     "f14-compat-libcuda-first": (["stack.libcuda_compat"], ["stack.torch", "gpu.basic", "comm.offload_cycle"]),
     "f15-sigstop-offload-pause": (["comm.offload_cycle"], []),
+    "f16-sigstop-weight-sync-teardown": (["comm.weight_sync"], []),
 }
 
 
