@@ -12,6 +12,20 @@ FIXTURE = Path(__file__).parent / "fixtures" / "healthy-lines.txt"
 LINES = [ln for ln in FIXTURE.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
 
 
+def _runs():
+    """The fixture's lines by source (a `# source` line starts one): each group is one run's lines, so facts of
+    different runs (one run's driver, another's NCCL build) are not read as one log."""
+    groups, cur = [], []
+    for ln in FIXTURE.read_text(encoding="utf-8").splitlines():
+        if ln.startswith("#"):
+            if cur:
+                groups.append(cur)
+            cur = []
+        elif ln.strip():
+            cur.append(ln)
+    return groups + ([cur] if cur else [])
+
+
 def test_the_fixture_holds_lines():
     assert len(LINES) >= 12
 
@@ -23,11 +37,12 @@ def test_no_signature_that_raises_a_cause_or_a_failure_matches_a_healthy_line(li
     assert fired == [], f"{fired} fire on a line healthy runs print"
 
 
-def test_a_log_of_healthy_lines_is_ok(tmp_path):
+@pytest.mark.parametrize("lines", _runs(), ids=lambda g: g[0][-40:])
+def test_a_log_of_one_runs_healthy_lines_is_ok(tmp_path, lines):
     log = tmp_path / "healthy.log"
-    log.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = run(ExplainOptions(paths=[str(log)]))
-    assert result["verdict"] == "ok" and result["causes"] == []
+    assert result["verdict"] == "ok" and result["causes"] == [], [(c["id"], c["adjustments"]) for c in result["causes"]]
 
 
 def test_a_missing_library_is_still_read_outside_nccls_plugin_probe():
