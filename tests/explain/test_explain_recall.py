@@ -110,3 +110,12 @@ def test_a_failure_told_in_chinese_is_not_ok(explain, tmp_path):
     assert data["verdict"] != "ok" and proc.returncode == 1
     _, calm = _run(explain, tmp_path, "训练机器：4x8H800 80G\n")
     assert calm["verdict"] == "ok"
+
+
+def test_a_bounded_memlock_in_ulimit_listing_is_read_and_unlimited_is_not(explain, tmp_path):
+    failing = "ibv_create_cq(cqe=4096) failed: Cannot allocate memory\nmax locked memory       (kbytes, -l) 64\n"
+    _, data = _run(explain, tmp_path, failing)
+    o2 = next(c for c in data["causes"] if c["id"] == "O2")
+    assert "node.memlock_limited" in [e["signature"] for e in o2["evidence"]]
+    _, fine = _run(explain, tmp_path, "max locked memory       (kbytes, -l) unlimited\n")
+    assert fine["verdict"] == "ok" and fine["causes"] == []
