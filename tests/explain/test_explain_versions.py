@@ -56,3 +56,16 @@ def test_a_driver_that_runs_the_build_adds_nothing(tmp_path):
     res = _explain(tmp_path, "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |\n"
                              "torch 2.11.0+cu130\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
     assert _d9(res) is None
+
+
+@pytest.mark.parametrize("text, facts", [
+    ("we use 8xH800, driver 535, conda env\n", {"gpu_model": "H800", "driver_version": "535"}),
+    ("训练机器：4x8H800 80G\n驱动版本：515.43.04\n", {"gpu_model": "H800", "driver_version": "515.43.04"}),
+    ("- nvidia-cuda-runtime-cu12    12.1.105\n- torch==2.4.0\n", {"cuda_runtime_wheel": "12.1", "torch_version": "2.4.0"}),
+    # never a fragment inside an identifier, nor a driver the reporter only plans to install
+    ("NVRM: gpuClearFbhubPoisonIntrForBug2924523_GA100\nupdate driver to 570 fixes it\n", {}),
+])
+def test_environment_descriptions_are_read_as_facts(tmp_path, text, facts):
+    got = {k: v[0]["value"] for k, v in _explain(tmp_path, text)["facts"].items() if k in
+           ("gpu_model", "driver_version", "cuda_runtime_wheel", "torch_version")}
+    assert got == facts
