@@ -15,12 +15,16 @@ from envbuild.explain.scan import ScanResult
 
 MM = Tuple[int, int]
 
-# Minimum Linux x86_64 driver of each CUDA toolkit release before 12.0 (NVIDIA CUDA Toolkit Release Notes, table
-# "CUDA Toolkit and Corresponding Driver Versions", GA releases); 12.0 and later come from envbuild.install.activation.
-OLDER_MIN_DRIVER: Dict[str, str] = {
+# Minimum Linux x86_64 driver of each CUDA toolkit release (NVIDIA CUDA Toolkit Release Notes, table "CUDA Toolkit
+# and Corresponding Driver Versions", GA releases). envbuild.install.activation.MIN_DRIVER holds the 12.0+ rows for
+# create (a lower layer may not import it from here, nor this from there); tests/explain/test_explain_versions.py
+# holds the two equal where they overlap.
+MIN_DRIVER: Dict[str, str] = {
     "8.0": "375.26", "9.0": "384.81", "9.1": "390.46", "9.2": "396.26", "10.0": "410.48", "10.1": "418.39",
     "10.2": "440.33", "11.0": "450.36.06", "11.1": "455.23", "11.2": "460.27.03", "11.3": "465.19.01",
     "11.4": "470.42.01", "11.5": "495.29.05", "11.6": "510.39.01", "11.7": "515.43.04", "11.8": "520.61.05",
+    "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06", "12.4": "550.54.14",
+    "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06",
 }
 
 
@@ -34,10 +38,7 @@ def _mm(v: str) -> Optional[MM]:
 
 
 def min_drivers() -> Dict[MM, Tuple[int, ...]]:
-    from envbuild.install.activation import MIN_DRIVER
-
-    table = {**OLDER_MIN_DRIVER, **MIN_DRIVER}
-    return {_mm(k): _ints(v) for k, v in table.items()}  # type: ignore[misc]
+    return {_mm(k): _ints(v) for k, v in MIN_DRIVER.items()}  # type: ignore[misc]
 
 
 def cuda_of_driver(driver: str) -> Optional[MM]:

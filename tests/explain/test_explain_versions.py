@@ -69,3 +69,10 @@ def test_environment_descriptions_are_read_as_facts(tmp_path, text, facts):
     got = {k: v[0]["value"] for k, v in _explain(tmp_path, text)["facts"].items() if k in
            ("gpu_model", "driver_version", "cuda_runtime_wheel", "torch_version")}
     assert got == facts
+
+
+def test_the_driver_table_agrees_with_creates():
+    from envbuild.explain.versions import MIN_DRIVER
+    from envbuild.install.activation import MIN_DRIVER as CREATE
+
+    assert {k: MIN_DRIVER[k] for k in CREATE} == CREATE
