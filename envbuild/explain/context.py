@@ -99,6 +99,14 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if len(majors) > 1:
         out.append(Adjustment("C6", delta=3.0, reason=f"packages built for CUDA {' and '.join(majors)} in one environment "
                               "(their libraries overwrite or shadow each other)", origin="log"))
+    from envbuild.explain.versions import driver_behind
+
+    behind = driver_behind(scan)
+    if behind:
+        # A newer CUDA major than the driver runs is a contradiction in the log itself ("log"); a newer minor is what
+        # minor-version compatibility covers every day, so it only weighs in when something failed ("log-hint").
+        major = behind[0] == "major"
+        out.append(Adjustment("D9", delta=3.0 if major else 1.0, reason=behind[1], origin="log" if major else "log-hint"))
     return out
 
 

@@ -62,3 +62,9 @@ def test_the_held_out_slice_is_scored_apart_from_the_headline(bench, loro):
     assert not set(held) & {r["file"] for r in loro["rows"]}
     slice_ = bench.accuracy(loro=True, held_out=True)
     assert {r["file"] for r in slice_["rows"]} == set(held)
+    # Each collection is reported apart (frozen at different commits): together they cover the slice exactly.
+    names = {e["collection"] for e in bench.load_manifest() if bench.held_out_slice(e)}
+    assert set(slice_["collections"]) == names and len(names) >= 2
+    assert sum(c["logs"] for c in slice_["collections"].values()) == len(held)
+    for c in slice_["collections"].values():
+        assert c["top1_n"] <= c["top3_n"] <= c["scored"] <= c["logs"]

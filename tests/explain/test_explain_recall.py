@@ -82,3 +82,40 @@ def test_healthy_lines_sharing_the_new_words_raise_nothing(explain, tmp_path):
     proc, data = _run(explain, tmp_path, HEALTHY_LOOKALIKES)
     assert proc.returncode == 0, proc.stdout.decode()
     assert data["verdict"] == "ok" and data["causes"] == []
+
+
+TORCH_OOM = """\
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which 138.94 GiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.
+"""
+
+
+@pytest.mark.parametrize("text, cause, absent", [
+    # CUDA's own out-of-memory code from a VMM allocation (driver API), not torch's allocator message
+    ("[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create\n", "U3", None),
+    # expandable segments set for the run, then a CUDA IPC failure: VMM memory meets IPC
+    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 sync.py\nRuntimeError: CUDA error: invalid argument\n", "M3", None),
+    # torch's OOM advice names expandable segments in every OOM report: it says nothing about the run's settings
+    (TORCH_OOM, "U3", "M3"),
+])
+def test_codes_and_settings_read_as_their_cause(explain, tmp_path, text, cause, absent):
+    _, data = _run(explain, tmp_path, text)
+    ids = [c["id"] for c in data["causes"]]
+    assert data["verdict"] == "explained" and ids[0] == cause, [(c["id"], c["score"]) for c in data["causes"]]
+    assert absent not in ids
+
+
+def test_a_failure_told_in_chinese_is_not_ok(explain, tmp_path):
+    """'After a few steps training hit this error' in the reporter's Chinese: a failure the log's lines may not show."""
+    proc, data = _run(explain, tmp_path, "训练了几个step后遇到这样的错误\n训练机器：4x8H800 80G\n")
+    assert data["verdict"] != "ok" and proc.returncode == 1
+    _, calm = _run(explain, tmp_path, "训练机器：4x8H800 80G\n")
+    assert calm["verdict"] == "ok"
+
+
+def test_a_bounded_memlock_in_ulimit_listing_is_read_and_unlimited_is_not(explain, tmp_path):
+    failing = "ibv_create_cq(cqe=4096) failed: Cannot allocate memory\nmax locked memory       (kbytes, -l) 64\n"
+    _, data = _run(explain, tmp_path, failing)
+    o2 = next(c for c in data["causes"] if c["id"] == "O2")
+    assert "node.memlock_limited" in [e["signature"] for e in o2["evidence"]]
+    _, fine = _run(explain, tmp_path, "max locked memory       (kbytes, -l) unlimited\n")
+    assert fine["verdict"] == "ok" and fine["causes"] == []

@@ -1,0 +1,105 @@
+"""The CUDA a log's driver can run against the CUDA its software was built for, from the log's own facts.
+
+A driver runs every CUDA up to its own (nvidia-smi's "CUDA Version", NCCL's cudaDriverVersion, or the driver
+version through NVIDIA's table of minimum drivers); NCCL's banner (+cudaX.Y), torch's local version (+cuXYZ),
+collect_env's "CUDA used to build PyTorch" and the cudart wheel say what the software needs. A newer CUDA major
+than the driver's cannot run without a forward-compatible libcuda (D9); a newer minor of the same major usually
+runs under minor-version compatibility (healthy runs do it every day), so it is only a hint when something failed.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+from envbuild.explain.scan import ScanResult
+
+MM = Tuple[int, int]
+
+# Minimum Linux x86_64 driver of each CUDA toolkit release (NVIDIA CUDA Toolkit Release Notes, table "CUDA Toolkit
+# and Corresponding Driver Versions", GA releases). envbuild.install.activation.MIN_DRIVER holds the 12.0+ rows for
+# create (a lower layer may not import it from here, nor this from there); tests/explain/test_explain_versions.py
+# holds the two equal where they overlap.
+MIN_DRIVER: Dict[str, str] = {
+    "8.0": "375.26", "9.0": "384.81", "9.1": "390.46", "9.2": "396.26", "10.0": "410.48", "10.1": "418.39",
+    "10.2": "440.33", "11.0": "450.36.06", "11.1": "455.23", "11.2": "460.27.03", "11.3": "465.19.01",
+    "11.4": "470.42.01", "11.5": "495.29.05", "11.6": "510.39.01", "11.7": "515.43.04", "11.8": "520.61.05",
+    "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06", "12.4": "550.54.14",
+    "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06",
+}
+
+
+def _ints(v: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def _mm(v: str) -> Optional[MM]:
+    t = _ints(v)
+    return (t[0], t[1]) if len(t) >= 2 else None
+
+
+def min_drivers() -> Dict[MM, Tuple[int, ...]]:
+    return {_mm(k): _ints(v) for k, v in MIN_DRIVER.items()}  # type: ignore[misc]
+
+
+def cuda_of_driver(driver: str) -> Optional[MM]:
+    """The newest CUDA whose minimum driver this driver meets; a bare branch ("535") counts as its newest build."""
+    d = _ints(driver)
+    if not d:
+        return None
+    if len(d) == 1:
+        d = (d[0], 999, 999)
+    met = [mm for mm, need in min_drivers().items() if d >= need]
+    return max(met) if met else None
+
+
+def driver_cap(scan: ScanResult) -> Optional[Tuple[MM, str]]:
+    """The newest CUDA the log's driver runs, and where that was read (the most capable statement wins: a log
+    that names two drivers, host and container, is not judged by the older one)."""
+    caps: List[Tuple[MM, str]] = []
+    for v in scan.facts.get("driver_cuda", {}):
+        mm = _mm(v)
+        if mm:
+            caps.append((mm, f"nvidia-smi's CUDA Version {v}"))
+    for v in scan.facts.get("cuda_driver_version", {}):
+        if v.isdigit() and len(v) >= 4:
+            n = int(v)
+            caps.append(((n // 1000, (n % 1000) // 10), f"NCCL's cudaDriverVersion {v}"))
+    for v in scan.facts.get("driver_version", {}):
+        mm = cuda_of_driver(v)
+        if mm:
+            caps.append((mm, f"driver {v} (CUDA {mm[0]}.{mm[1]} by NVIDIA's minimum-driver table)"))
+    return max(caps) if caps else None
+
+
+def needed(scan: ScanResult) -> Optional[Tuple[MM, str]]:
+    """The newest CUDA the log's software was built for, and which statement says so."""
+    out: List[Tuple[MM, str]] = []
+    for v in scan.facts.get("nccl_build_cuda", {}):
+        mm = _mm(v)
+        if mm:
+            out.append((mm, f"NCCL built for CUDA {v}"))
+    for v in scan.facts.get("torch_version", {}):
+        m = re.search(r"\+cu(\d{2,3})$", v)
+        if m:
+            digits = m.group(1)
+            mm = (int(digits[:-1]), int(digits[-1]))
+            out.append((mm, f"torch {v}"))
+    for fid, what in (("cuda_runtime", "torch built with CUDA"), ("cuda_runtime_wheel", "the cudart wheel")):
+        for v in scan.facts.get(fid, {}):
+            mm = _mm(v)
+            if mm:
+                out.append((mm, f"{what} {v}"))
+    return max(out) if out else None
+
+
+def driver_behind(scan: ScanResult) -> Optional[Tuple[str, str]]:
+    """("major" | "minor", the sentence) when the log's software needs a newer CUDA than its driver runs."""
+    cap, need = driver_cap(scan), needed(scan)
+    if not cap or not need or need[0] <= cap[0]:
+        return None
+    kind = "major" if need[0][0] > cap[0][0] else "minor"
+    said = (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]}; its {cap[1]} runs CUDA up to "
+            f"{cap[0][0]}.{cap[0][1]}")
+    if kind == "major":
+        return kind, said + ": a newer CUDA major than the driver's cannot run without a forward-compatible libcuda"
+    return kind, said + " (minor-version compatibility usually covers it; a hint only because something failed)"
