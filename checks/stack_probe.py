@@ -573,7 +573,7 @@ def enter(state, name):
             pass
 
 
-def probe_torch(result, errors, init_state, gate, resolve_only=False):
+def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_init=False):
     """torch's facts, then CUDA and NCCL initialised like a training process would; False when there is no torch.
 
     `resolve_only` (create's gate): the loader's trace of torch's libraries instead (resolve_torch), unless it
@@ -593,15 +593,63 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False):
     if spec is None:
         result["torch"] = {"present": False, "error": "No module named 'torch'"}
         return False
-    if resolve_only:
+    if resolve_only or resolve_init:
         try:
-            return resolve_torch(result, errors, spec, lambda name: enter(init_state, name))
+            present = resolve_torch(result, errors, spec, lambda name: enter(init_state, name))
+            if resolve_init:
+                runtime = resolved_runtime(result)
         except Exception as exc:  # a fault of the trace itself too: the gate must judge the loaded libraries then
             why = str(exc) if isinstance(exc, native.NativeUnavailable) else "%s: %s" % (type(exc).__name__, exc)
+            result.pop("mapped", None)
             present = load_torch(result, errors, init_state, gate, spec)
             result["torch"]["resolve_path"] = "not used: %s" % why
             return present
+        if resolve_init:  # CUDA's or NCCL's refusal from here on is a finding (InitError), never a fallback
+            initialise_resolved(result, runtime, init_state, gate)
+        return present
     return load_torch(result, errors, init_state, gate, spec)
+
+
+def resolved_runtime(result):
+    """The CUDA runtime and NCCL calls through the copies the loader's trace resolved for torch (`--resolve-init`):
+    its libcudart of torch's CUDA major and every libnccl it resolved, loaded by their paths into the global scope as
+    torch's _load_global_deps loads the CUDA wheels' libraries; an LD_PRELOADed libnccl is already there, first, as
+    it is for torch. None for a CPU build. NativeUnavailable (before any CUDA call) when a copy does not load or
+    lacks a call: the probe then loads torch's libraries after all."""
+    import ctypes
+
+    import _torch_native as native
+
+    t = result["torch"]
+    if not t.get("cuda"):
+        return None
+    mapped = result.get("mapped") or []
+    major = "libcudart.so.%s" % str(t["cuda"]).split(".")[0]
+    runtimes = [m["path"] for m in mapped if m["family"] == "libcudart"]
+    cudart = next((p for p in runtimes if os.path.basename(p).startswith(major)), runtimes[0] if runtimes else None)
+    nccl = [m["path"] for m in mapped if m["family"] == "libnccl"]
+    if cudart is None or not nccl:
+        raise native.NativeUnavailable("the trace resolved no %s or no libnccl" % major)
+    try:
+        handles = [ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL) for path in [cudart] + nccl]
+    except OSError as exc:
+        raise native.NativeUnavailable("a resolved copy did not load: %s" % exc)
+    return native.Runtime([ctypes.CDLL(None)] + handles)
+
+
+def initialise_resolved(result, runtime, init_state, gate):
+    """CUDA and a 1-rank NCCL group initialised through `runtime` (resolved_runtime), after the gate: the static
+    doctor's facts without loading torch's other libraries (libtorch_cuda, cuBLAS, cuDNN: most of a first run's 2-3 s
+    reading them from disk, docs/faults.md)."""
+    import _torch_native as native
+
+    enter(init_state, "gate")
+    init = {"cuda_tensor": False, "nccl_group": False, "source": LOADER_TRACE, "gate_wait_s": gate()}
+    result["init"] = init
+    native.initialise(result["torch"], runtime, init, lambda name: enter(init_state, name))
+    init["method"] = "%s, then CUDA and NCCL through the copies it resolved: %s" % (LOADER_TRACE, init["method"])
+    result["torch"]["method"] = ("%s: torch's libraries resolved by the dynamic loader (LD_TRACE_LOADED_OBJECTS); of "
+                                 "them only the libcudart and libnccl it resolved loaded" % LOADER_TRACE)
 
 
 def resolve_torch(result, errors, spec, enter_fn):
@@ -816,8 +864,9 @@ def parse_args(argv):
     """--patches FILE: JSON list of {"target": "sglang"|"megatron", "file": name, "path": abs path}.
     --init-timeout S: watchdog for the CUDA/NCCL initialisation (default 120).
     --gate PATH: wait (at most 30 s) for PATH to exist before the first CUDA call (wait_for_gate).
-    --resolve-only: torch's libraries resolved by the loader's trace, not loaded (resolve_torch)."""
-    opts = {"patches": [], "init_timeout": 120.0, "gate": None, "resolve_only": False}
+    --resolve-only: torch's libraries resolved by the loader's trace, not loaded (resolve_torch).
+    --resolve-init: resolved so, then CUDA and NCCL initialised through the copies resolved (initialise_resolved)."""
+    opts = {"patches": [], "init_timeout": 120.0, "gate": None, "resolve_only": False, "resolve_init": False}
     i = 0
     while i < len(argv):
         if argv[i] == "--patches" and i + 1 < len(argv):
@@ -827,8 +876,8 @@ def parse_args(argv):
         elif argv[i] == "--gate" and i + 1 < len(argv):
             opts["gate"] = argv[i + 1]
             i += 2
-        elif argv[i] == "--resolve-only":
-            opts["resolve_only"] = True
+        elif argv[i] in ("--resolve-only", "--resolve-init"):
+            opts[argv[i][2:].replace("-", "_")] = True
             i += 1
         elif argv[i] == "--init-timeout" and i + 1 < len(argv):
             opts["init_timeout"] = float(argv[i + 1])
@@ -906,7 +955,8 @@ def main(argv):
     timer.daemon = True
     timer.start()
     try:
-        if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"]), opts["resolve_only"]):
+        if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"]), opts["resolve_only"],
+                           opts["resolve_init"]):
             probe_without_torch(result, errors)
     except Exception as exc:
         errors["init"] = "%s during %s: %s" % (type(exc).__name__, init_state["phase"], exc)

@@ -37,6 +37,12 @@ EXPECTED: Dict[str, Optional[Tuple[List[str], List[str]]]] = {
     "f14-compat-libcuda-first": (["stack.libcuda_compat"], ["stack.torch", "gpu.basic", "comm.offload_cycle"]),
     "f15-sigstop-offload-pause": (["comm.offload_cycle"], []),
     "f16-sigstop-weight-sync-teardown": (["comm.weight_sync"], []),
+    # session 12: the static doctor's stack probe resolves torch's libraries and initialises CUDA and NCCL through the
+    # copies resolved (--resolve-init); the stack faults again, static
+    "f09s-second-libnccl-preload-static": (["stack.nccl_copies"], []),
+    "f10s-cuda-visible-devices-5-static": (["node.cuda_visible_devices"], ["stack.torch"]),
+    "f13s-stub-libcuda-first-static": (["stack.libcuda_stub"], ["stack.torch"]),
+    "f14s-compat-libcuda-first-static": (["stack.libcuda_compat"], ["stack.torch"]),
 }
 
 

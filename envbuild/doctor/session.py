@@ -160,7 +160,11 @@ def run_doctor(opts: DoctorOptions) -> int:
     _note_renamed(opts.checks + opts.skips)
     profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
     python = resolve_python(opts.python, opts.prefix)
-    stack_reader = StackPrefetch(resolve_only=opts.resolve_only)
+    # A static run's critical path is the stack probe (issue 26: <= 2 s on a node's first run): there it resolves
+    # torch's libraries and initialises CUDA and NCCL through the copies resolved, without loading the rest; a quick
+    # or full run loads them all, its GPU probes importing torch beside it anyway.
+    stack_reader = StackPrefetch(resolve_only=opts.resolve_only,
+                                 resolve_init=opts.mode == "static" and not opts.resolve_only)
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options), env_origins=dict(opts.env_origins))

@@ -37,7 +37,7 @@ def _tail(text: str, lines: int = 8) -> str:
 
 def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optional[List[Dict[str, str]]] = None,
                cancel: Optional[threading.Event] = None, gate: Optional[str] = None,
-               resolve_only: bool = False) -> Dict[str, Any]:
+               resolve_only: bool = False, resolve_init: bool = False) -> Dict[str, Any]:
     """Run the stack probe with `python` (default: this interpreter) under the launcher and return its JSON object
     (facts/stack.py describes it).
 
@@ -45,7 +45,10 @@ def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optio
     probe crashes before answering, it does not answer within `timeout_s`, or `cancel` is set first. `gate`: a
     path the probe waits for (at most 30 s) before its first CUDA call (checks/stack_probe.py wait_for_gate).
     `resolve_only`: the probe asks the dynamic loader which copies torch's libraries bind instead of loading them
-    (`--resolve-only`, checks/_loader_trace.py): create's gate, ~26 MB instead of ~410 MB; no CUDA/NCCL init."""
+    (`--resolve-only`, checks/_loader_trace.py): create's gate, ~26 MB instead of ~410 MB; no CUDA/NCCL init.
+    `resolve_init`: resolved so, then CUDA and a 1-rank NCCL group initialised through the libcudart and libnccl
+    the trace resolved (`--resolve-init`): the static doctor, whose first run on a node otherwise spent most of its
+    seconds reading torch's other libraries from disk."""
     from envbuild.doctor.launcher import launch
 
     python = python or sys.executable
@@ -56,7 +59,7 @@ def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optio
     run_dir = tempfile.mkdtemp(prefix=leftovers.tmp_prefix("envbuild-run"))
     try:
         args = ["--init-timeout", str(init_timeout_s(timeout_s))] + (["--gate", gate] if gate else [])
-        args += ["--resolve-only"] if resolve_only else []
+        args += ["--resolve-only"] if resolve_only else ["--resolve-init"] if resolve_init else []
         if patches:
             patch_file = os.path.join(run_dir, "patches.json")
             with open(patch_file, "w") as fh:
@@ -97,8 +100,9 @@ class StackPrefetch:
     finished while it still runs (CPython's _wait_for_tstate_lock releases the lock the running thread holds), and
     the close that followed would then not wait for the cleanup."""
 
-    def __init__(self, resolve_only: bool = False) -> None:
-        self._resolve_only = resolve_only  # every probe of this reader is read_stack's `resolve_only`
+    def __init__(self, resolve_only: bool = False, resolve_init: bool = False) -> None:
+        # every probe of this reader is read_stack's `resolve_only` / `resolve_init`
+        self._resolve_only, self._resolve_init = resolve_only, resolve_init
         self._thread: Optional[threading.Thread] = None
         self._python: Optional[str] = None
         self._cancel = threading.Event()
@@ -120,7 +124,7 @@ class StackPrefetch:
     def _run(self) -> None:
         try:
             self._data = read_stack(self._python or "", cancel=self._cancel, gate=self._gate,
-                                    resolve_only=self._resolve_only)
+                                    resolve_only=self._resolve_only, resolve_init=self._resolve_init)
         except Exception as exc:  # handed to the check that asks, as if it had read the stack itself
             self._error = exc
         finally:
@@ -137,7 +141,7 @@ class StackPrefetch:
 
     def __call__(self, python: str) -> Dict[str, Any]:
         if self._thread is None or python != self._python:
-            return read_stack(python, resolve_only=self._resolve_only)
+            return read_stack(python, resolve_only=self._resolve_only, resolve_init=self._resolve_init)
         self._done.wait()
         if self._error is not None:
             raise self._error

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_gcc, run_probe, torch_env
+from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_gcc, run_doctor, run_probe, torch_env
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
@@ -242,3 +242,56 @@ def test_any_fault_of_the_trace_falls_back_to_loading_with_the_reason(tmp_path, 
     assert stack_probe.probe_torch(result, errors, {}, lambda: None, resolve_only=True) is True
     assert loaded == ["torch"] and errors == {}
     assert result["torch"]["resolve_path"] == "not used: KeyError: 'a fault of the trace'"
+
+
+def test_resolve_init_initialises_cuda_and_nccl_through_the_resolved_copies_without_loading_torch(tmp_path):
+    """The static doctor's probe (`--resolve-init`): the trace's copies, then CUDA and a 1-rank NCCL group through the
+    libcudart and libnccl it resolved, with the same facts as loading torch's libraries, while libtorch_cuda (and
+    with it the bulk of a first run's reads from disk) is never loaded."""
+    site = tmp_path / "site"
+    fake_torch(site, preloading=True)
+    loaded, traced = tmp_path / "loaded", tmp_path / "traced"
+    full = run_probe(_env(site, FAKE_TORCH_LOADED=str(loaded)))
+    fast = run_probe(_env(site, FAKE_TORCH_LOADED=str(traced)), "--resolve-init")
+    assert fast["_rc"] == 0, fast["_stderr"]
+    assert loaded.exists() and not traced.exists()
+    assert _copies(fast) == _copies(full)
+    t, init = fast["torch"], fast["init"]
+    assert t["method"].startswith(LOADER_TRACE) and "resolve_path" not in t
+    assert init["source"] == LOADER_TRACE and init["method"].startswith(LOADER_TRACE + ", then CUDA and NCCL")
+    for key in ("cuda_available", "device_count", "nccl_version"):
+        assert t[key] == full["torch"][key], key
+    assert init["cuda_tensor"] is init["nccl_group"] is True
+    assert init["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.28.9"
+    assert fast["cuda_runtime"] == full["cuda_runtime"]
+
+
+def test_resolve_init_runs_the_preloaded_libnccl_as_torch_would(tmp_path):
+    """With another libnccl in LD_PRELOAD, NCCL's calls bind to it first (its banner), as under torch."""
+    site = tmp_path / "site"
+    fake_torch(site, preloading=True)
+    other = full_nccl(tmp_path / "other", "2.28.3")
+    full = run_probe(_env(site, LD_PRELOAD=str(other)))
+    fast = run_probe(_env(site, LD_PRELOAD=str(other)), "--resolve-init")
+    assert _copies(fast) == _copies(full)
+    assert fast["init"]["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.28.3"
+
+
+def test_resolve_init_reports_cudas_refusal_as_a_finding_not_a_fallback(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site)
+    traced = tmp_path / "traced"
+    fast = run_probe(_env(site, FAKE_CUDA_MALLOC_RC="2", FAKE_TORCH_LOADED=str(traced)), "--resolve-init")
+    assert "cudaMalloc: Error 2 cudaErrorMemoryAllocation: out of memory" in fast["errors"]["init"]
+    assert not traced.exists() and "resolve_path" not in fast["torch"]
+
+
+def test_the_static_doctor_probes_with_resolve_init_and_quick_loads(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site)
+    proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
+    init = results["stack.torch"]["evidence"]["init"]
+    assert results["stack.torch"]["status"] == "pass", results["stack.torch"]
+    assert init["method"].startswith(LOADER_TRACE + ", then CUDA and NCCL"), init
+    proc, results = run_doctor(["--check", "stack.torch", "--quick"], _env(site), tmp_path)
+    assert "no `import torch`" in results["stack.torch"]["evidence"]["init"]["method"]
