@@ -91,6 +91,10 @@ SETTLE_LIMIT_VAR = "ENVBUILD_SETTLE_S"
 # (`stack_probe.py --resolve-only`, create's gate; checks/_loader_trace.py) instead of a process that loaded them, and
 # the prefix of that trace's torch.method and init.method: envbuild's stack.torch check tells the gate's facts by it.
 LOADER_TRACE = "loader trace"
+# How init.method starts when, after that trace, CUDA and a 1-rank NCCL group were initialised through the libcudart
+# and libnccl it resolved (`stack_probe.py --resolve-init`, the static doctor): the copies were resolved, and these two
+# loaded and run.
+RESOLVED_INIT = LOADER_TRACE + ", then CUDA and NCCL through the copies it resolved"
 
 
 # The launcher (envbuild/doctor/launcher.py) names every variable it set or changed in a payload's environment

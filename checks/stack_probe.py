@@ -36,7 +36,8 @@ import tempfile
 import threading
 import time
 
-from _common import (LOADER_TRACE, cudnn_version_string, cuda_version_string, mapped_paths, nccl_version_string,
+from _common import (LOADER_TRACE, RESOLVED_INIT, cudnn_version_string, cuda_version_string, mapped_paths,
+                     nccl_version_string,
                      user_environ)
 
 PAYLOAD_VERSION = 1
@@ -605,6 +606,7 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
             result["torch"]["resolve_path"] = "not used: %s" % why
             return present
         if resolve_init:  # CUDA's or NCCL's refusal from here on is a finding (InitError), never a fallback
+            read_ahead(result.get("mapped") or [], ("libnccl", "libcuda"))
             initialise_resolved(result, runtime, init_state, gate)
         return present
     return load_torch(result, errors, init_state, gate, spec)
@@ -637,6 +639,23 @@ def resolved_runtime(result):
     return native.Runtime([ctypes.CDLL(None)] + handles)
 
 
+def read_ahead(mapped, families):
+    """Ask the kernel to read the copies of `families` into the page cache now (POSIX_FADV_WILLNEED: asynchronous),
+    so that cuInit and NCCL's first communicator (which loads NCCL's kernels from its file) find them there on a
+    node's first run: on the lent H100, with the page cache dropped, the 1-rank NCCL group took 0.62 s of a 1.47 s
+    probe (docs/faults.md, session 12). Best effort."""
+    for entry in mapped:
+        if entry.get("family") in families:
+            try:
+                fd = os.open(entry.get("realpath") or entry["path"], os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                finally:
+                    os.close(fd)
+            except (OSError, AttributeError):
+                pass
+
+
 def initialise_resolved(result, runtime, init_state, gate):
     """CUDA and a 1-rank NCCL group initialised through `runtime` (resolved_runtime), after the gate: the static
     doctor's facts without loading torch's other libraries (libtorch_cuda, cuBLAS, cuDNN: most of a first run's 2-3 s
@@ -647,7 +666,7 @@ def initialise_resolved(result, runtime, init_state, gate):
     init = {"cuda_tensor": False, "nccl_group": False, "source": LOADER_TRACE, "gate_wait_s": gate()}
     result["init"] = init
     native.initialise(result["torch"], runtime, init, lambda name: enter(init_state, name))
-    init["method"] = "%s, then CUDA and NCCL through the copies it resolved: %s" % (LOADER_TRACE, init["method"])
+    init["method"] = "%s: %s" % (RESOLVED_INIT, init["method"])
     result["torch"]["method"] = ("%s: torch's libraries resolved by the dynamic loader (LD_TRACE_LOADED_OBJECTS); of "
                                  "them only the libcudart and libnccl it resolved loaded" % LOADER_TRACE)
 

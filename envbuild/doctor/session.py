@@ -134,37 +134,47 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
 
 def run_doctor(opts: DoctorOptions) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
-    from envbuild.doctor.context import DoctorContext
+    from envbuild.doctor.stack_reader import StackPrefetch
+
+    if opts.mode not in ("static", "quick", "full"):
+        raise EnvbuildError(f"unknown mode {opts.mode!r}")
+    listing = opts.list_only or opts.list_options
+    python = resolve_python(opts.python, opts.prefix) if not listing else ""
+    # A static run's critical path is the stack probe (issue 26: <= 2 s on a node's first run): there it resolves
+    # torch's libraries and initialises CUDA and NCCL through the copies resolved, without loading the rest; a quick
+    # or full run loads them all, its GPU probes importing torch beside it anyway.
+    stack_reader = StackPrefetch(resolve_only=opts.resolve_only,
+                                 resolve_init=opts.mode == "static" and not opts.resolve_only)
+    if not listing and opts.root is None and not opts.checks and not opts.skips:
+        # Every check runs, the stack and node ones among them: the probe starts now, gated until NVML's snapshot
+        # (start_stack_early), so the imports and set-up below (a first run reads them from disk too) overlap it.
+        stack_reader.start(python, gated=True)
     import signal
 
     import click
 
+    from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.interrupt import Stopped, stop_on_signals
+    from envbuild.doctor.progress_rows import RowProgress, left_out_count
     from envbuild.doctor.registry import declared_options, select
-    from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import open_source
     from envbuild.profile import load_profile
     from envbuild.report import terminal
-    from envbuild.doctor.progress_rows import RowProgress, left_out_count
     from envbuild.report.progress import save_durations
 
-    if opts.mode not in ("static", "quick", "full"):
-        raise EnvbuildError(f"unknown mode {opts.mode!r}")
     if opts.list_only:
         terminal.print_check_list(select(opts.checks, opts.skips, mode=None))
         return 0
     if opts.list_options:
         terminal.print_option_list(declared_options())
         return 0
-    chosen = select(opts.checks, opts.skips, mode=opts.mode)
-    _note_renamed(opts.checks + opts.skips)
-    profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
-    python = resolve_python(opts.python, opts.prefix)
-    # A static run's critical path is the stack probe (issue 26: <= 2 s on a node's first run): there it resolves
-    # torch's libraries and initialises CUDA and NCCL through the copies resolved, without loading the rest; a quick
-    # or full run loads them all, its GPU probes importing torch beside it anyway.
-    stack_reader = StackPrefetch(resolve_only=opts.resolve_only,
-                                 resolve_init=opts.mode == "static" and not opts.resolve_only)
+    try:
+        chosen = select(opts.checks, opts.skips, mode=opts.mode)
+        _note_renamed(opts.checks + opts.skips)
+        profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
+    except BaseException:
+        stack_reader.close()
+        raise
     facts = open_source(opts.root, python=python, stack_reader=stack_reader)
     ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                         require_gpu=opts.require_gpu, options=dict(opts.options), env_origins=dict(opts.env_origins))
@@ -211,15 +221,16 @@ def start_stack_early(ctx: "DoctorContext", chosen: Sequence["Check"], reader: "
     from envbuild.facts.source import FactUnavailable
 
     if not ctx.facts.is_live or not any(c.category == "stack" and unmet_need(c, ctx) is None for c in chosen):
+        reader.open_gate()  # one started ahead (run_doctor) waits for nothing then
         return
     snapshot = any(c.category == "node" for c in chosen)
-    reader.start(ctx.python or "", gated=snapshot)
+    reader.start(ctx.python or "", gated=snapshot)  # a no-op when run_doctor started it ahead, gated
     if snapshot:  # a stop signal here leaves the gate shut: the session's close cancels the probe
         try:
             ctx.facts.nvml()
         except FactUnavailable:
             pass
-        reader.open_gate()
+    reader.open_gate()
 
 
 def _note_renamed(patterns: List[str]) -> None:

@@ -131,8 +131,8 @@ class StackPrefetch:
             self._done.set()
 
     def open_gate(self) -> None:
-        """Let the probe make its CUDA calls (a no-op for an ungated one)."""
-        if self._gate is not None:
+        """Let the probe make its CUDA calls (a no-op for an ungated one, or once open)."""
+        if self._gate is not None and not os.path.exists(self._gate):
             os.close(os.open(self._gate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
 
     def pending(self) -> bool:

@@ -14,7 +14,7 @@ from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
-from _common import LOADER_TRACE  # noqa: E402
+from _common import LOADER_TRACE, RESOLVED_INIT  # noqa: E402
 
 
 def _env(site, **extra):
@@ -258,7 +258,7 @@ def test_resolve_init_initialises_cuda_and_nccl_through_the_resolved_copies_with
     assert _copies(fast) == _copies(full)
     t, init = fast["torch"], fast["init"]
     assert t["method"].startswith(LOADER_TRACE) and "resolve_path" not in t
-    assert init["source"] == LOADER_TRACE and init["method"].startswith(LOADER_TRACE + ", then CUDA and NCCL")
+    assert init["source"] == LOADER_TRACE and init["method"].startswith(RESOLVED_INIT)
     for key in ("cuda_available", "device_count", "nccl_version"):
         assert t[key] == full["torch"][key], key
     assert init["cuda_tensor"] is init["nccl_group"] is True
@@ -292,6 +292,6 @@ def test_the_static_doctor_probes_with_resolve_init_and_quick_loads(tmp_path):
     proc, results = run_doctor(["--check", "stack.torch"], _env(site), tmp_path)
     init = results["stack.torch"]["evidence"]["init"]
     assert results["stack.torch"]["status"] == "pass", results["stack.torch"]
-    assert init["method"].startswith(LOADER_TRACE + ", then CUDA and NCCL"), init
+    assert init["method"].startswith(RESOLVED_INIT), init
     proc, results = run_doctor(["--check", "stack.torch", "--quick"], _env(site), tmp_path)
     assert "no `import torch`" in results["stack.torch"]["evidence"]["init"]["method"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from envbuild.data.checks._common import LOADER_TRACE
+from envbuild.data.checks._common import LOADER_TRACE, RESOLVED_INIT
 from envbuild.doctor.registry import check, verdict
 from envbuild.doctor.signatures import causes_in_text
 from envbuild.facts import stack_view as sv
@@ -103,10 +103,13 @@ def torch_present(ctx) -> Result:
     if t.get("cuda_available"):
         what += f"; {t.get('device_count')} GPU(s) visible; " + (
             "CUDA tensor and a 1-rank NCCL group initialised" if init.get("nccl_group") else "CUDA initialised")
-    elif init.get("source") == LOADER_TRACE:  # create's gate: the libraries were resolved, never loaded
+    elif init.get("source") == LOADER_TRACE and not str(init.get("method", "")).startswith(RESOLVED_INIT):
+        # create's gate: the libraries were resolved, never loaded
         what += "; libraries resolved by the dynamic loader's trace, not loaded: CUDA and NCCL not initialised"
     else:
-        what += "; no GPU visible, so CUDA and NCCL were not initialised (libraries are those `import torch` maps)"
+        libraries = ("those the dynamic loader's trace resolved" if init.get("source") == LOADER_TRACE
+                     else "those `import torch` maps")
+        what += f"; no GPU visible, so CUDA and NCCL were not initialised (libraries are {libraries})"
     unmet = sv.unmet_requirements(stack, "torch")
     if unmet:  # the probe loads torch's libraries without its Python part: what that part needs, pip check's way
         evidence["unmet_requirements"] = unmet
