@@ -26,13 +26,14 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -77,14 +78,34 @@ def cpu_run(hook: Dict[str, str], cap: float, nranks: int) -> Dict[str, object]:
             "summary": "" if broken is None else broken.summary, "left": out.leftover_pids}
 
 
+# The doctors running now: a stop of this benchmark (SIGTERM, SIGINT: a `timeout` around it) is passed on to them,
+# and each ends its ranks itself (its own clean stop), so none runs on after the benchmark.
+RUNNING: Set[subprocess.Popen] = set()
+
+
+def _pass_stop_on(signum: int, _frame: object) -> None:
+    for proc in list(RUNNING):
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except OSError:
+            pass
+    raise SystemExit(128 + signum)
+
+
 def doctor_run(hook: Dict[str, str], doctor_args: List[str], workdir: str, k: int) -> Dict[str, object]:
     """One whole `envbuild doctor` run (this checkout's) with the hook in its environment."""
     marker = uuid.uuid4().hex
     report = os.path.join(workdir, f"stop{k}.json")
     env = {**os.environ, **hook, "ENVBUILD_TEST_MARK": marker,
            "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--json", report, "-q", *doctor_args],
-                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    with subprocess.Popen([sys.executable, "-m", "envbuild", "doctor", "--json", report, "-q", *doctor_args],
+                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        RUNNING.add(proc)
+        try:
+            _out, err = proc.communicate(timeout=600)
+        finally:
+            RUNNING.discard(proc)
     ended = time.time()
     try:
         doc = json.loads(Path(report).read_text())
@@ -94,10 +115,12 @@ def doctor_run(hook: Dict[str, str], doctor_args: List[str], workdir: str, k: in
     left = marked(marker)
     return {"ended": ended, "status": "fail" if bad else ("pass" if doc else "no report"),
             "summary": "; ".join(f"{r['check_id']}: {r['summary'][:160]}" for r in bad),
-            "exit_code": proc.returncode, "left": left, "stderr_tail": proc.stderr[-400:]}
+            "exit_code": proc.returncode, "left": left, "stderr_tail": err[-400:]}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _pass_stop_on)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stops", type=int, default=20)
     ap.add_argument("--cpu", action="store_true", help="the CPU payload under the launcher instead of the doctor")
