@@ -104,6 +104,13 @@ def doctor_run(hook: Dict[str, str], doctor_args: List[str], workdir: str, k: in
         RUNNING.add(proc)
         try:
             _out, err = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:  # a doctor past any deadline of its own: stopped as a user would
+            proc.terminate()
+            try:
+                _out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _out, err = proc.communicate()
         finally:
             RUNNING.discard(proc)
     ended = time.time()

@@ -366,8 +366,9 @@ def start_helpers() -> Dict[str, Helper]:
     A helper waits for its first request before it touches CUDA (serve_helper), so starting all five at once
     costs no GPU memory and cannot move the vmm.churn free-memory reading. Each is still used, and closed, at
     the same point of the sequence as when each was a fresh interpreter started one stage at a time (three
-    serial start-ups, 4.8-5.3 s each on the lent H200 machine, of which 0.24-0.28 s was their work), so no two
-    helpers hold CUDA contexts at a time they did not before."""
+    serial start-ups, 4.8-5.3 s each on the lent H200 machine, of which 0.24-0.28 s was their work), except the two
+    torch.multiprocessing pairs, which since session 12 run side by side: four helper CUDA contexts at once there
+    (about 0.5 GiB each), for 0.3-0.5 s less of the probe."""
     from functools import partial
 
     import torch  # loaded once here, inherited by every helper
@@ -468,7 +469,7 @@ def _main(p: Probe, mode: str, helpers: Dict[str, Helper]) -> None:
             p.evidence["legacy_ipc_on_cumem_memory"] = f"probe failed: {exc}"
     # The two pairs are separate processes with nothing in common: run side by side, each pair's CUDA start-up
     # (most of its 0.5-0.6 s on the H100, docs/faults.md) overlaps the other's.
-    with p.phase("torch_mp"):
+    with p.phase("torch_mp expandable off and on"):
         pairs = {expandable: (helpers.pop(f"tm_producer.{expandable}"), helpers.pop(f"tm_consumer.{expandable}"))
                  for expandable in (False, True)}
         with ThreadPoolExecutor(max_workers=2) as pool:

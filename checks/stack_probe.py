@@ -628,7 +628,8 @@ def resolved_runtime(result):
     mapped = result.get("mapped") or []
     major = "libcudart.so.%s" % str(t["cuda"]).split(".")[0]
     runtimes = [m["path"] for m in mapped if m["family"] == "libcudart"]
-    cudart = next((p for p in runtimes if os.path.basename(p).startswith(major)), runtimes[0] if runtimes else None)
+    # only torch's major: a libcudart of another one (an LD_PRELOAD) is not the runtime torch's calls bind to
+    cudart = next((p for p in runtimes if os.path.basename(p).startswith(major)), None)
     nccl = [m["path"] for m in mapped if m["family"] == "libnccl"]
     if cudart is None or not nccl:
         raise native.NativeUnavailable("the trace resolved no %s or no libnccl" % major)

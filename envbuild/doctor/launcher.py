@@ -97,7 +97,7 @@ class RankOutcome:
     import_s: Optional[float] = None
     import_wait_s: Optional[float] = None
     # Its result was written and the launch returned while it was still exiting (its teardown runs behind the next
-    # check: Drain); returncode and after_result_s come when the drain ends, which sets this back to False.
+    # check: Drain); its returncode and after_result_s are in the drain's outcome (Drain.wait).
     exiting: bool = False
 
 
@@ -113,8 +113,8 @@ class LaunchOutcome:
     run_dir: str = ""
     reason: str = ""  # why the run was stopped early, "" when every rank exited on its own
     leftover_pids: List[int] = field(default_factory=list)  # must stay empty; kept for the report
-    # The ranks' exits when the launch returned before them (launch(drain=True)): wait() on it, then read this
-    # outcome again (the drain rewrites its fields in place). None when every rank had exited.
+    # The ranks' exits when the launch returned before them (launch(drain=True)): its wait() gives the launch's
+    # outcome with those exits (a new object; this one stays as the check saw it). None when every rank had exited.
     drain: Optional["Drain"] = field(default=None, repr=False, compare=False)
 
     @property
@@ -504,8 +504,9 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
                 with _signals_deferred():
                     leftover = _kill_all(ranks, tracker)
         if handed_on:  # the drain takes the subreaper before this launch lets it go: no orphan slips past
-            outcome = _outcome(ranks, False, "", [], time.monotonic() - start, rd)
-            outcome.drain = Drain(ranks, tracker, start, deadline_s, phase_deadlines, outcome)
+            with _signals_deferred():
+                outcome = _outcome(ranks, False, "", [], time.monotonic() - start, rd, handed_on=True)
+                outcome.drain = Drain(ranks, tracker, start, deadline_s, phase_deadlines, outcome)
             return outcome
     return _outcome(ranks, timed_out, reason, leftover, time.monotonic() - start, rd)
 
@@ -603,48 +604,55 @@ class Drain:
 
     def __init__(self, ranks: List[_Rank], tracker: _Tracker, start: float, deadline_s: float,
                  phase_deadlines: Dict[str, float], outcome: LaunchOutcome):
+        """Registered and started with stop signals held back (the launch calls it inside _signals_deferred): a stop
+        between the two would leave ranks that no drain and no cleanup knows."""
         self.ranks, self.tracker, self.outcome = ranks, tracker, outcome
         self.start, self.deadline_s, self.phase_deadlines = start, deadline_s, dict(phase_deadlines)
-        self.began = time.monotonic()
+        self.final: Optional[LaunchOutcome] = None  # the launch's outcome with the exits, once done
         self.done = threading.Event()
         self._cancel = threading.Event()
         self._reaper = _Subreaper().__enter__()
         with _DRAINS_LOCK:
             _DRAINS.append(self)
-        threading.Thread(target=self._run, name="envbuild-drain", daemon=True).start()
+        try:
+            threading.Thread(target=self._run, name="envbuild-drain", daemon=True).start()
+        except RuntimeError:  # no thread to be had: watch the exits here, as an ordinary launch would have
+            self._run()
 
     def pids(self) -> List[int]:
         """The ranks still running and every process the run started that the tracker knows."""
         return sorted({r.proc.pid for r in self.ranks if r.proc.poll() is None} | set(self.tracker.known))
 
     def _run(self) -> None:
-        try:  # stop signals are the main thread's to take (envbuild/doctor/interrupt.py)
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-        except (AttributeError, OSError, ValueError):  # pragma: no cover
-            pass
-        timed_out, reason, leftover = False, "", []
         try:
-            timed_out, reason = _follow(self.ranks, self.tracker, self.start, self.deadline_s, self.phase_deadlines,
-                                        self._cancel, dump_on_cancel=False)
-        finally:
+            if threading.current_thread() is not threading.main_thread():  # stop signals are the main thread's
+                try:
+                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+                except (AttributeError, OSError, ValueError):  # pragma: no cover
+                    pass
+            timed_out, reason, leftover = False, "", []
             try:
-                leftover = _kill_all(self.ranks, self.tracker)
+                timed_out, reason = _follow(self.ranks, self.tracker, self.start, self.deadline_s,
+                                            self.phase_deadlines, self._cancel, dump_on_cancel=False)
             finally:
-                fresh = _outcome(self.ranks, timed_out, reason, leftover, self.outcome.wall_s,
+                leftover = _kill_all(self.ranks, self.tracker)
+                # a new outcome, never the launch's rewritten: the check may still be reading that one
+                final = _outcome(self.ranks, timed_out, reason, leftover, self.outcome.wall_s,
                                  Path(self.outcome.run_dir))
-                o = self.outcome
-                o.ranks, o.timed_out, o.reason, o.leftover_pids = fresh.ranks, timed_out, reason, leftover
-                o.hung_ranks, o.crashed_ranks = fresh.hung_ranks, fresh.crashed_ranks
-                self._reaper.__exit__(None, None, None)
-                with _DRAINS_LOCK:
-                    if self in _DRAINS:
-                        _DRAINS.remove(self)
-                self.done.set()
+                final.drain = self
+                self.final = final
+        finally:
+            self._reaper.__exit__(None, None, None)
+            with _DRAINS_LOCK:
+                if self in _DRAINS:
+                    _DRAINS.remove(self)
+            self.done.set()
 
     def wait(self) -> LaunchOutcome:
-        """The outcome, rewritten with the ranks' exits (an Event wait: a stop signal can interrupt it)."""
+        """The launch's outcome with the ranks' exits (an Event wait: a stop signal can interrupt it); the launch's
+        own outcome when the drain could not build it."""
         self.done.wait()
-        return self.outcome
+        return self.final or self.outcome
 
     def abort(self) -> None:
         """Kill what is left now (the doctor was stopped) and wait for the cleanup."""
@@ -701,7 +709,10 @@ def _where(ranks: List[_Rank], payload: str) -> str:
 
 
 def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[int], wall: float,
-             rd: Path) -> LaunchOutcome:
+             rd: Path, handed_on: bool = False) -> LaunchOutcome:
+    """What every rank did, from its files and its process. `handed_on`: the launch returns before its ranks' exits
+    (Drain): a rank the launch has not seen exit is `exiting`, with no return code yet, even if it has exited since
+    (the drain reads that exit; polling here could see it half, with no crash recorded for a non-zero code)."""
     outcomes = []
     for r in ranks:
         ph = r.phase()
@@ -718,7 +729,8 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
         elif r.killed and not (ph or {}).get("phase"):  # stuck starting: the time since its start
             elapsed = round(time.time() - r.started, 2)
         outcomes.append(RankOutcome(
-            rank=r.rank, returncode=r.proc.returncode, result=result,
+            rank=r.rank, returncode=None if handed_on and r.exited_on_own is None else r.proc.returncode,
+            result=result,
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
             log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
             pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state, warm=r.warm,
@@ -729,7 +741,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             if r.ended is not None and isinstance(result_t, (int, float)) else None,
             import_s=round(imported[1] - imported[0], 3) if imported else None,
             import_wait_s=round(max(0.0, imported[1] - r.started), 3) if imported else None,
-            exiting=r.exited_on_own is None and not r.killed and r.proc.poll() is None,
+            exiting=handed_on and r.exited_on_own is None,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

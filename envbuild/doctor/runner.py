@@ -19,6 +19,7 @@ from envbuild.report.model import Result, Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.interrupt import Stopped
+    from envbuild.doctor.launcher import LaunchOutcome
 
 
 def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
@@ -56,23 +57,8 @@ def run_check(check: Check, ctx: DoctorContext, behind: Optional[List[ProbeRun]]
         results = [verdict(status, reason,
                            remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]
     else:
-        mark = len(getattr(ctx.facts, "touched", ()))  # bundle replays: which files this check read
         run = ProbeRun(check, ctx) if check.probe is not None else None
-        try:
-            out = check.fn(ctx) if run is None else check.fn(ctx, run)
-            results = out if isinstance(out, list) else [out]
-        except ProbeBroken as exc:  # the payload hung or crashed: its fail, built by the runner
-            results = [exc.result]
-        except FactHung as exc:  # a node command that hung is the node's problem, not a fact we may skip
-            results = [verdict(Status.ERROR, str(exc), evidence={"hung": True},
-                               remediation="find what blocks it on the node (`ps -eo pid,stat,wchan:30,cmd | "
-                                           "grep ' D'`: processes in D state), then rerun")]
-        except FactUnavailable as exc:
-            results = [verdict(Status.SKIP, str(exc))]
-        except Exception as exc:  # a broken check is reported, never fatal to the run
-            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-            results = [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}"
-                                             f"{crash_note(ctx.facts, mark)}", evidence={"traceback": tail})]
+        results = _judged(check, ctx, run)
         if run is not None and run.outcomes:  # last in the evidence: what fold.py searches comes first
             timing = run.launch_timing()
             for r in results:
@@ -80,6 +66,45 @@ def run_check(check: Check, ctx: DoctorContext, behind: Optional[List[ProbeRun]]
             if behind is not None and any(o.drain is not None for o in run.outcomes):
                 behind.append(run)
     return _stamped(check, results, time.monotonic() - start)
+
+
+def _judged(check: Check, ctx: DoctorContext, run: Optional[ProbeRun]) -> List[Result]:
+    """The check function's results, its failures included: a hung or crashed probe's fail, a node command that
+    hung, a fact it could not read, or the check itself broken."""
+    mark = len(getattr(ctx.facts, "touched", ()))  # bundle replays: which files this check read
+    try:
+        out = check.fn(ctx) if run is None else check.fn(ctx, run)
+        return out if isinstance(out, list) else [out]
+    except ProbeBroken as exc:  # the payload hung or crashed: its fail, built by the runner
+        return [exc.result]
+    except FactHung as exc:  # a node command that hung is the node's problem, not a fact we may skip
+        return [verdict(Status.ERROR, str(exc), evidence={"hung": True},
+                        remediation="find what blocks it on the node (`ps -eo pid,stat,wchan:30,cmd | "
+                                    "grep ' D'`: processes in D state), then rerun")]
+    except FactUnavailable as exc:
+        return [verdict(Status.SKIP, str(exc))]
+    except Exception as exc:  # a broken check is reported, never fatal to the run
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+        return [verdict(Status.ERROR, f"the check itself failed: {type(exc).__name__}: {exc}"
+                                      f"{crash_note(ctx.facts, mark)}", evidence={"traceback": tail})]
+
+
+class ReplayRun(ProbeRun):
+    """A probe check's run judged again on the outcomes its launches ended with, their ranks' exits included (read
+    by the drains): the check function runs as it did, its launches answered from `finals`, in order, instead of
+    starting ranks. So a rank that hung or crashed after its result is judged by the check itself (its per-GPU rows,
+    its comparisons, the causes it names), as it would have been had the launch waited for the exit."""
+
+    def __init__(self, run: ProbeRun, finals: List["LaunchOutcome"]):
+        super().__init__(run.check, run.ctx)
+        self._finals = list(finals)
+
+    def launch_outcome(self, args: Sequence[str] = (), **kw: object) -> "LaunchOutcome":
+        if not self._finals:
+            raise RuntimeError(f"{self.check.id} asked for more launches than it made")
+        outcome = self._finals.pop(0)
+        self.outcomes.append(outcome)
+        return outcome
 
 
 def _stamped(check: Check, results: List[Result], elapsed: float) -> List[Result]:
@@ -96,33 +121,61 @@ def _stamped(check: Check, results: List[Result], elapsed: float) -> List[Result
 def judge_exits(behind: List[ProbeRun], results: List[Result],
                 on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
     """`results` once the checks whose ranks exited behind the run (ProbeSpec.teardown_behind) have been read
-    again with those exits: a rank that crashed or hung after its result fails its check as it would have inside
-    the launch (the launch's failure replaces the check's results, which its evidence keeps as
-    `results_before_exit`); otherwise the results stay, their launch evidence completed with the exit times.
-    Waits for every drain (each bounded by its launch's deadlines)."""
+    again with those exits. A rank that crashed or hung after its result: the check is judged again on the outcomes
+    with the exits (ReplayRun), as it would have been inside the launch, and those results replace its first ones
+    (kept in the evidence as `results_before_exit`). Otherwise the results stay, their launch evidence completed with
+    the exit times. Waits for every drain (each bounded by its launch's deadlines)."""
     from envbuild.doctor.launcher import wait_drains
 
     wait_drains()
     for run in behind:
-        timing = run.launch_timing()
+        finals = [o.drain.wait() if o.drain is not None else o for o in run.outcomes]
+        broke = any(o.drain is not None and not f.ok for o, f in zip(run.outcomes, finals))
         own = [r for r in results if r.check_id == run.check.id]
-        broken = next((f for f in (run.failure(o) for o in run.outcomes if o.drain is not None) if f is not None),
-                      None)
-        if broken is None:
+        if not broke:
+            run.outcomes[:] = finals
+            timing = run.launch_timing()
             for r in own:
                 if "launch" in (r.evidence or {}):
                     r.evidence["launch"] = timing
             continue
-        broken.evidence = {**(broken.evidence or {}), "results_before_exit": [
-            {"status": r.status.value, "summary": r.summary, "subject": r.subject} for r in own],
-            "launch": timing}
-        [broken] = _stamped(run.check, [broken], sum(r.duration_s or 0.0 for r in own))
+        replay = ReplayRun(run, finals)
+        fresh = _judged(run.check, run.ctx, replay)
+        timing = replay.launch_timing()
+        before = [{"status": r.status.value, "summary": r.summary, "subject": r.subject} for r in own]
+        for r in fresh:
+            r.evidence = {**(r.evidence or {}), "results_before_exit": before, "launch": timing}
+        fresh = _stamped(run.check, fresh, sum(r.duration_s or 0.0 for r in own))
         at = results.index(own[0]) if own else len(results)
         results = [r for r in results if r.check_id != run.check.id]
-        results.insert(min(at, len(results)), broken)
-        if on_result is not None:
-            on_result(broken)
+        results[at:at] = fresh
+        for r in fresh:
+            if on_result is not None:
+                on_result(r)
+    for r in results:  # a probe that waited for an earlier one's exit in vain measured beside it: say so
+        beside = (r.evidence or {}).get("settle") or {}
+        if beside.get("still_running") and "measured beside" not in r.summary:
+            r.summary += (f" (measured beside pid {', '.join(map(str, beside['still_running']))} of an earlier probe, "
+                          f"still exiting after {beside.get('waited_s')} s)")
     return results
+
+
+def cut_short(behind: List[ProbeRun], results: List[Result], stop: "Stopped") -> List[Result]:
+    """`results` after a stop signal: a check whose ranks were still exiting (their drain not done) is not judged,
+    since how its ranks would have ended is unknown; its results become an interrupted skip."""
+    exiting = {run.check.id: run.check for run in behind
+               if any(o.drain is not None and not o.drain.done.is_set() for o in run.outcomes)}
+    if not exiting:
+        return results
+    out = [r for r in results if r.check_id not in exiting]
+    for cid, check in exiting.items():
+        before = [{"status": x.status.value, "summary": x.summary} for x in results if x.check_id == cid]
+        out.append(Result(check.id, check.category, Status.SKIP,
+                          f"interrupted by {stop.name} while its ranks were exiting after their results "
+                          "(phase 'teardown'); not judged",
+                          evidence={"interrupted": True, "signal": stop.name, "where": "teardown",
+                                    "results_before_exit": before}))
+    return out
 
 
 def mode_skip(check: Check, ctx: DoctorContext) -> Result:
@@ -217,13 +270,15 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
                 if on_result is not None:
                     on_result(r)
         except Stopped as stop:
+            results = cut_short(behind, results, stop)
             abort_drains()
             stop.partial = in_order(results + [interrupted_result(check, stop, time.monotonic() - began)] +
                                     [not_run_result(c, stop) for c in remaining])
             raise
     try:
         return in_order(judge_exits(behind, results, on_result))
-    except Stopped as stop:  # while the last probes' ranks were exiting: every check has its results
+    except Stopped as stop:  # while the last probes' ranks were exiting: every other check has its results
+        results = cut_short(behind, results, stop)
         abort_drains()
         stop.partial = in_order(results)
         raise

@@ -168,18 +168,19 @@ def run_doctor(opts: DoctorOptions) -> int:
     if opts.list_options:
         terminal.print_option_list(declared_options())
         return 0
-    try:
+    try:  # bad input or a stop before the session's own cleanup takes over: the probe started ahead ends here
         chosen = select(opts.checks, opts.skips, mode=opts.mode)
         _note_renamed(opts.checks + opts.skips)
         profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
+        facts = open_source(opts.root, python=python, stack_reader=stack_reader)
+        ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
+                            require_gpu=opts.require_gpu, options=dict(opts.options),
+                            env_origins=dict(opts.env_origins))
+        progress = RowProgress(opts.mode, [c.id for c in chosen], left_out_count(opts.checks, opts.skips, opts.mode),
+                               quiet=opts.quiet)
     except BaseException:
         stack_reader.close()
         raise
-    facts = open_source(opts.root, python=python, stack_reader=stack_reader)
-    ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
-                        require_gpu=opts.require_gpu, options=dict(opts.options), env_origins=dict(opts.env_origins))
-    progress = RowProgress(opts.mode, [c.id for c in chosen], left_out_count(opts.checks, opts.skips, opts.mode),
-                           quiet=opts.quiet)
     with stop_on_signals() as stops:
         try:
             try:
