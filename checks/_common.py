@@ -74,6 +74,19 @@ def human_bytes(n: int) -> str:
     return "%d B" % n
 
 
+def stat_fields(pid):
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), None if gone. Split after the
+    last ")" because the command name itself may hold spaces and parentheses. The launcher's process tracking
+    (envbuild/doctor/launcher.py) and a payload's wait for an earlier probe's exit (_harness.py Probe.settle) both
+    read it."""
+    try:
+        with open("/proc/%s/stat" % pid, "r") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(")") + 2:].split(" ")
+
+
 # How a warm interpreter (checks/_warm.py) hands its rank the wall-clock start and end of the torch import it made
 # ahead ("began,finished"); the rank's harness takes it out of the environment (the launcher's import_s and
 # import_wait_s), and a payload that re-executes itself drops it (the new image imports torch on its own).

@@ -53,7 +53,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from _common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, WARM_IMPORT_T_VAR
+from _common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, WARM_IMPORT_T_VAR, stat_fields
 
 # ---------------------------------------------------------------------------------------------------
 # nccl-tests' bandwidth definitions (nccl-tests doc/PERFORMANCE.md, from nccl-tests doc/PERFORMANCE.md):
@@ -109,12 +109,8 @@ def parse_mode(argv: Optional[List[str]] = None, **choices: Sequence[str]) -> ar
 def _running(pid: int) -> bool:
     """Whether `pid` still runs: a zombie has already closed its files, the GPU's among them (its CUDA context is
     gone), so it counts as gone."""
-    try:
-        with open("/proc/%d/stat" % pid, "r") as fh:
-            data = fh.read()
-    except OSError:
-        return False
-    return data[data.rfind(")") + 2:][:1] not in ("Z", "X", "")
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X", "")
 
 
 def _env_int(name: str, default: int) -> int:

@@ -37,8 +37,7 @@ import threading
 import time
 
 from _common import (LOADER_TRACE, RESOLVED_INIT, cudnn_version_string, cuda_version_string, mapped_paths,
-                     nccl_version_string,
-                     user_environ)
+                     nccl_version_string, user_environ)
 
 PAYLOAD_VERSION = 1
 LIB_FAMILIES = ("libnccl", "libcudart", "libcudnn", "libcuda", "libnvidia-ml")

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 
 from envbuild import leftovers
 from envbuild.doctor import warm
-from envbuild.data.checks._common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, mark_launcher_set
+from envbuild.data.checks._common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, mark_launcher_set, stat_fields
 from envbuild.doctor.interrupt import Stopped
 from envbuild.doctor.rankproc import NVLS_OFF, rank_preexec, rendezvous_port
 from envbuild.doctor.rankproc import signals_deferred as _signals_deferred
@@ -195,21 +195,9 @@ def _tail(path: Path, limit: int = TAIL_CHARS) -> str:
         return ""
 
 
-def _stat_fields(pid: "int | str") -> Optional[List[str]]:
-    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), None if gone.
-
-    Split after the last ")" because the command name itself may hold spaces and parentheses."""
-    try:
-        with open(f"/proc/{pid}/stat", "r") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(")") + 2:].split(" ")
-
-
 def _proc_state(pid: int) -> Optional[str]:
     """The state letter from /proc/<pid>/stat (R, S, D, T = stopped, Z = zombie), None if gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields[0] if fields else None
 
 
@@ -217,7 +205,7 @@ def _proc_table() -> Dict[int, tuple]:
     """pid -> (ppid, pgid, state) for every process we can see."""
     table = {}
     for name in os.listdir("/proc"):
-        fields = _stat_fields(name) if name.isdigit() else None
+        fields = stat_fields(name) if name.isdigit() else None
         if fields:
             table[int(name)] = (int(fields[1]), int(fields[2]), fields[0])
     return table
@@ -484,7 +472,7 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
     envs = [rank_env(k, nranks, port=port, run_dir=str(rd), gpus=gpus, backend=backend, deadline_s=deadline_s,
                      base=base, extra=env, per_rank=(per_rank_env[k] if per_rank_env else None),
                      allow_nvls=allow_nvls, pythonpath=pythonpath) for k in range(nranks)]
-    ranks: List[_Rank] = []  # filled by _watch as ranks start, so the cleanup sees every one
+    ranks: List[_Rank] = []  # filled as ranks start, so the cleanup sees every one
     start = time.monotonic()
     handed_on = False
     with _Subreaper():
@@ -596,8 +584,8 @@ class Drain:
     """The exits of a launch's ranks that answered (launch(drain=True)), watched from a thread of its own under the
     launch's deadlines: its whole-run deadline and its phase deadlines (the harness's "teardown" phase falls under
     "*"), with the same stack dumps and kills as a rank that hangs inside the launch. A rank stuck in its teardown
-    or crashing there is as much a failure as before; the runner reads it from the outcome once `wait()` returns
-    (envbuild/doctor/runner.py) and puts the launch's failure in place of the check's results.
+    or crashing there is as much a failure as before: the runner takes the outcome `wait()` returns and judges the
+    check again on it (envbuild/doctor/runner.py judge_exits).
 
     Meanwhile the next check runs: a quick doctor on the H100 spent 1.7 s of its 15 s waiting for exits
     (docs/faults.md, session 11)."""
@@ -664,26 +652,26 @@ _DRAINS: List[Drain] = []
 _DRAINS_LOCK = threading.Lock()
 
 
+def _live_drains() -> List[Drain]:
+    """The drains not yet done (a copy: each removes itself when it ends)."""
+    with _DRAINS_LOCK:
+        return list(_DRAINS)
+
+
 def settle_pids() -> List[int]:
     """The pids of every rank (and its descendants) still exiting behind an earlier launch."""
-    with _DRAINS_LOCK:
-        drains = list(_DRAINS)
-    return sorted({pid for d in drains for pid in d.pids()})
+    return sorted({pid for d in _live_drains() for pid in d.pids()})
 
 
 def wait_drains() -> None:
     """Wait until every drain has ended (each has its deadlines: this never waits longer than they allow)."""
-    with _DRAINS_LOCK:
-        drains = list(_DRAINS)
-    for d in drains:
+    for d in _live_drains():
         d.wait()
 
 
 def abort_drains() -> None:
     """End every drain now, killing what is left of its ranks (a stopped doctor leaves no process behind)."""
-    with _DRAINS_LOCK:
-        drains = list(_DRAINS)
-    for d in drains:
+    for d in _live_drains():
         d.abort()
 
 
@@ -715,6 +703,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
     (the drain reads that exit; polling here could see it half, with no crash recorded for a non-zero code)."""
     outcomes = []
     for r in ranks:
+        exiting = handed_on and r.exited_on_own is None
         ph = r.phase()
         result = _read_json(r.path(".json"))
         first = (result or {}).get("first_phase_t")
@@ -729,8 +718,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
         elif r.killed and not (ph or {}).get("phase"):  # stuck starting: the time since its start
             elapsed = round(time.time() - r.started, 2)
         outcomes.append(RankOutcome(
-            rank=r.rank, returncode=None if handed_on and r.exited_on_own is None else r.proc.returncode,
-            result=result,
+            rank=r.rank, returncode=None if exiting else r.proc.returncode, result=result,
             phase=(ph or {}).get("phase") or None, stderr_tail=_tail(r.path(".log")),
             log_path=str(r.path(".log")), stack_dump=r.stack_dump, stdout_path=str(r.path(".stdout.log")),
             pid=r.proc.pid, phase_elapsed_s=elapsed, state=r.state, warm=r.warm,
@@ -741,7 +729,7 @@ def _outcome(ranks: List[_Rank], timed_out: bool, reason: str, leftover: List[in
             if r.ended is not None and isinstance(result_t, (int, float)) else None,
             import_s=round(imported[1] - imported[0], 3) if imported else None,
             import_wait_s=round(max(0.0, imported[1] - r.started), 3) if imported else None,
-            exiting=handed_on and r.exited_on_own is None,
+            exiting=exiting,
         ))
     hung = [r.rank for r in ranks if r.killed]
     crashed = [r.rank for r in ranks if r.exited_on_own not in (None, 0)]

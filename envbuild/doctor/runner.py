@@ -125,9 +125,6 @@ def judge_exits(behind: List[ProbeRun], results: List[Result],
     with the exits (ReplayRun), as it would have been inside the launch, and those results replace its first ones
     (kept in the evidence as `results_before_exit`). Otherwise the results stay, their launch evidence completed with
     the exit times. Waits for every drain (each bounded by its launch's deadlines)."""
-    from envbuild.doctor.launcher import wait_drains
-
-    wait_drains()
     for run in behind:
         finals = [o.drain.wait() if o.drain is not None else o for o in run.outcomes]
         broke = any(o.drain is not None and not f.ok for o, f in zip(run.outcomes, finals))
@@ -256,6 +253,13 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
     results: List[Result] = []
     behind: List[ProbeRun] = []
     remaining = list(checks)
+
+    def give_up(stop: "Stopped", extra: List[Result]) -> None:
+        """A stop: the checks whose ranks still exit are not judged, those ranks are killed, the report keeps the
+        rest."""
+        stop.partial = in_order(cut_short(behind, results, stop) + extra)
+        abort_drains()
+
     while remaining:
         check = remaining.pop(next_check(remaining, ctx))
         if on_start is not None:
@@ -270,17 +274,13 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
                 if on_result is not None:
                     on_result(r)
         except Stopped as stop:
-            results = cut_short(behind, results, stop)
-            abort_drains()
-            stop.partial = in_order(results + [interrupted_result(check, stop, time.monotonic() - began)] +
-                                    [not_run_result(c, stop) for c in remaining])
+            give_up(stop, [interrupted_result(check, stop, time.monotonic() - began)] +
+                    [not_run_result(c, stop) for c in remaining])
             raise
     try:
         return in_order(judge_exits(behind, results, on_result))
     except Stopped as stop:  # while the last probes' ranks were exiting: every other check has its results
-        results = cut_short(behind, results, stop)
-        abort_drains()
-        stop.partial = in_order(results)
+        give_up(stop, [])
         raise
 
 
