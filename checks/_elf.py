@@ -10,10 +10,12 @@ whose code is not one of the plain `return constant` forms (after the endbr64 a 
 Standard library only.
 """
 import struct
-from typing import Optional
+from typing import List, Optional, Tuple
 
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_STRTAB, DT_SYMTAB, DT_GNU_HASH = 0, 5, 6, 0x6FFFFEF5
+DT_VERDEF, DT_VERNEED = 0x6FFFFFFC, 0x6FFFFFFE
+LOADER_READ = 64 * 1024  # bytes asked ahead at each table the loader reads: its string table is most of it
 SYM_SIZE = 24  # Elf64_Sym
 EM_X86_64 = 62
 ENDBR64 = b"\xf3\x0f\x1e\xfa"  # the indirect-branch landing pad -fcf-protection puts at each function's entry
@@ -82,6 +84,24 @@ class _Image:
             if hashed & 1:
                 return None
             index += 1
+
+
+def loader_tables(path: str) -> List[Tuple[int, int]]:
+    """(file offset, size) of the tables the dynamic loader reads in a library before running any of its code,
+    beyond the ELF header and dynamic table that opening it here has just read from disk: the dynamic string
+    table (its needed sonames and search paths), the version tables (their checks) and the GNU hash table.
+    Why: checks/_loader_trace.py asks the kernel to read these ahead, many files at once (read_tables_ahead), so
+    the loader's trace of torch's libraries does not fault them in one at a time on a node's first run."""
+    with open(path, "rb") as fh:
+        image = _Image(fh)
+    out = []
+    for tag in (DT_STRTAB, DT_VERNEED, DT_VERDEF, DT_GNU_HASH):
+        if tag in image.dyn:
+            try:
+                out.append((image.offset(image.dyn[tag]), LOADER_READ))
+            except ValueError:  # an address outside the file's bytes: nothing there to read ahead
+                pass
+    return out
 
 
 def _gnu_hash(name):

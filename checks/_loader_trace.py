@@ -27,6 +27,7 @@ verdict is then the full probe's). A missing symbol (not version) is not seen: t
 (docs/checks-stack.md, known gaps). CUDA and NCCL are never initialised here. Standard library only.
 """
 import builtins
+import glob
 import io
 import os
 import re
@@ -161,17 +162,60 @@ def global_deps(pkg_dir: str, loader: Loader) -> None:
         raise NativeUnavailable("torch's _load_global_deps cannot be traced: %s: %s" % (type(exc).__name__, exc))
 
 
+def start_read_ahead(paths: Sequence[str]) -> Optional[subprocess.Popen]:
+    """checks/_read_ahead.py on `paths`, in a process of its own beside the trace (None when it cannot start):
+    stop it with stop_read_ahead once the trace is done.
+
+    Why a process: the trace's loader faults in each library's tables one file after another on a node's first
+    run (0.41-0.49 s with the page cache dropped against 0.15-0.23 s warm on the lent H100, docs/gpu-runs/s13/);
+    read side by side ahead of it, most are in the page cache when the trace asks. Threads of this process would
+    take the interpreter's lock from the trace's own steps: warm, that cost more than it saved."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_read_ahead.py")
+    try:
+        return subprocess.Popen([sys.executable, "-E", "-s", "-S", script] + list(paths), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def stop_read_ahead(proc: Optional[subprocess.Popen]) -> None:
+    """End the read-ahead (it is of no use once the trace is done) and reap it: the probe leaves no process."""
+    if proc is not None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def torch_libraries(pkg_dir: str) -> List[str]:
+    """The shared libraries of torch's own lib directory and of the CUDA wheels beside it (site-packages/nvidia/*/
+    lib): the files the trace of `import torch` reads most, biggest last (_read_ahead.py starts from the end)."""
+    found = glob.glob(os.path.join(pkg_dir, "lib", "*.so*"))
+    found += glob.glob(os.path.join(os.path.dirname(pkg_dir), "nvidia", "*", "lib", "*.so*"))
+    files = {os.path.realpath(p) for p in found if os.path.isfile(p)}
+
+    def size(path: str) -> int:
+        try:
+            return os.path.getsize(path)
+        except OSError:
+            return 0
+    return sorted(files, key=size)
+
+
 def resolve(pkg_dir: str, cuda_build: bool) -> List[str]:
     """Every file `import torch` would map, in load order: this python's own, _load_global_deps' files, the torch._C
     extension and its dependencies, then (for a CUDA build) the libcuda.so.1 the CUDA runtime would open by name,
     unless a libcuda is mapped already (then the runtime's dlopen returns that one)."""
     require_local_scope()
     c_extension = extension(pkg_dir)
-    loader = Loader()
-    global_deps(pkg_dir, loader)
-    loader.open(c_extension)
-    if cuda_build and not any(os.path.basename(p).startswith("libcuda.so") for p in loader.mapped):
-        loader.open(DRIVER_SONAME)
+    reader = start_read_ahead(torch_libraries(pkg_dir) + [c_extension])
+    try:
+        loader = Loader()
+        global_deps(pkg_dir, loader)
+        loader.open(c_extension)
+        if cuda_build and not any(os.path.basename(p).startswith("libcuda.so") for p in loader.mapped):
+            loader.open(DRIVER_SONAME)
+    finally:
+        stop_read_ahead(reader)
     return loader.mapped
 
 

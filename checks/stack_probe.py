@@ -594,11 +594,14 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
         result["torch"] = {"present": False, "error": "No module named 'torch'"}
         return False
     if resolve_only or resolve_init:
+        versions = None
         try:
-            present = resolve_torch(result, errors, spec, lambda name: enter(init_state, name))
+            versions = resolve_torch(result, errors, spec, lambda name: enter(init_state, name), resolve_init)
             if resolve_init:
                 runtime = resolved_runtime(result)
         except Exception as exc:  # a fault of the trace itself too: the gate must judge the loaded libraries then
+            if versions is not None:
+                versions.join()  # its child process ends before the probe loads torch's libraries instead
             why = str(exc) if isinstance(exc, native.NativeUnavailable) else "%s: %s" % (type(exc).__name__, exc)
             result.pop("mapped", None)
             present = load_torch(result, errors, init_state, gate, spec)
@@ -606,8 +609,11 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
             return present
         if resolve_init:  # CUDA's or NCCL's refusal from here on is a finding (InitError), never a fallback
             read_ahead(result.get("mapped") or [], ("libnccl", "libcuda"))
-            initialise_resolved(result, runtime, init_state, gate)
-        return present
+            try:
+                initialise_resolved(result, runtime, init_state, gate)
+            finally:
+                versions.join()
+        return True
     return load_torch(result, errors, init_state, gate, spec)
 
 
@@ -671,20 +677,29 @@ def initialise_resolved(result, runtime, init_state, gate):
                                  "them only the libcudart and libnccl it resolved loaded" % LOADER_TRACE)
 
 
-def resolve_torch(result, errors, spec, enter_fn):
+def resolve_torch(result, errors, spec, enter_fn, versions_beside=False):
     """torch's facts and the `mapped` copies from the dynamic loader's trace (checks/_loader_trace.py), with their
     versions read from the files and, for the C APIs, in a child process: nothing of torch is loaded here and CUDA
     and NCCL are not initialised, so the probe stays a few tens of MB. NativeUnavailable when the trace cannot
-    stand in for loading."""
+    stand in for loading.
+
+    Returns None once the versions are in; with `versions_beside` (--resolve-init) the thread reading them instead,
+    to be joined: its child's 0.07 s warm (more on a node's first run, dlopening cuDNN) then run beside CUDA's and
+    NCCL's initialisation, which needs only the copies' paths."""
     import _loader_trace as loader_trace
 
     t, paths = loader_trace.torch_facts(spec, enter_fn)
     mapped = mapped_entries(paths)
-    add_file_versions(mapped, errors, "mapped_versions")
     result["torch"], result["mapped"] = t, mapped
     result["init"] = {"cuda_tensor": False, "nccl_group": False, "source": LOADER_TRACE,
                       "method": loader_trace.METHOD + "; CUDA and NCCL not initialised"}
-    return True
+    if not versions_beside:
+        add_file_versions(mapped, errors, "mapped_versions")
+        return None
+    versions = threading.Thread(target=add_file_versions, args=(mapped, errors, "mapped_versions"),
+                                name="mapped-versions", daemon=True)
+    versions.start()
+    return versions
 
 
 def load_torch(result, errors, init_state, gate, spec):

@@ -50,17 +50,26 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
       envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime
       envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime --quick
     """
-    from envbuild.doctor.session import run_doctor
-    from envbuild.doctor.settings import resolve_doctor
+    from envbuild.doctor.session import run_doctor, start_stack_ahead
+    from envbuild.doctor.settings import resolve_doctor, run_mode
     from envbuild.fleet.options import check_outputs, resolve_fleet, run_fleet
 
     fleet = resolve_fleet(fleet_flags)
-    opts = resolve_doctor(profile_name=profile_name, python=python, prefix=prefix, root=root, mode=mode, gpus=gpus,
-                          checks=checks, skips=skips, list_only=list_only, list_options=list_options, strict=strict,
-                          require_gpu=require_gpu, sets=sets, soak=soak, quiet=quiet,
-                          outputs={"json_path": json_path, "junit_path": junit_path, "prom_path": prom_path,
-                                   "html_path": html_path})
-    if list_only or list_options:
-        return run_doctor(opts)
-    check_outputs(opts, fleet)
-    return run_fleet(opts, fleet) if fleet.wanted else run_doctor(opts)
+    if list_only or list_options or fleet.wanted:
+        ahead = None
+    else:  # this node's run: its stack probe starts while the options below are resolved
+        ahead = start_stack_ahead(mode=run_mode(mode, soak), python=python, prefix=prefix, root=root, checks=checks,
+                                  skips=skips)
+    try:
+        opts = resolve_doctor(profile_name=profile_name, python=python, prefix=prefix, root=root, mode=mode,
+                              gpus=gpus, checks=checks, skips=skips, list_only=list_only, list_options=list_options,
+                              strict=strict, require_gpu=require_gpu, sets=sets, soak=soak, quiet=quiet,
+                              outputs={"json_path": json_path, "junit_path": junit_path, "prom_path": prom_path,
+                                       "html_path": html_path})
+        if list_only or list_options:
+            return run_doctor(opts)
+        check_outputs(opts, fleet)
+        return run_fleet(opts, fleet) if fleet.wanted else run_doctor(opts, ahead)
+    finally:
+        if ahead is not None:  # bad input or a stop before the run took it over: no probe outlives the command
+            ahead.close()

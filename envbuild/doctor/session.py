@@ -132,23 +132,45 @@ def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Seque
                   duration_s=round(time.monotonic() - t0, 3), envbuild_version=__version__, interrupted=interrupted)
 
 
-def run_doctor(opts: DoctorOptions) -> int:
-    """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn)."""
+def stack_reader_for(mode: str, resolve_only: bool = False) -> "StackPrefetch":
+    """The doctor's stack reader. A static run's critical path is the stack probe (issue 26: <= 2 s on a node's
+    first run): there it resolves torch's libraries and initialises CUDA and NCCL through the copies resolved,
+    without loading the rest; a quick or full run loads them all, its GPU probes importing torch beside it anyway."""
     from envbuild.doctor.stack_reader import StackPrefetch
 
+    return StackPrefetch(resolve_only=resolve_only, resolve_init=mode == "static" and not resolve_only)
+
+
+def start_stack_ahead(*, mode: str, python: Optional[str], prefix: Optional[str], root: Optional[str],
+                      checks: Sequence[str], skips: Sequence[str]) -> Optional["StackPrefetch"]:
+    """The stack probe started before the run's options are resolved, when every check runs on this node (no
+    --root, --check or --skip): gated until NVML's snapshot (start_stack_early), it loads its libraries while the
+    settings import every check's module and load the profile (a first run reads them from disk: 0.1-0.2 s with
+    --profile). None when it cannot start yet; hand it to run_doctor, or close it when the command ends first."""
+    if root is not None or checks or skips:
+        return None
+    try:
+        interpreter = resolve_python(python, prefix)
+    except EnvbuildError:  # resolving the options says what is wrong, with its exit code
+        return None
+    reader = stack_reader_for(mode)
+    reader.start(interpreter, gated=True)
+    return reader
+
+
+def run_doctor(opts: DoctorOptions, stack_reader: Optional["StackPrefetch"] = None) -> int:
+    """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn).
+    `stack_reader`: one start_stack_ahead started for these options (run_doctor closes it)."""
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
     listing = opts.list_only or opts.list_options
     python = resolve_python(opts.python, opts.prefix) if not listing else ""
-    # A static run's critical path is the stack probe (issue 26: <= 2 s on a node's first run): there it resolves
-    # torch's libraries and initialises CUDA and NCCL through the copies resolved, without loading the rest; a quick
-    # or full run loads them all, its GPU probes importing torch beside it anyway.
-    stack_reader = StackPrefetch(resolve_only=opts.resolve_only,
-                                 resolve_init=opts.mode == "static" and not opts.resolve_only)
-    if not listing and opts.root is None and not opts.checks and not opts.skips:
-        # Every check runs, the stack and node ones among them: the probe starts now, gated until NVML's snapshot
-        # (start_stack_early), so the imports and set-up below (a first run reads them from disk too) overlap it.
-        stack_reader.start(python, gated=True)
+    if stack_reader is None:
+        stack_reader = stack_reader_for(opts.mode, opts.resolve_only)
+        if not listing and opts.root is None and not opts.checks and not opts.skips:
+            # Every check runs, the stack and node ones among them: the probe starts now, gated until NVML's
+            # snapshot (start_stack_early), so the imports and set-up below overlap it.
+            stack_reader.start(python, gated=True)
     import signal
 
     import click

@@ -34,6 +34,11 @@ def with_soak(sets: Dict[str, str], soak: Optional[int]) -> Dict[str, str]:
     return {**sets, "train.steps": str(soak)}
 
 
+def run_mode(mode: Optional[str], soak: Optional[int]) -> str:
+    """The mode a run's flags ask for: --soak is a --full run, no flag a static one."""
+    return "full" if soak is not None else (mode or "static")
+
+
 def resolve_doctor(*, profile_name: Optional[str], python: Optional[str], prefix: Optional[str],
                    root: Optional[str], mode: Optional[str], gpus: Optional[List[int]], checks: Tuple[str, ...],
                    skips: Tuple[str, ...], list_only: bool, list_options: bool, strict: bool, require_gpu: bool,
@@ -47,7 +52,7 @@ def resolve_doctor(*, profile_name: Optional[str], python: Optional[str], prefix
         raise EnvbuildError("--soak runs the --full train step; it cannot go with --quick")
     given = with_soak(parse_sets(sets), soak)
     opts = DoctorOptions(python=python, prefix=prefix, root=root,
-                         mode="full" if soak is not None else (mode or "static"), gpus=gpus, checks=list(checks),
+                         mode=run_mode(mode, soak), gpus=gpus, checks=list(checks),
                          skips=list(skips), list_only=list_only, list_options=list_options, strict=strict,
                          require_gpu=require_gpu, sets=given, quiet=quiet, **outputs)
     if list_only or list_options:

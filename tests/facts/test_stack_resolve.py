@@ -25,6 +25,11 @@ def _copies(data):
     return sorted((m["family"], m["path"]) for m in data["mapped"])
 
 
+def _versions(data):
+    """Each mapped copy with the versions read of it (from the file, and from its C API in a child process)."""
+    return sorted((m["family"], m["path"], m.get("version")) for m in data["mapped"])
+
+
 def test_resolve_only_maps_what_loading_maps_and_runs_none_of_torchs_code(tmp_path):
     """torch 2.11's _load_global_deps preloads the wheel's libnccl by path; with another libnccl in LD_PRELOAD
     loading maps both. The trace must name the same two copies, torch's built NCCL and the runtime's version, while
@@ -264,6 +269,9 @@ def test_resolve_init_initialises_cuda_and_nccl_through_the_resolved_copies_with
     assert init["cuda_tensor"] is init["nccl_group"] is True
     assert init["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.28.9"
     assert fast["cuda_runtime"] == full["cuda_runtime"]
+    # read beside CUDA's and NCCL's initialisation, the copies' versions are all in before the probe answers
+    assert _versions(fast) == _versions(full)
+    assert [m.get("api_version") for m in fast["mapped"] if m["family"] == "libcudart"] == ["13.0"]
 
 
 def test_resolve_init_runs_the_preloaded_libnccl_as_torch_would(tmp_path):
@@ -295,3 +303,40 @@ def test_the_static_doctor_probes_with_resolve_init_and_quick_loads(tmp_path):
     assert init["method"].startswith(RESOLVED_INIT), init
     proc, results = run_doctor(["--check", "stack.torch", "--quick"], _env(site), tmp_path)
     assert "no `import torch`" in results["stack.torch"]["evidence"]["init"]["method"]
+
+
+def test_loader_tables_point_at_the_librarys_own_string_and_version_tables(tmp_path):
+    """What the read-ahead asks the kernel for must be where the loader reads: the dynamic string table holds the
+    library's needed sonames, and every range lies inside the file."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    lib = site / "torch" / "lib" / "libtorch_cuda.so"
+    tables = _elf.loader_tables(str(lib))
+    data = lib.read_bytes()
+    assert tables and all(0 <= offset < len(data) for offset, _ in tables)
+    strtab = data[tables[0][0]:tables[0][0] + tables[0][1]]
+    needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+    sonames = [line.split("[", 1)[1].rstrip("]") for line in needed.splitlines() if "(NEEDED)" in line]
+    assert sonames and all(s.encode() + b"\0" in strtab for s in sonames)
+    with pytest.raises(ValueError):
+        _elf.loader_tables(str(site / "torch" / "version.py"))
+
+
+def test_the_read_ahead_runs_beside_the_trace_and_leaves_no_process(tmp_path):
+    """The trace's answer is the same with its read-ahead process, which is reaped before the probe answers: a
+    probe leaving a child behind would be a stray for the launcher to report."""
+    import _loader_trace
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    libs = _loader_trace.torch_libraries(str(site / "torch"))
+    assert str((site / "torch" / "lib" / "libtorch_cuda.so").resolve()) in libs
+    proc = _loader_trace.start_read_ahead(libs)
+    assert proc is not None
+    _loader_trace.stop_read_ahead(proc)
+    assert proc.returncode is not None
+    gate = run_probe(_env(site), "--resolve-only")
+    assert gate["_rc"] == 0, gate["_stderr"]
+    assert [m["family"] for m in gate["mapped"]].count("libnccl") == 1
+    children = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "_read_ahead.py" not in children
