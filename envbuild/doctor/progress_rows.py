@@ -4,7 +4,8 @@ A check may print several rows (one per GPU, gpu.cumem_ipc one per sub-test, com
 checks a mode leaves out print a skip row each, so "[12/32]" over a table of 41 rows (issue 26) told a reader
 neither how far the run was nor where a line sits in the table. Here the total is the rows each check printed
 in this node's last run of the mode (1 for a check never run), plus one per left-out check; it is corrected as
-each check ends (a check that printed more or fewer rows than last time), so the last line reads N/N with N the
+each check ends (a check that printed more or fewer rows than last time), and a check judged again after a rank's
+late exit (runner.judge_exits) has its new rows replace the ones it printed, so the last line reads N/N with N the
 table's rows. The row counts are kept beside the check durations (envbuild/report/progress.py's file, under
 "<mode>.rows").
 """
@@ -51,8 +52,15 @@ class RowProgress(Progress):
         self._reconcile(self._current)
         super()._finish_current()
 
-    def result(self, result: Result) -> None:
+    def result(self, result: Result, replaces: bool = False) -> None:
+        """One row. `replaces`: the first result of a check judged again after a rank's late exit
+        (runner.judge_exits): the rows the check printed before leave the count and its plan, so its new rows,
+        counted from here, are its only ones, live and in what `save` records."""
         cid = result.check_id
+        if replaces and cid in self.planned:
+            self.rows -= self.rows_of[cid]
+            self.total -= self.planned[cid]
+            self.rows_of[cid] = self.planned[cid] = 0
         self.rows_of[cid] += 1
         self.rows += 1
         if cid in self.planned and self.rows_of[cid] > self.planned[cid]:  # more rows than last time

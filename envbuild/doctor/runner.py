@@ -21,6 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.interrupt import Stopped
     from envbuild.doctor.launcher import LaunchOutcome
 
+# Told of each result as it comes (the live progress). The flag is True on the first result of a check judged again
+# (judge_exits): that result and the check's others after it replace every result of the check told before, so a
+# counter of rows counts the check's rows once.
+OnResult = Callable[[Result, bool], None]
+
 
 def unmet_need(check: Check, ctx: DoctorContext) -> Optional[str]:
     """The reason a check cannot run here, or None. Shown as the summary of its `skip`."""
@@ -119,7 +124,7 @@ def _stamped(check: Check, results: List[Result], elapsed: float) -> List[Result
 
 
 def judge_exits(behind: List[ProbeRun], results: List[Result],
-                on_result: Optional[Callable[[Result], None]] = None) -> List[Result]:
+                on_result: Optional[OnResult] = None) -> List[Result]:
     """`results` once the checks whose ranks exited behind the run (ProbeSpec.teardown_behind) have been read
     again with those exits. A rank that crashed or hung after its result: the check is judged again on the outcomes
     with the exits (ReplayRun), as it would have been inside the launch, and those results replace its first ones
@@ -146,9 +151,9 @@ def judge_exits(behind: List[ProbeRun], results: List[Result],
         at = results.index(own[0]) if own else len(results)
         results = [r for r in results if r.check_id != run.check.id]
         results[at:at] = fresh
-        for r in fresh:
-            if on_result is not None:
-                on_result(r)
+        if on_result is not None:
+            for r in fresh:
+                on_result(r, r is fresh[0])
     for r in results:  # a probe that waited for an earlier one's exit in vain measured beside it: say so
         beside = (r.evidence or {}).get("settle") or {}
         if beside.get("still_running") and "measured beside" not in r.summary:
@@ -232,11 +237,11 @@ def next_check(remaining: List[Check], ctx: DoctorContext) -> int:
 
 
 def run_checks(checks: List[Check], ctx: DoctorContext,
-               on_result: Optional[Callable[[Result], None]] = None,
+               on_result: Optional[OnResult] = None,
                on_start: Optional[Callable[[Check, List[str]], None]] = None) -> List[Result]:
     """Run `checks` (in the order next_check picks; the results come back in the order of `checks`); `on_start`
     is told of each check (and the ids still to come) as it begins, `on_result` sees each result as it comes
-    (the live progress of long GPU probes).
+    (the live progress of long GPU probes; OnResult).
 
     A stop signal (envbuild.doctor.interrupt.Stopped) propagates, carrying in `stop.partial` every result so
     far, the interrupted check marked, and a `not run` skip for each check not started, so the caller can still
@@ -272,7 +277,7 @@ def run_checks(checks: List[Check], ctx: DoctorContext,
             for r in run_check(check, ctx, behind):
                 results.append(r)
                 if on_result is not None:
-                    on_result(r)
+                    on_result(r, False)
         except Stopped as stop:
             give_up(stop, [interrupted_result(check, stop, time.monotonic() - began)] +
                     [not_run_result(c, stop) for c in remaining])
@@ -301,7 +306,7 @@ def warm_ranks(ctx: DoctorContext, checks: List[Check]) -> ContextManager[object
 
 
 def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequence[str] = (),
-                 on_result: Optional[Callable[[Result], None]] = None,
+                 on_result: Optional[OnResult] = None,
                  on_start: Optional[Callable[[Check, List[str]], None]] = None) -> List[Result]:
     """Run the checks of ctx.mode matching `patterns` (all when empty), minus `skips`.
 
@@ -323,5 +328,5 @@ def run_selected(ctx: DoctorContext, patterns: Sequence[str] = (), skips: Sequen
         raise
     if on_result is not None:  # rows of the table too: the live counter reaches the table's row count
         for r in left_out:
-            on_result(r)
+            on_result(r, False)
     return results + left_out

@@ -15,10 +15,11 @@ from envbuild.errors import EnvbuildError
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.doctor.context import DoctorContext
     from envbuild.doctor.registry import Check
+    from envbuild.doctor.runner import OnResult
     from envbuild.doctor.stack_reader import StackPrefetch
     from envbuild.facts.source import FactSource
     from envbuild.profile import Profile
-    from envbuild.report.model import Report, Result
+    from envbuild.report.model import Report
 
 
 @dataclass
@@ -104,7 +105,7 @@ def gpu_inventory(facts: "FactSource") -> List[Dict[str, Any]]:
 
 
 def run_session(ctx: "DoctorContext", patterns: Sequence[str] = (), skips: Sequence[str] = (), *,
-                options: Dict[str, Any], on_result: Optional[Callable[["Result"], None]] = None,
+                options: Dict[str, Any], on_result: Optional["OnResult"] = None,
                 before: Optional[Callable[[], None]] = None,
                 on_start: Optional[Callable[["Check", List[str]], None]] = None) -> "Report":
     """Run the checks of ctx.mode matching `patterns` on ctx.facts and return the Report (host, GPUs, results,

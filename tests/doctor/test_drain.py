@@ -1,10 +1,14 @@
 """A probe's teardown behind the next check (launcher.launch(drain=True), Drain, runner.judge_exits): the launch
 returns once its ranks answered, their exits are still judged under the launch's deadlines, the next probe can wait
 for them before it measures (Probe.settle), and a stop leaves no process behind."""
+import json
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -124,7 +128,7 @@ def test_the_runner_fails_a_check_whose_rank_hung_in_teardown_while_the_next_che
                         starts_beside_teardown=True)
     ctx = DoctorContext(facts=FakeFacts({"device_count": 0}), mode="quick", python=sys.executable)
     shown = []
-    results = run_checks([hung, after], ctx, on_result=shown.append)
+    results = run_checks([hung, after], ctx, on_result=lambda r, _: shown.append(r))
     assert [r.check_id for r in results] == ["t.hangs", "t.next"]
     first, second = results
     assert first.status == Status.FAIL and "hung in phase 'teardown'" in first.summary, first.summary
@@ -201,3 +205,59 @@ def test_a_stop_while_a_rank_is_still_exiting_leaves_its_check_unjudged():
     [result] = stopped.value.partial
     assert result.status == Status.SKIP and "interrupted by SIGTERM while its ranks were exiting" in result.summary
     assert result.evidence["results_before_exit"][0]["status"] == "pass"
+
+
+# The CLI's doctor over two checks: gpu.t_rows, two ranks with rank 1 crashing in its teardown, which exits behind the
+# run and has the check judged again at the run's end, to one fail row in place of its two pass rows; comm.t_after, one
+# row, run before that re-judging. gpu.t_rows goes straight into the registry: a probe's payload must be checks/<id>.py.
+ROWS_DRIVER = textwrap.dedent('''
+    import sys
+    from envbuild.doctor import registry
+    from envbuild.doctor.probes import rank_results
+    from envbuild.doctor.registry import Check, ProbeSpec, check
+    from envbuild.report.model import Result, Status
+
+    def rows(ctx, run):
+        out = run.launch_outcome(env={"TEARDOWN_S": "0.5"}, nranks=2,
+                                 per_rank_env=[{"TEARDOWN_MODE": "slow"}, {"TEARDOWN_MODE": "crash"}])
+        broken = run.failure(out)
+        return [broken] if broken is not None else rank_results(out, {0: "gpu0", 1: "gpu1"})
+
+    spec = ProbeSpec(sys.argv[1], "the rows probe", deadline_s={"quick": 30, "full": 30}, backend="gloo",
+                     phase_deadlines={"*": 5}, teardown_behind=True)
+    registry._REGISTRY["gpu.t_rows"] = Check(id="gpu.t_rows", category="gpu", title="t", fn=rows, probe=spec)
+
+    @check("comm.t_after", "comm", "a check after it", modes=("quick",))
+    def after(ctx):
+        return Result("comm.t_after", "comm", Status.PASS, "fine")
+
+    from envbuild.cli import main
+    main(["doctor", "--quick", "--check", "gpu.t_rows", "--check", "comm.t_after", "--json", sys.argv[2]])
+''')
+COUNTER = re.compile(r"^\[\s*(\d+)/(\d+)\] ", re.M)
+
+
+def doctor_rows(tmp_path, cache):
+    """The [k/N] pairs the doctor printed on stderr (a pipe: one line per row) and the rows of its report."""
+    driver, report = tmp_path / "driver.py", tmp_path / "report.json"
+    driver.write_text(ROWS_DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), str(PAYLOAD), str(report)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "XDG_CACHE_HOME": str(cache)}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stderr  # gpu.t_rows fails
+    rows = json.loads(report.read_text())["results"]
+    assert [(r["check_id"], r["status"]) for r in rows] == [("gpu.t_rows", "fail"), ("comm.t_after", "pass")]
+    return [(int(k), int(n)) for k, n in COUNTER.findall(proc.stderr)], len(rows), proc.stderr
+
+
+def test_a_check_judged_again_counts_its_new_rows_once_live_and_for_the_next_run(tmp_path):
+    """The rows a re-judged check printed first are replaced, not added to: the counter never passes its total,
+    ends at the report's row count, and the row count saved for the next run is the report's."""
+    cache = tmp_path / "cache"
+    lines, rows, err = doctor_rows(tmp_path, cache)
+    assert "FAIL  gpu.t_rows" in err and "PASS  gpu.t_rows" in err  # its first rows were shown, then its fail
+    assert all(k <= n for k, n in lines), err
+    assert lines[-1] == (rows, rows), err
+    saved = json.loads((cache / "envbuild" / "doctor-durations.json").read_text())["quick.rows"]
+    assert saved == {"gpu.t_rows": 1.0, "comm.t_after": 1.0}
+    lines, _, err = doctor_rows(tmp_path, cache)
+    assert lines[-1] == (rows, rows) and all(k <= n for k, n in lines), err
