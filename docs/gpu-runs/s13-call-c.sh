@@ -5,9 +5,12 @@
 #   1. static, page cache dropped before each run, ROUNDS rounds interleaved new/old, as benchmarks/bench_doctor.py
 #      runs it (no profile), then ROUNDS_P rounds with `--profile slime-v0.3.1-cu130` (how the README runs it);
 #   2. static warm, 3 runs a side; 3. the static stack faults with this tree; 4. --quick twice (bench_doctor).
-# Repo root, $OUT set, carry .bin and .whl; timeout 590:  LIMIT=575 bash docs/gpu-runs/s13-call-c.sh
+# Repo root, $OUT set, carry .bin/old-90def50.tar and .whl (py-rattler's wheel among them: --profile loads the
+# profile's conda specs with it); timeout 590:  LIMIT=575 bash docs/gpu-runs/s13-call-c.sh
+# The fourth call was the same script with FAULTS=0 ROUNDS=3 ROUNDS_P=4 QUICK=3.
 set -u
-OUT=${OUT:?set OUT}; LIMIT=${LIMIT:-575}; ROUNDS=${ROUNDS:-5}; ROUNDS_P=${ROUNDS_P:-3}; start=$SECONDS
+OUT=${OUT:?set OUT}; LIMIT=${LIMIT:-575}; ROUNDS=${ROUNDS:-5}; ROUNDS_P=${ROUNDS_P:-3}; FAULTS=${FAULTS:-1}
+QUICK=${QUICK:-2}; start=$SECONDS
 left() { echo $(( LIMIT - (SECONDS - start) )); }
 S=$OUT/s13c-summary.txt; : > "$S"; say() { echo "$*" | tee -a "$S"; }
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -79,6 +82,7 @@ fault() {  # fault NAME "WHAT" ENV... -- DOCTOR_ARGS...
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( SECONDS - t0 ))" "$what" "${envs[*]} envbuild doctor $*" >> "$R/faults/runs.tsv"
   say "$name: exit $rc after $(( SECONDS - t0 )) s"
 }
+if [ "$FAULTS" = 1 ]; then
 fault f09s-second-libnccl-preload-static "LD_PRELOAD of the system libnccl 2.28.3, static" \
   LD_PRELOAD=/lib/x86_64-linux-gnu/libnccl.so.2 -- --gpus 0
 fault f10s-cuda-visible-devices-5-static "CUDA_VISIBLE_DEVICES=5 on a 1-GPU node, static" CUDA_VISIBLE_DEVICES=5 -- --gpus 0
@@ -96,8 +100,9 @@ if [ -n "$compat" ] && ls "$compat"/libcuda.so.1 >/dev/null 2>&1; then
 fi
 python3 docs/gpu-runs/s8_summary.py "$R" "$OUT" > "$OUT/s8-summary-static.txt" 2>&1
 grep -E "fault runs:|DIFFERS|NO REPORT" "$OUT/s8-summary-static.txt" | tee -a "$S"
+fi
 if [ "$(left)" -ge 60 ]; then
-  PYTHONPATH=$NEW:/tmp/site python3 $B --modes quick,quick --gpus 0 --json "$R/quick.json" --keep "$R/reports/quick" \
+  PYTHONPATH=$NEW:/tmp/site python3 $B --modes $(printf 'quick,%.0s' $(seq 1 "$QUICK")) --gpus 0 --json "$R/quick.json" --keep "$R/reports/quick" \
     > "$R/quick.log" 2>&1
   grep 'doctor quick' "$R/quick.log" | tee -a "$S"
 fi

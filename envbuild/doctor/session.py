@@ -5,6 +5,7 @@ import datetime as _dt
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
@@ -142,30 +143,64 @@ def stack_reader_for(mode: str, resolve_only: bool = False) -> "StackPrefetch":
     return StackPrefetch(resolve_only=resolve_only, resolve_init=mode == "static" and not resolve_only)
 
 
+class StackAhead:
+    """The stack probe started before the run's options are resolved (start_stack_ahead), with NVML's snapshot
+    taken beside it in a thread that then opens the probe's gate: the snapshot must see the node before the probe's
+    own CUDA context (start_stack_early), and taken here it no longer waits for the options (a first run with
+    --profile kept the probe 0.13-0.15 s at its gate, docs/gpu-runs/s13/). `nvml` is the session's NVML reader."""
+
+    def __init__(self, reader: "StackPrefetch", python: str) -> None:
+        self.reader = reader
+        self._done = threading.Event()
+        self._snapshot: Optional[Dict[str, Any]] = None
+        self._error: Optional[BaseException] = None
+        reader.start(python, gated=True)
+        threading.Thread(target=self._take_snapshot, name="envbuild-nvml-ahead", daemon=True).start()
+
+    def _take_snapshot(self) -> None:
+        from envbuild.facts.nvml import take_snapshot
+
+        try:
+            self._snapshot = take_snapshot()
+        except BaseException as exc:  # handed to whoever asks, as if it had read NVML itself
+            self._error = exc
+        finally:
+            self.reader.open_gate()
+            self._done.set()
+
+    def nvml(self) -> Dict[str, Any]:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._snapshot  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 def start_stack_ahead(*, mode: str, python: Optional[str], prefix: Optional[str], root: Optional[str],
-                      checks: Sequence[str], skips: Sequence[str]) -> Optional["StackPrefetch"]:
-    """The stack probe started before the run's options are resolved, when every check runs on this node (no
-    --root, --check or --skip): gated until NVML's snapshot (start_stack_early), it loads its libraries while the
-    settings import every check's module and load the profile (a first run reads them from disk: 0.1-0.2 s with
-    --profile). None when it cannot start yet; hand it to run_doctor, or close it when the command ends first."""
+                      checks: Sequence[str], skips: Sequence[str]) -> Optional[StackAhead]:
+    """The stack probe and NVML's snapshot started before the run's options are resolved, when every check runs on
+    this node (no --root, --check or --skip): the probe loads its libraries while the settings import every check's
+    module and load the profile (a first run reads them from disk: 0.1-0.2 s with --profile). None when it cannot
+    start yet; hand it to run_doctor, or close it when the command ends first."""
     if root is not None or checks or skips:
         return None
     try:
         interpreter = resolve_python(python, prefix)
     except EnvbuildError:  # resolving the options says what is wrong, with its exit code
         return None
-    reader = stack_reader_for(mode)
-    reader.start(interpreter, gated=True)
-    return reader
+    return StackAhead(stack_reader_for(mode), interpreter)
 
 
-def run_doctor(opts: DoctorOptions, stack_reader: Optional["StackPrefetch"] = None) -> int:
+def run_doctor(opts: DoctorOptions, ahead: Optional[StackAhead] = None) -> int:
     """The whole `envbuild doctor` run; returns its exit code (0 no fail, 1 a fail or, with --strict, a warn).
-    `stack_reader`: one start_stack_ahead started for these options (run_doctor closes it)."""
+    `ahead`: what start_stack_ahead started for these options (run_doctor closes it)."""
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
     listing = opts.list_only or opts.list_options
     python = resolve_python(opts.python, opts.prefix) if not listing else ""
+    stack_reader = ahead.reader if ahead is not None else None
     if stack_reader is None:
         stack_reader = stack_reader_for(opts.mode, opts.resolve_only)
         if not listing and opts.root is None and not opts.checks and not opts.skips:
@@ -195,7 +230,8 @@ def run_doctor(opts: DoctorOptions, stack_reader: Optional["StackPrefetch"] = No
         chosen = select(opts.checks, opts.skips, mode=opts.mode)
         _note_renamed(opts.checks + opts.skips)
         profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
-        facts = open_source(opts.root, python=python, stack_reader=stack_reader)
+        facts = open_source(opts.root, python=python, stack_reader=stack_reader,
+                            nvml_reader=ahead.nvml if ahead is not None else None)
         ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
                             require_gpu=opts.require_gpu, options=dict(opts.options),
                             env_origins=dict(opts.env_origins))

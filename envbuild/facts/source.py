@@ -442,9 +442,11 @@ class BundleSource(FactSource):
 
 
 def open_source(root: Optional[str], python: Optional[str] = None,
-                stack_reader: Optional[Callable[[str], Dict[str, Any]]] = None) -> FactSource:
+                stack_reader: Optional[Callable[[str], Dict[str, Any]]] = None,
+                nvml_reader: Optional[Callable[[], Dict[str, Any]]] = None) -> FactSource:
     """`--root DIR` (a captured bundle) gives a BundleSource; no root, or '/', the live node, whose stack facts
-    `stack_reader` reads (the doctor's: envbuild/doctor/stack_reader.py)."""
+    `stack_reader` reads (the doctor's: envbuild/doctor/stack_reader.py) and NVML's snapshot `nvml_reader` (default:
+    taken when first asked)."""
     if root is None or root == "/":
-        return LiveSource("/", python=python, stack_reader=stack_reader)
+        return LiveSource("/", python=python, stack_reader=stack_reader, nvml_reader=nvml_reader)
     return BundleSource(Path(root))
