@@ -1,0 +1,58 @@
+"""The doctor starts its stack probe (and NVML's snapshot) before it resolves the run's options, when every check
+runs on this node (envbuild/doctor/session.py start_stack_ahead): a node's first run then reads torch's libraries
+while the settings import every check's module and load the profile. What must hold for a user: the probe really
+starts that early; bad options still give one line and exit 2, with no probe, gate directory or process left; and
+a run with --check starts nothing ahead.
+
+The doctor is the real CLI; its --python is a wrapper that notes when the probe process started, then sleeps so a
+probe left behind would still be running when the test looks, and execs this venv's python on checks/stack_probe.py.
+"""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from stackfix import clean_env, run_doctor
+
+
+def slow_python(tmp_path: Path) -> Path:
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\ndate +%s.%N >> {tmp_path / 'started'}\nsleep 2\nexec {sys.executable} \"$@\"\n")
+    script.chmod(0o755)
+    return script
+
+
+def left_behind(tmp_path: Path) -> list:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in out if str(tmp_path) in line and "pytest" not in line]
+
+
+def test_the_probe_starts_before_bad_options_are_found_and_nothing_is_left(tmp_path):
+    bad_profile = tmp_path / "profile.toml"
+    bad_profile.write_text("name = \"x\"\n[[[\n")
+    env = clean_env(TMPDIR=str(tmp_path))
+    proc, _ = run_doctor(["--python", str(slow_python(tmp_path)), "--profile", str(bad_profile)], env, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and str(bad_profile) in proc.stderr
+    assert (tmp_path / "started").exists()  # the probe had started before the profile was read
+    time.sleep(0.3)
+    assert left_behind(tmp_path) == []
+    assert not list(tmp_path.glob("*envbuild-run*")), list(tmp_path.iterdir())
+
+
+def test_a_run_that_selects_checks_starts_no_probe_ahead(tmp_path):
+    env = clean_env(TMPDIR=str(tmp_path))
+    proc, results = run_doctor(["--python", str(slow_python(tmp_path)), "--check", "node.dev_shm",
+                                "--set", "no.such=1"], env, tmp_path)
+    assert proc.returncode == 2 and "no.such" in proc.stderr
+    assert not (tmp_path / "started").exists()
+
+
+def test_a_whole_static_run_reads_the_stack_started_ahead_once(tmp_path):
+    """The probe started ahead is the one the stack checks read: one probe process for the whole run."""
+    env = clean_env(TMPDIR=str(tmp_path))
+    proc, results = run_doctor(["--python", str(slow_python(tmp_path))], env, tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert results["stack.torch"]["status"] in ("skip", "pass", "warn"), results["stack.torch"]
+    assert len((tmp_path / "started").read_text().split()) == 1
+    assert left_behind(tmp_path) == []
