@@ -56,6 +56,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     except KeyboardInterrupt:
         code = 130
         _say("interrupted")
+    except RuntimeError as exc:  # Python < 3.12 wraps a Ctrl-C landing in a class body's __set_name__ (a dataclass
+        if not isinstance(exc.__cause__, KeyboardInterrupt):  # being defined while its module loads) in this
+            raise
+        code = 130
+        _say("interrupted")
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit itself is not interrupted into a traceback
     except ValueError:  # not the main thread (an embedding program)

@@ -101,7 +101,7 @@ fi
 python3 docs/gpu-runs/s8_summary.py "$R" "$OUT" > "$OUT/s8-summary-static.txt" 2>&1
 grep -E "fault runs:|DIFFERS|NO REPORT" "$OUT/s8-summary-static.txt" | tee -a "$S"
 fi
-if [ "$(left)" -ge 60 ]; then
+if [ "$QUICK" -gt 0 ] && [ "$(left)" -ge 60 ]; then
   PYTHONPATH=$NEW:/tmp/site python3 $B --modes $(printf 'quick,%.0s' $(seq 1 "$QUICK")) --gpus 0 --json "$R/quick.json" --keep "$R/reports/quick" \
     > "$R/quick.log" 2>&1
   grep 'doctor quick' "$R/quick.log" | tee -a "$S"
