@@ -1,7 +1,7 @@
 """Issue 25, third round: text as people retype it in a thread, read the way a user sees it (exit code, verdict,
 the JSON's ranking). An error message in another case, a workaround the reporter says worked (with spaces around
 `=`, in Chinese), a CUDA message in its singular or cut form, a native extension's undefined symbol named in a
-title; and the other side: a workaround that did not help, NCCL's echo of a variable, a bare command line."""
+title, a native build refused for another CUDA toolkit than torch's; and the other side: a workaround that did not help, NCCL's echo of a variable, a bare command line."""
 import json
 import re
 from pathlib import Path
@@ -38,6 +38,11 @@ def _ranked(data):
     # a native extension's undefined symbol: a title without the symbol, or the loader's line cut after 'undefined'
     ("flash_attn_2 undefined symbol\n", "C9"),
     ("`flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined\n symbol: _ZN3c104impl3cow11cow_deleterEPv`\n", "C9"),
+    # a native extension built with another CUDA toolkit than torch's (torch's check wraps over two lines; DeepSpeed's)
+    ("RuntimeError:\nThe detected CUDA version (12.2) mismatches the version that was used to compile\nPyTorch (11.3). "
+     "Please make sure to use the same CUDA versions.\n", "C9"),
+    ("Exception: >- DeepSpeed Op Builder: Installed CUDA version 12.0 does not match the version torch was compiled "
+     "with 11.7, unable to compile cuda/cpp extensions without a matching cuda version.\n", "C9"),
     # NCCL's system error alone: /dev/shm is the usual cause and is named, with a low word
     ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n", "O1"),
 ])
