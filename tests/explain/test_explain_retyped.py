@@ -49,6 +49,9 @@ def _ranked(data):
     # another NCCL release was the workaround: the NCCL that ran had the bug
     ("[Bug]: crash on NCCL when loading a MoE model on 16 GPUs\nWA is update the nccl: pip install -U "
      "nvidia-nccl-cu12==2.26.2\n", "C2"),
+    # the reporter's own words for running out of memory, in a title or in Chinese
+    ("[Bug] GRPO training OOM with 8xA100 when rollout n=16\n", "U3"),
+    ("训练时显存不足，rollout 阶段直接挂掉\n", "U3"),
     # NCCL's system error alone: /dev/shm is the usual cause and is named, with a low word
     ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n", "O1"),
 ])
@@ -105,3 +108,13 @@ def test_a_case_free_entry_loads_with_its_key_in_another_case(tmp_path: Path):
     path.write_text(entry.format(flag=""))
     with pytest.raises(InputFileError, match=re.escape("does not match its own example")):
         load_signature_file(path)
+
+
+def test_rays_list_of_potential_causes_is_not_an_oom(explain, tmp_path):
+    """Ray prints the OOM killer among the potential causes of every actor death: that is no evidence of one."""
+    text = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+            "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root "
+            "causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n")
+    _, data = _run(explain, tmp_path, text)
+    assert data["verdict"] != "ok"
+    assert "U3" not in [c["id"] for c in data["causes"]], _ranked(data)
