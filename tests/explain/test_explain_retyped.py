@@ -118,3 +118,15 @@ def test_rays_list_of_potential_causes_is_not_an_oom(explain, tmp_path):
     _, data = _run(explain, tmp_path, text)
     assert data["verdict"] != "ok"
     assert "U3" not in [c["id"] for c in data["causes"]], _ranked(data)
+
+
+@pytest.mark.parametrize("where, u4_first", [
+    ("on a single node with 8 A100s", False),
+    ("单机8卡", False),
+    ("it works on a single node but fails across two nodes", True),
+])
+def test_one_host_rules_out_the_network_between_nodes(explain, tmp_path, where, u4_first):
+    """A store that cannot be reached is the network between nodes (U4) unless the job runs on one host."""
+    text = f"training {where}\ntorch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.\n"
+    _, data = _run(explain, tmp_path, text)
+    assert (data["causes"][0]["id"] == "U4") == u4_first, _ranked(data)
