@@ -54,7 +54,7 @@ def _explains(root: "Result") -> List["re.Pattern[str]"]:
 
 
 def _consequence_signatures(text: str, signatures: Sequence["Signature"]) -> List["Signature"]:
-    return [s for s in signatures if s.consequence_of and any(k in text for k in s.keys) and s.pattern.search(text)]
+    return [s for s in signatures if s.consequence_of and s.holds_key(text) and s.pattern.search(text)]
 
 
 def _explained_by(result: "Result", roots: Sequence["Result"]) -> Optional[Tuple["Result", str]]:

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from envbuild.knowledge.signatures import Fact, Signature
+from envbuild.knowledge.signatures import Fact, Signature, case_free
 
 BLOCK_HINT = 4 * 1024 * 1024  # the reader's block size (reader.BLOCK)
 MAX_LINE = 8192  # characters of a line the patterns see (a longer line is cut around the key)
@@ -38,11 +38,18 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S
 _EXC = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))(?::\s?(?P<msg>.*))?$")
 
 
-def _engine_regex(keys: Sequence[str], whole_lines: bool = True) -> Tuple[Any, str, bool]:
+def _engine_regex(keys: Sequence[str], whole_lines: bool = True, free: Sequence[str] = ()) -> Tuple[Any, str, bool]:
     """The pre-filter over bytes: RE2 if importable, else Python's re (named so the benchmark can say which).
     With RE2 the pattern runs on to the end of the line holding a key, so a match gives the line's end at once
-    (measured: faster than the bare alternation, and far faster than one spanning the whole line)."""
-    alternation = b"|".join(re.escape(k.encode()) for k in sorted(set(keys), key=len, reverse=True))
+    (measured: faster than the bare alternation, and far faster than one spanning the whole line). Keys in
+    `free` (of case-free entries) match in any case; each is wrapped alone so the longest key still wins."""
+    free_set = {k.lower() for k in free}
+
+    def alt(k: str) -> bytes:
+        lit = re.escape(k.encode())
+        return b"(?i:" + lit + b")" if k.lower() in free_set else lit
+
+    alternation = b"|".join(alt(k) for k in sorted(set(keys) | set(free), key=len, reverse=True))
     try:
         import re2  # type: ignore[import-not-found]
 
@@ -293,7 +300,7 @@ class Scanner:
         text = raw.decode("utf-8", "replace").rstrip("\r")
         entries: Dict[int, Any] = {}
         for k in self._keys_in(raw):
-            for e in self._closure.get(k, ()):
+            for e in self._closure[k]:
                 entries[id(e)] = e
         matches = []
         for e in entries.values():
@@ -450,27 +457,36 @@ def _prepared(signatures: Sequence[Signature], facts: Sequence[Fact]) -> Tuple[A
     hit = _PREPARED.get(ident)
     if hit is not None:
         return hit
-    keys = [k for s in signatures for k in s.keys] + [k for f in facts for k in f.keys] + list(_STRUCT_KEYS)
-    prefilter, engine, whole_lines = _engine_regex(keys)
-    key_finder = _engine_regex(keys, whole_lines=False)[0] if whole_lines else prefilter
-    ordered = sorted(set(keys), key=len, reverse=True)
-    # key -> entries whose keys are that key or a substring of it (the alternation reports one key per spot)
-    by_key: Dict[str, List[Any]] = {}
-    for entry in [*signatures, *facts]:
-        for k in entry.keys:
-            by_key.setdefault(k, []).append(entry)
-    closure: Dict[bytes, Tuple[Any, ...]] = {}
-    for k in ordered:
-        seen: Dict[int, Any] = {}
-        for sub, entries in by_key.items():
-            if sub in k:
-                for e in entries:
-                    seen[id(e)] = e
-        closure[k.encode()] = tuple(seen.values())
+    entries = [*signatures, *facts]
+    free = [k for e in entries if case_free(e.pattern) for k in e.keys]
+    keys = [k for e in entries if not case_free(e.pattern) for k in e.keys] + list(_STRUCT_KEYS)
+    prefilter, engine, whole_lines = _engine_regex(keys, free=free)
+    key_finder = _engine_regex(keys, whole_lines=False, free=free)[0] if whole_lines else prefilter
+    ordered = sorted(set(keys) | set(free), key=len, reverse=True)
+    closure = _Closure(entries)
     if len(_PREPARED) > 256:
         _PREPARED.clear()
     _PREPARED[ident] = (prefilter, engine, whole_lines, key_finder, ordered, closure)
     return _PREPARED[ident]
+
+
+class _Closure(dict):  # type: ignore[type-arg]
+    """Key bytes as found in a line -> the entries to try: those whose keys are that key or a substring of it
+    (the alternation reports one key per spot), compared without case for case-free entries. Filled on first
+    use of each spelling, since a case-free key can be found in any of its spellings."""
+
+    def __init__(self, entries: Sequence[Any]):
+        super().__init__()
+        self._entries = [(e, case_free(e.pattern)) for e in entries]
+
+    def __missing__(self, found: bytes) -> Tuple[Any, ...]:
+        text = found.decode("utf-8", "replace")
+        low = text.lower()
+        hit = tuple(e for e, free in self._entries
+                    if any((k.lower() in low) if free else (k in text) for k in e.keys))
+        if len(self) < _CACHE_LIMIT:  # spellings are few in real logs; a bound keeps a hostile one small
+            self[found] = hit
+        return hit
 
 
 def _strength(sig: Signature) -> float:

@@ -59,6 +59,10 @@ class Signature:
             return True
         return repository not in self.written_from if strict else set(self.written_from) != {repository}
 
+    def holds_key(self, text: str) -> bool:
+        """Whether `text` passes this entry's pre-filter (see `holds_key`)."""
+        return holds_key(self.pattern, self.keys, text)
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -74,6 +78,22 @@ class Fact:
 
     def value(self, m: "re.Match[str]") -> str:
         return (m.group("value") if "value" in self.pattern.groupindex else m.group(0)).strip()
+
+
+def case_free(pattern: "re.Pattern[str]") -> bool:
+    """Whether an entry is matched whatever the case: its pattern is compiled with `(?i)` at its start. People
+    retype error messages in titles and sentences ("cuda error: out of memory", "NCCL Unhandled System Error"),
+    so an entry for such a message opts in, and its literal keys are then matched case-insensitively too
+    (the scanner's pre-filter, the loader's example check and the doctor's fold all ask this function)."""
+    return bool(pattern.flags & re.IGNORECASE)
+
+
+def holds_key(pattern: "re.Pattern[str]", keys: Tuple[str, ...], text: str) -> bool:
+    """Whether `text` holds one of an entry's literal keys, in any case when its pattern is case-free."""
+    if case_free(pattern):
+        low = text.lower()
+        return any(k.lower() in low for k in keys)
+    return any(k in text for k in keys)
 
 
 def _entry_lines(text: str, table: str) -> List[int]:
@@ -104,7 +124,7 @@ def _check_example(pattern: "re.Pattern[str]", keys: Tuple[str, ...], example: A
         raise ValueError("example must be a log line the pattern matches")
     if not pattern.search(example):
         raise ValueError(f"pattern does not match its own example {example!r}")
-    if not any(k in example for k in keys):
+    if not holds_key(pattern, keys, example):
         raise ValueError(f"none of its keys {list(keys)} is in its example; the pre-filter would never pass it")
     return example
 
