@@ -417,3 +417,70 @@ def test_the_payload_keeps_the_pinned_host_copy_between_cycles_where_tms_can(mon
     assert payload.retain_host_shadow(tms) is True and tms.kept is True
     old = OldTms()
     assert payload.retain_host_shadow(old) is None and not hasattr(old, "retain_cpu_backup")
+
+
+H100_MIB, H200_MIB = 81559, 143771  # what NVML reports for an H100 80GB HBM3 and an H200
+
+
+def _check_on(monkeypatch, mib, options, rank=None):
+    """The check itself on one GPU of `mib` MiB with the launcher replaced by `rank` (default: a passing rank);
+    returns (its results, the payload's --layers or None when nothing was launched)."""
+    import envbuild.doctor.checks.train_moe_step as check
+    from envbuild.doctor import launcher, runner
+    from envbuild.doctor.launcher import LaunchOutcome
+    from envbuild.doctor.registry import validate_options
+
+    launched = {}
+    rank = rank or _rank(0, {"status": "pass", "summary": "ok", "evidence": {"steps": _steps()}})
+
+    def launch(payload, nranks, **kw):
+        args = kw["args"]
+        launched["layers"] = int(args[args.index("--layers") + 1])
+        crashed = [rank.rank] if rank.returncode else []
+        return LaunchOutcome(ranks=[rank], timed_out=False, hung_ranks=[], crashed_ranks=crashed, wall_s=20.0,
+                             reason=f"rank 0 exited with code {rank.returncode}" if crashed else "")
+
+    monkeypatch.setattr(launcher, "launch", launch)
+    monkeypatch.setattr(runner, "unmet_need", lambda check, ctx: None)
+    monkeypatch.setattr(check, "_gpu_facts", lambda ctx: {"name": "NVIDIA GPU", "memory_bytes": mib * 1024 ** 2})
+    monkeypatch.setattr(DoctorContext, "gpu_indices", lambda self: [0])
+    ctx = DoctorContext(facts=open_source(None, python=sys.executable), mode="full", python=sys.executable,
+                        gpus=[0], options=validate_options(options))
+    return check.train_moe_step(ctx, _probe(ctx)), launched.get("layers")
+
+
+def test_the_default_depth_an_80_gib_gpu_cannot_hold_is_lowered_and_said(monkeypatch):
+    """`doctor --full` on an H100 refused its own default ("train.layers=4 ... needs about 81 GiB per GPU, the GPUs
+    have 80 GiB", docs/gpu-runs/s13/call-g), a depth the user never chose; the H200's default stays 4."""
+    results, layers = _check_on(monkeypatch, H100_MIB, {})
+    assert layers == 2 and results[0].status != Status.ERROR, results[0].summary
+    assert results[0].evidence["layers_chosen"].startswith("2: the default depth 4 does not fit 80 GiB")
+    results, layers = _check_on(monkeypatch, H200_MIB, {})
+    assert layers == 4 and "layers_chosen" not in results[0].evidence
+
+
+def test_a_depth_the_user_set_is_never_changed(monkeypatch):
+    results, layers = _check_on(monkeypatch, H100_MIB, {"train.layers": "4"})
+    assert layers is None and results[0].status == Status.ERROR
+    assert "depth 3 fits (--set train.layers=3)" in results[0].summary
+
+
+def test_torch_memory_saver_exiting_on_out_of_memory_is_read_as_an_out_of_memory(monkeypatch):
+    """At depth 3 on the H100 the rank exited 1 with torch_memory_saver's own message (docs/gpu-runs/s13/call-h) and
+    the check reported a broken train cycle; it is a depth too deep for the GPU, with the depth that fits."""
+    from envbuild.doctor.launcher import RankOutcome
+
+    tail = ("[torch_memory_saver.cpp] cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an issue e.g. torch allocator "
+            "will free cache and retry)\n[torch_memory_saver.cpp] cudaError error: 2 (out of memory)  "
+            "file=csrc/entrypoint.cpp func=tms_torch_malloc line=93\n")
+    rank = RankOutcome(rank=0, returncode=1, result=None, phase="train 0", stderr_tail=tail, log_path="",
+                       stack_dump="")
+    results, layers = _check_on(monkeypatch, H100_MIB, {"train.layers": "3"}, rank)
+    res = results[0]
+    assert layers == 3 and res.status == Status.FAIL, res.summary
+    assert res.summary.startswith("out of memory in phase 'train 0' at depth 3 (torch_memory_saver's allocator)")
+    assert "depth 2 would fit: --set train.layers=2" in res.summary and res.causes == []
+    benign = RankOutcome(rank=0, returncode=1, result=None, phase="train 0", stderr_tail=tail.splitlines()[0],
+                         log_path="", stack_dump="")
+    results, _ = _check_on(monkeypatch, H100_MIB, {"train.layers": "3"}, benign)
+    assert "out of memory" not in results[0].summary  # the allocator's retry notice alone is no out-of-memory

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from envbuild.doctor.registry import Option, ProbeSpec, probe_check, verdict
@@ -30,6 +30,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuild.train.presets import ModelShape
 
 INSTALL_HINT = "pip install megatron-core==0.19.2 (and torch_memory_saver for slime's offload path)"
+# The default depth, when the user sets none, is lowered to what fits this share of the GPU by the estimate: the
+# GPU's own use ran up to 1.2x the estimate (4 layers on the H200: 81.2 GiB estimated, 97.7 GiB used,
+# docs/gpu-runs/s6-train-tms-sourcebuilt-full.json), and at depth 3 an 80 GiB H100 ran out of memory where the
+# estimate fitted in 90 % (docs/gpu-runs/s13/call-h). 2 layers on the H100 used 57.6 GiB (s7-train-tms-apex-h100.json).
+DEFAULT_DEPTH_HEADROOM = 0.75
+# torch_memory_saver's allocator exits on a CUDA out-of-memory instead of raising torch's OutOfMemoryError:
+# "[torch_memory_saver.cpp] cudaError error: 2 (out of memory) ... func=tms_torch_malloc" (docs/gpu-runs/s13/call-h);
+# its "cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an issue ...)" before it is a retry, not the exit.
+ALLOCATOR_OOM = re.compile(r"\[torch_memory_saver\.cpp\][^\n]*\(out of memory\)[^\n]*")
 
 
 class _GpuNeeds:
@@ -158,7 +167,7 @@ def train_moe_step(ctx, run) -> List[Result]:
     from envbuild.doctor.runner import unmet_need
     from envbuild.train.layout import LayoutError, derive_layout
     from envbuild.train.memory import GIB, depth_that_fits, estimate_bytes
-    from envbuild.train.options import train_options
+    from envbuild.train.options import PREFIX, train_options
     from envbuild.train.presets import get_preset
 
     opts = train_options(ctx.options, ctx.mode)
@@ -179,8 +188,17 @@ def train_moe_step(ctx, run) -> List[Result]:
                         evidence={"layout": layout.to_dict(), "layers": opts.layers})]
 
     gpu = _gpu_facts(ctx)
-    estimate = estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs)
     capacity = gpu.get("memory_bytes")
+    chosen = None
+    if capacity and f"{PREFIX}layers" not in ctx.options:
+        fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity, headroom=DEFAULT_DEPTH_HEADROOM)
+        if 0 < fits < opts.layers:
+            chosen = (f"{fits}: the default depth {opts.layers} does not fit {capacity / GIB:.0f} GiB per GPU with "
+                      f"the margin the measured runs need (set train.layers to choose)")
+            opts = replace(opts, layers=fits)
+            layout = derive_layout(world or _structural_world(opts), shape, opts.layers, opts.seq, tp=opts.tp,
+                                   sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
+    estimate = estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs)
     if capacity and estimate["total"] > capacity:
         fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity)
         experts = shape.experts // layout.ep
@@ -189,7 +207,10 @@ def train_moe_step(ctx, run) -> List[Result]:
             f"{estimate['total'] / GIB:.0f} GiB per GPU, the GPUs have {capacity / GIB:.0f} GiB; "
             + (f"depth {fits} fits (--set train.layers={fits})" if fits else
                "not even one layer fits: raise train.ep or train.tp"))]
-    return [run_payload(run, opts, shape, layout, gpu, estimate)]
+    result = run_payload(run, opts, shape, layout, gpu, estimate)
+    if chosen:
+        result.evidence["layers_chosen"] = chosen
+    return [result]
 
 
 def _only_teardown_hung(outcome) -> bool:
@@ -226,7 +247,7 @@ def run_payload(probe, opts: "TrainOptions", shape: "ModelShape", layout: "Layou
     if refused is not None:  # the environment cannot run this layout/spec (e.g. CP without TE): no GPU work done
         return verdict(Status.ERROR, str(refused.get("summary")),
                       remediation=refused.get("remediation"), evidence=run.evidence)
-    oom = next((r for r in results if r.get("oom")), None)
+    oom = next((r for r in results if r.get("oom")), None) or _allocator_oom(outcome, opts.layers)
     if oom is not None:
         return _oom_result(run, oom)
     if not outcome.ok and not _only_teardown_hung(outcome):
@@ -272,6 +293,20 @@ def usable_capacity(total: Optional[int], free_at_start: Optional[int]) -> Tuple
     held = max(total - free_at_start, 0)
     ours = min(held, START_BYTES)
     return free_at_start + ours, held - ours
+
+
+def _allocator_oom(outcome, layers: int) -> Optional[Dict[str, Any]]:
+    """A crashed rank whose allocator (torch_memory_saver's) exited on an out-of-memory, as the payload's own OOM
+    verdict would say it (None when no rank did): it is a depth too deep for the GPU, not a broken node."""
+    for r in outcome.ranks:
+        found = ALLOCATOR_OOM.findall(r.stderr_tail or "") if r.rank in outcome.crashed_ranks else []
+        if found:
+            own = r.result or {}
+            phase = (None if own.get("partial") else own.get("phase")) or r.phase
+            return {"summary": f"out of memory in phase {phase!r} at depth {layers} (torch_memory_saver's allocator)",
+                    "rank": r.rank, "evidence": {"oom": {"phase": phase, "message": found[-1][:400]},
+                                                  "steps": (own.get("evidence") or {}).get("steps", [])}}
+    return None
 
 
 def _oom_result(run: _Run, oom: Dict[str, Any]) -> Result:
