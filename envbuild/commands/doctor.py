@@ -55,12 +55,12 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
     from envbuild.fleet.options import check_outputs, resolve_fleet, run_fleet
 
     fleet = resolve_fleet(fleet_flags)
-    if list_only or list_options or fleet.wanted:
-        ahead = None
-    else:  # this node's run: its stack probe starts while the options below are resolved
-        ahead = start_stack_ahead(mode=run_mode(mode, soak), python=python, prefix=prefix, root=root, checks=checks,
-                                  skips=skips)
+    ahead = None
     try:
+        if not (list_only or list_options or fleet.wanted):
+            # this node's run: its stack probe starts while the options below are resolved
+            ahead = start_stack_ahead(mode=run_mode(mode, soak), python=python, prefix=prefix, root=root,
+                                      checks=checks, skips=skips)
         opts = resolve_doctor(profile_name=profile_name, python=python, prefix=prefix, root=root, mode=mode,
                               gpus=gpus, checks=checks, skips=skips, list_only=list_only, list_options=list_options,
                               strict=strict, require_gpu=require_gpu, sets=sets, soak=soak, quiet=quiet,

@@ -435,13 +435,15 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
            deadline_s: float, backend: str = "nccl", env: Optional[Dict[str, str]] = None,
            per_rank_env: Optional[List[Dict[str, str]]] = None,
            phase_deadlines: Optional[Dict[str, float]] = None, run_dir: Optional[str] = None,
-           allow_nvls: bool = False, cancel: Optional[threading.Event] = None, drain: bool = False) -> LaunchOutcome:
+           allow_nvls: bool = False, cancel: Optional[threading.Event] = None, drain: bool = False,
+           dump_on_cancel: bool = True) -> LaunchOutcome:
     """Run `payload` as `nranks` processes under `python` and return what each rank did.
 
     deadline_s bounds the whole run; phase_deadlines maps a phase name (or "*" for any phase) to the
     most seconds a rank may spend in it, and START to the most seconds from a rank's start to its first
     phase. The run directory (a fresh temp dir unless given) keeps the per-rank logs for the report. `cancel`, when set by another thread, ends the run like a deadline (the
-    stack probe's prefetch thread: envbuild/doctor/stack_reader.py). Raises FileNotFoundError for a missing
+    stack probe's prefetch thread: envbuild/doctor/stack_reader.py); without `dump_on_cancel` its ranks are killed
+    without their stacks first (nobody reads a cancelled probe's stacks). Raises FileNotFoundError for a missing
     payload or python.
 
     `drain`: return once every rank has exited or written a result that is not an error, its exit still to come
@@ -482,7 +484,7 @@ def launch(payload: str, nranks: int, *, python: str, gpus: Optional[List[int]],
                 with _signals_deferred():
                     ranks.append(_start_rank(k, python, script, list(args), rank_environ, rd))
             timed_out, reason = _follow(ranks, tracker, start, deadline_s, phase_deadlines, cancel,
-                                        until_answered=drain)
+                                        until_answered=drain, dump_on_cancel=dump_on_cancel)
             handed_on = reason == ANSWERED
         except Stopped as stop:
             stop.where = _where(ranks, payload)

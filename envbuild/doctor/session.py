@@ -161,12 +161,14 @@ class StackAhead:
         from envbuild.facts.nvml import take_snapshot
 
         try:
-            self._snapshot = take_snapshot()
-        except BaseException as exc:  # handed to whoever asks, as if it had read NVML itself
-            self._error = exc
+            try:
+                self._snapshot = take_snapshot()
+            except BaseException as exc:  # handed to whoever asks, as if it had read NVML itself
+                self._error = exc
+            finally:
+                self.reader.open_gate()
         finally:
-            self.reader.open_gate()
-            self._done.set()
+            self._done.set()  # whatever happened, nobody waits on it for ever
 
     def nvml(self) -> Dict[str, Any]:
         self._done.wait()

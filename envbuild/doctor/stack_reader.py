@@ -66,8 +66,9 @@ def read_stack(python: str, timeout_s: float = DEFAULT_TIMEOUT_S, patches: Optio
                 json.dump(patches, fh)
             args += ["--patches", patch_file]
         try:
+            # a cancelled probe (a doctor stopped, or its options refused) is not waited for: no stacks to dump
             outcome = launch(PAYLOAD, 1, python=python, gpus=None, args=args, deadline_s=timeout_s, backend="none",
-                             run_dir=run_dir, cancel=cancel)
+                             run_dir=run_dir, cancel=cancel, dump_on_cancel=False)
         except OSError as exc:
             raise FactUnavailable(f"cannot run {python}: {exc.strerror or exc}") from exc
     finally:
@@ -131,9 +132,12 @@ class StackPrefetch:
             self._done.set()
 
     def open_gate(self) -> None:
-        """Let the probe make its CUDA calls (a no-op for an ungated one, or once open)."""
+        """Let the probe make its CUDA calls (a no-op for an ungated one, once open, or once closed)."""
         if self._gate is not None and not os.path.exists(self._gate):
-            os.close(os.open(self._gate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            try:
+                os.close(os.open(self._gate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            except (FileExistsError, FileNotFoundError):  # opened meanwhile, or its directory removed by close()
+                pass
 
     def pending(self) -> bool:
         """Started and not finished: a caller would wait."""

@@ -71,3 +71,21 @@ def test_a_stop_signal_that_lands_where_python_cannot_raise_prints_no_traceback(
     assert proc.stdout.split("\n")[:2] == ["went on", "interrupted in the main thread"], proc.stdout + proc.stderr
     assert "Stopped" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
     assert "ValueError: a real bug" in proc.stderr
+
+
+def test_a_ctrl_c_python_wraps_in_runtime_error_exits_130_with_one_line(monkeypatch, capsys):
+    """Python < 3.12 turns a KeyboardInterrupt raised in a class body's __set_name__ (a dataclass being defined
+    while its module loads) into RuntimeError; the user pressed Ctrl-C all the same."""
+    import envbuild.cli as cli
+
+    def run(argv):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    monkeypatch.setattr(cli, "_run", run)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["doctor"])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.strip() == "interrupted"

@@ -56,3 +56,36 @@ def test_a_whole_static_run_reads_the_stack_started_ahead_once(tmp_path):
     assert results["stack.torch"]["status"] in ("skip", "pass", "warn"), results["stack.torch"]
     assert len((tmp_path / "started").read_text().split()) == 1
     assert left_behind(tmp_path) == []
+
+
+def test_a_cancelled_probe_is_killed_without_dumping_its_stacks(monkeypatch, tmp_path):
+    """Bad options close the probe started ahead: nobody reads its stacks, so none are dumped first (SIGUSR1, a
+    0.5 s wait and up to two py-spy dumps made a mistyped --profile take 0.5 s to 30 s longer to say so)."""
+    import threading
+
+    from envbuild.doctor import launcher, stack_reader
+    from envbuild.facts.source import FactUnavailable
+
+    dumped = []
+    monkeypatch.setattr(launcher, "_dump_stacks", lambda ranks: dumped.append(len(ranks)))
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    try:
+        stack_reader.read_stack(str(slow_python(tmp_path)), cancel=cancel)
+    except FactUnavailable as exc:
+        assert "stopped before it answered" in str(exc)
+    assert dumped == []
+
+
+def test_the_nvml_thread_ends_even_when_the_probe_was_closed_first(monkeypatch, tmp_path):
+    """A snapshot that ends after close() (bad options found meanwhile) finds the gate's directory gone: the thread
+    still ends and anyone asking gets the snapshot, no traceback and no wait for ever."""
+    import time as _time
+
+    from envbuild.doctor.session import StackAhead, stack_reader_for
+    from envbuild.facts import nvml
+
+    monkeypatch.setattr(nvml, "take_snapshot", lambda: (_time.sleep(0.5), {"devices": []})[1])
+    ahead = StackAhead(stack_reader_for("static"), str(slow_python(tmp_path)))
+    ahead.close()
+    assert ahead.nvml() == {"devices": []}

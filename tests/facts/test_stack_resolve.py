@@ -5,8 +5,10 @@ The torch is tests/stackfix.py's fake_torch: real ELF libraries in the pip wheel
 leaves a file behind when it is loaded (FAKE_TORCH_LOADED), so a test can tell that nothing of torch ran.
 """
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -331,10 +333,13 @@ def test_the_read_ahead_runs_beside_the_trace_and_leaves_no_process(tmp_path):
     fake_torch(site)
     libs = _loader_trace.torch_libraries(str(site / "torch"))
     assert str((site / "torch" / "lib" / "libtorch_cuda.so").resolve()) in libs
-    proc = _loader_trace.start_read_ahead(libs)
+    fifo = tmp_path / "blocks"  # opening a FIFO with no writer blocks: a read-ahead the trace outlasts
+    os.mkfifo(fifo)
+    proc = _loader_trace.start_read_ahead([str(fifo)] + libs)
     assert proc is not None
+    time.sleep(0.5)
     _loader_trace.stop_read_ahead(proc)
-    assert proc.returncode is not None
+    assert proc.returncode == -signal.SIGKILL  # stopped by the trace's end, and reaped
     gate = run_probe(_env(site), "--resolve-only")
     assert gate["_rc"] == 0, gate["_stderr"]
     assert [m["family"] for m in gate["mapped"]].count("libnccl") == 1

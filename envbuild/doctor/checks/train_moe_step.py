@@ -200,7 +200,7 @@ def train_moe_step(ctx, run) -> List[Result]:
                                    sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
     estimate = estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs)
     if capacity and estimate["total"] > capacity:
-        fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity)
+        fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity, headroom=DEFAULT_DEPTH_HEADROOM)
         experts = shape.experts // layout.ep
         return [_options_error(
             f"train.layers={opts.layers} with {layout.describe()} ({experts} experts per rank) needs about "
@@ -303,9 +303,12 @@ def _allocator_oom(outcome, layers: int) -> Optional[Dict[str, Any]]:
         if found:
             own = r.result or {}
             phase = (None if own.get("partial") else own.get("phase")) or r.phase
+            evidence = own.get("evidence") or {}
+            record = {"phase": phase, "message": found[-1][:400]}
+            # what the GPU had free at the start (a partial verdict carries it): memory others held is named
+            record.update({k: evidence[k] for k in ("free_at_start_bytes", "device_total_bytes") if k in evidence})
             return {"summary": f"out of memory in phase {phase!r} at depth {layers} (torch_memory_saver's allocator)",
-                    "rank": r.rank, "evidence": {"oom": {"phase": phase, "message": found[-1][:400]},
-                                                  "steps": (own.get("evidence") or {}).get("steps", [])}}
+                    "rank": r.rank, "evidence": {"oom": record, "steps": evidence.get("steps", [])}}
     return None
 
 
