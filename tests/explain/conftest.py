@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,3 +18,14 @@ def _run(*args: str, stdin: bytes = b"", **kw) -> subprocess.CompletedProcess:
 @pytest.fixture
 def explain():
     return _run
+
+
+@pytest.fixture
+def explain_text(tmp_path):
+    """`envbuild explain LOG --json -` on a log holding `text` (UTF-8): (the process, its JSON answer)."""
+    def run(text: str):
+        log = tmp_path / "x.log"
+        log.write_text(text, encoding="utf-8")
+        proc = _run(str(log), "--json", "-")
+        return proc, json.loads(proc.stdout)
+    return run

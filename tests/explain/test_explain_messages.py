@@ -2,17 +2,7 @@
 of RL and training stacks that explain did not read at all (each was `ok` or `unknown` before), named by the
 cause the message itself states; and the warnings beside them that runs which went through print (in the
 healthy-lines fixture) stay `ok`."""
-import json
-
 import pytest
-
-
-def _run(explain, tmp_path, text):
-    log = tmp_path / "x.log"
-    log.write_text(text)
-    proc = explain(str(log))
-    data = json.loads(explain(str(log), "--json", "-").stdout)
-    return proc, data
 
 
 @pytest.mark.parametrize("text, cause", [
@@ -34,8 +24,8 @@ def _run(explain, tmp_path, text):
     ("RuntimeError: CUDA error: operation not permitted when stream is capturing\n", "U2"),
     ("./train.sh: line 12: 48211 Killed                  python train.py\n", "U3"),
 ])
-def test_the_message_names_its_cause(explain, tmp_path, text, cause):
-    proc, data = _run(explain, tmp_path, text)
+def test_the_message_names_its_cause(explain_text, text, cause):
+    proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
     assert data["verdict"] == "explained" and data["top"] == cause, [(c["id"], c["score"]) for c in data["causes"]]
 
@@ -45,6 +35,6 @@ def test_the_message_names_its_cause(explain, tmp_path, text, cause):
     "INFO worker 3 killed the idle actor and went on\n",
     "[12345.678901] Killed process group cleanup finished\n",
 ])
-def test_killed_inside_other_text_is_not_the_job_report(explain, tmp_path, text):
-    _, data = _run(explain, tmp_path, text)
+def test_killed_inside_other_text_is_not_the_job_report(explain_text, text):
+    _, data = explain_text(text)
     assert "U3" not in [c["id"] for c in data["causes"]], [(c["id"], c["score"]) for c in data["causes"]]

@@ -2,7 +2,6 @@
 the JSON's ranking). An error message in another case, a workaround the reporter says worked (with spaces around
 `=`, in Chinese), a CUDA message in its singular or cut form, a native extension's undefined symbol named in a
 title, a native build refused for another CUDA toolkit than torch's; and the other side: a workaround that did not help, NCCL's echo of a variable, a bare command line."""
-import json
 import re
 from pathlib import Path
 
@@ -11,13 +10,6 @@ import pytest
 from envbuild.errors import InputFileError
 from envbuild.knowledge.signatures import load_signature_file
 
-
-def _run(explain, tmp_path, text):
-    log = tmp_path / "x.log"
-    log.write_text(text)
-    proc = explain(str(log))
-    data = json.loads(explain(str(log), "--json", "-").stdout)
-    return proc, data
 
 
 def _ranked(data):
@@ -55,22 +47,22 @@ def _ranked(data):
     # NCCL's system error alone: /dev/shm is the usual cause and is named, with a low word
     ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n", "O1"),
 ])
-def test_retyped_text_names_its_cause(explain, tmp_path, text, cause):
-    proc, data = _run(explain, tmp_path, text)
+def test_retyped_text_names_its_cause(explain_text, text, cause):
+    proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
     assert data["verdict"] == "explained" and data["top"] == cause, _ranked(data)
 
 
-def test_nccls_own_217_in_shm_stays_a_cumem_host_failure(explain, tmp_path):
+def test_nccls_own_217_in_shm_stays_a_cumem_host_failure(explain_text):
     text = ("host:774:854 [0] transport/shm.cc:590 NCCL WARN Cuda failure 217 'peer access is not supported between "
             "these two devices'\n")
-    _, data = _run(explain, tmp_path, text)
+    _, data = explain_text(text)
     assert data["top"] == "M2", _ranked(data)
 
 
-def test_duplicate_gpu_ranks_device_assignment_beside_a_bug(explain, tmp_path):
+def test_duplicate_gpu_ranks_device_assignment_beside_a_bug(explain_text):
     text = "NCCL WARN Duplicate GPU detected: rank 0 and rank 2 both on CUDA device\n"
-    _, data = _run(explain, tmp_path, text)
+    _, data = explain_text(text)
     assert "C11" in [c["id"] for c in data["causes"][:3]], _ranked(data)
 
 
@@ -81,8 +73,8 @@ def test_duplicate_gpu_ranks_device_assignment_beside_a_bug(explain, tmp_path):
     "设置NCCL_IB_DISABLE=1还是报错\n",
     "NCCL hangs in all_reduce; updating nccl did not fix it\n",
 ])
-def test_a_workaround_that_did_not_help_names_nothing(explain, tmp_path, text):
-    _, data = _run(explain, tmp_path, text)
+def test_a_workaround_that_did_not_help_names_nothing(explain_text, text):
+    _, data = explain_text(text)
     named = {"N3", "U4", "C2"} & {c["id"] for c in data["causes"] if c["score"] >= 1.5}
     assert not named, _ranked(data)
 
@@ -92,8 +84,8 @@ def test_a_workaround_that_did_not_help_names_nothing(explain, tmp_path, text):
     "mpirun -np 8 -x NCCL_IB_DISABLE=1 -x NCCL_P2P_DISABLE=1 ./all_reduce_perf -b 8 -e 1G\n",
     "docker run --gpus all --ipc=host --shm-size=16g image python train.py\n",
 ])
-def test_settings_without_words_of_success_are_not_a_failure(explain, tmp_path, text):
-    proc, data = _run(explain, tmp_path, text)
+def test_settings_without_words_of_success_are_not_a_failure(explain_text, text):
+    proc, data = explain_text(text)
     assert proc.returncode == 0 and data["verdict"] == "ok", _ranked(data)
 
 
@@ -110,12 +102,12 @@ def test_a_case_free_entry_loads_with_its_key_in_another_case(tmp_path: Path):
         load_signature_file(path)
 
 
-def test_rays_list_of_potential_causes_is_not_an_oom(explain, tmp_path):
+def test_rays_list_of_potential_causes_is_not_an_oom(explain_text):
     """Ray prints the OOM killer among the potential causes of every actor death: that is no evidence of one."""
     text = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
             "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root "
             "causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n")
-    _, data = _run(explain, tmp_path, text)
+    _, data = explain_text(text)
     assert data["verdict"] != "ok"
     assert "U3" not in [c["id"] for c in data["causes"]], _ranked(data)
 
@@ -125,8 +117,8 @@ def test_rays_list_of_potential_causes_is_not_an_oom(explain, tmp_path):
     ("单机8卡", False),
     ("it works on a single node but fails across two nodes", True),
 ])
-def test_one_host_rules_out_the_network_between_nodes(explain, tmp_path, where, u4_first):
+def test_one_host_rules_out_the_network_between_nodes(explain_text, where, u4_first):
     """A store that cannot be reached is the network between nodes (U4) unless the job runs on one host."""
     text = f"training {where}\ntorch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.\n"
-    _, data = _run(explain, tmp_path, text)
+    _, data = explain_text(text)
     assert (data["causes"][0]["id"] == "U4") == u4_first, _ranked(data)

@@ -7,17 +7,7 @@
   a path: M2, not a full /dev/shm);
 - torch's refusal of CUDA IPC for expandable segments when pidfd_open is missing (M3).
 Each case was `ok` or `unknown` (or O1 for the attach) before these entries."""
-import json
-
 import pytest
-
-
-def _run(explain, tmp_path, text):
-    log = tmp_path / "x.log"
-    log.write_text(text, encoding="utf-8")
-    proc = explain(str(log))
-    data = json.loads(explain(str(log), "--json", "-").stdout)
-    return proc, data
 
 
 @pytest.mark.parametrize("text", [
@@ -27,8 +17,8 @@ def _run(explain, tmp_path, text):
     "loss becomes NaN after the first step on two A100 PCIe cards\n",
     "host1:12:12 [0] NCCL INFO Bootstrap : Using wlan0:192.168.0.7<0>\nthe job hangs after init\n",
 ])
-def test_a_p2p_symptom_on_pcie_gpus_names_n3(explain, tmp_path, text):
-    proc, data = _run(explain, tmp_path, text)
+def test_a_p2p_symptom_on_pcie_gpus_names_n3(explain_text, text):
+    proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
     assert data["verdict"] == "explained" and data["top"] == "N3", [(c["id"], c["score"]) for c in data["causes"]]
 
@@ -39,8 +29,8 @@ def test_a_p2p_symptom_on_pcie_gpus_names_n3(explain, tmp_path, text):
     # the symptom in code, not in words
     "values = worker.get_objects(refs, timeout=timeout)\nNVIDIA GeForce RTX 4090\n",
 ])
-def test_the_symptom_alone_or_in_code_is_not_n3(explain, tmp_path, text):
-    _, data = _run(explain, tmp_path, text)
+def test_the_symptom_alone_or_in_code_is_not_n3(explain_text, text):
+    _, data = explain_text(text)
     assert "N3" not in [c["id"] for c in data["causes"]], [(c["id"], c["score"]) for c in data["causes"]]
 
 
@@ -48,33 +38,37 @@ def test_the_symptom_alone_or_in_code_is_not_n3(explain, tmp_path, text):
     "NVIDIA GeForce RTX 4090 x8: no wrong results\n",
     "8x RTX 4090, PCIe only, without NVLink; the run went through\n",
 ])
-def test_a_pcie_host_that_ran_through_is_ok(explain, tmp_path, text):
-    proc, data = _run(explain, tmp_path, text)
+def test_a_pcie_host_that_ran_through_is_ok(explain_text, text):
+    proc, data = explain_text(text)
     assert proc.returncode == 0 and data["verdict"] == "ok", [(c["id"], c["score"]) for c in data["causes"]]
 
 
-def test_ncclmaxsharedmem_names_a_gpu_newer_than_nccl(explain, tmp_path):
-    proc, data = _run(explain, tmp_path, "h:1:2 [0] NCCL INFO NCCL version 2.25.1+cuda12.8\n"
-                      "h:1:3 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856\n")
+def test_ncclmaxsharedmem_names_a_gpu_newer_than_nccl(explain_text):
+    proc, data = explain_text(
+        "h:1:2 [0] NCCL INFO NCCL version 2.25.1+cuda12.8\n"
+        "h:1:3 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856\n")
     assert proc.returncode == 1, proc.stderr
     assert data["verdict"] == "explained" and data["top"] == "D10"
 
 
-def test_a_malformed_shm_attach_is_cumem_host_not_a_full_dev_shm(explain, tmp_path):
-    _, data = _run(explain, tmp_path, "h:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared "
-                   "memory segment /dev/shm/nccl-\u00d7 (size 0), error: No such file or directory (2)\n")
+def test_a_malformed_shm_attach_is_cumem_host_not_a_full_dev_shm(explain_text):
+    _, data = explain_text(
+        "h:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared "
+        "memory segment /dev/shm/nccl-\u00d7 (size 0), error: No such file or directory (2)\n")
     assert data["top"] == "M2", [(c["id"], c["score"]) for c in data["causes"]]
 
 
-def test_a_well_formed_shm_attach_stays_dev_shm(explain, tmp_path):
-    _, data = _run(explain, tmp_path, "h:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared "
-                   "memory segment /dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)\n")
+def test_a_well_formed_shm_attach_stays_dev_shm(explain_text):
+    _, data = explain_text(
+        "h:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared "
+        "memory segment /dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)\n")
     assert data["top"] == "O1", [(c["id"], c["score"]) for c in data["causes"]]
 
 
-def test_pidfd_open_missing_for_expandable_segments_is_m3(explain, tmp_path):
+def test_pidfd_open_missing_for_expandable_segments_is_m3(explain_text):
     """The message cut before it names expandable segments (as titles and excerpts cut it) still names M3."""
-    proc, data = _run(explain, tmp_path, "RuntimeError: The kernel on this machine does not support the pidfd_open "
-                      "syscall\n")
+    proc, data = explain_text(
+        "RuntimeError: The kernel on this machine does not support the pidfd_open "
+        "syscall\n")
     assert proc.returncode == 1
     assert data["verdict"] == "explained" and data["top"] == "M3"
