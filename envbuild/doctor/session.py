@@ -180,13 +180,19 @@ class StackAhead:
         self.reader.close()
 
 
+def runs_everything_here(root: Optional[str], checks: Sequence[str], skips: Sequence[str]) -> bool:
+    """Every check runs on this node (no --root, --check or --skip), the stack and node ones among them: the stack
+    probe may then start before the checks, gated until NVML's snapshot (start_stack_early)."""
+    return root is None and not checks and not skips
+
+
 def start_stack_ahead(*, mode: str, python: Optional[str], prefix: Optional[str], root: Optional[str],
                       checks: Sequence[str], skips: Sequence[str]) -> Optional[StackAhead]:
     """The stack probe and NVML's snapshot started before the run's options are resolved, when every check runs on
     this node (no --root, --check or --skip): the probe loads its libraries while the settings import every check's
     module and load the profile (a first run reads them from disk: 0.1-0.2 s with --profile). None when it cannot
     start yet; hand it to run_doctor, or close it when the command ends first."""
-    if root is not None or checks or skips:
+    if not runs_everything_here(root, checks, skips):
         return None
     try:
         interpreter = resolve_python(python, prefix)
@@ -205,10 +211,8 @@ def run_doctor(opts: DoctorOptions, ahead: Optional[StackAhead] = None) -> int:
     stack_reader = ahead.reader if ahead is not None else None
     if stack_reader is None:
         stack_reader = stack_reader_for(opts.mode, opts.resolve_only)
-        if not listing and opts.root is None and not opts.checks and not opts.skips:
-            # Every check runs, the stack and node ones among them: the probe starts now, gated until NVML's
-            # snapshot (start_stack_early), so the imports and set-up below overlap it.
-            stack_reader.start(python, gated=True)
+        if not listing and runs_everything_here(opts.root, opts.checks, opts.skips):
+            stack_reader.start(python, gated=True)  # the imports and set-up below overlap it
     import signal
 
     import click

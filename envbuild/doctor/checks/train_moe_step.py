@@ -173,9 +173,12 @@ def train_moe_step(ctx, run) -> List[Result]:
     opts = train_options(ctx.options, ctx.mode)
     shape = get_preset(opts.preset)
     world = _declared_world(ctx)
+
+    def lay_out(layers: int) -> "Layout":
+        return derive_layout(world or _structural_world(opts), shape, layers, opts.seq, tp=opts.tp, sp=opts.sp,
+                             ep=opts.ep, pp=opts.pp, cp=opts.cp)
     try:
-        layout = derive_layout(world or _structural_world(opts), shape, opts.layers, opts.seq, tp=opts.tp,
-                               sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
+        layout = lay_out(opts.layers)
     except LayoutError as exc:
         return [_options_error(str(exc))]
     refusal = _spec_refusal(ctx, opts, layout)
@@ -195,9 +198,7 @@ def train_moe_step(ctx, run) -> List[Result]:
         if 0 < fits < opts.layers:
             chosen = (f"{fits}: the default depth {opts.layers} does not fit {capacity / GIB:.0f} GiB per GPU with "
                       f"the margin the measured runs need (set train.layers to choose)")
-            opts = replace(opts, layers=fits)
-            layout = derive_layout(world or _structural_world(opts), shape, opts.layers, opts.seq, tp=opts.tp,
-                                   sp=opts.sp, ep=opts.ep, pp=opts.pp, cp=opts.cp)
+            opts, layout = replace(opts, layers=fits), lay_out(fits)
     estimate = estimate_bytes(shape, layout, opts.layers, opts.seq, opts.mbs)
     if capacity and estimate["total"] > capacity:
         fits = depth_that_fits(shape, layout, opts.seq, opts.mbs, capacity, headroom=DEFAULT_DEPTH_HEADROOM)
