@@ -112,4 +112,8 @@ def _run(argv: Optional[List[str]]) -> int:
     except EnvbuildError as exc:
         click.echo(f"envbuild: error: {exc}", err=True)
         return exc.exit_code
+    except ModuleNotFoundError as exc:  # an installation without one of envbuild's dependencies (py-rattler, ...)
+        click.echo(f"envbuild: error: module {exc.name!r} not found: this envbuild installation lacks a package it "
+                   f"depends on; reinstall it with its dependencies (pip install envbuild)", err=True)
+        return 2
     return rv if isinstance(rv, int) else 0

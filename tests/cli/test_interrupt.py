@@ -89,3 +89,18 @@ def test_a_ctrl_c_python_wraps_in_runtime_error_exits_130_with_one_line(monkeypa
         cli.main(["doctor"])
     assert stop.value.code == 130
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_a_missing_dependency_is_one_line_and_exit_2(monkeypatch, capsys):
+    """py-rattler absent (seen on the lent GPU machine, where envbuild ran from its source tree): loading a profile
+    imports it; the user gets one line naming the module, not a traceback."""
+    import sys
+
+    import envbuild.cli as cli
+
+    monkeypatch.setitem(sys.modules, "rattler", None)  # `import rattler` raises ModuleNotFoundError
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["doctor", "--profile", "slime-v0.3.1-cu130", "--check", "node.wsl"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "'rattler'" in err and "lacks a package it depends on" in err
