@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 
 NCCL_FLOAT32, NCCL_SUM = 7, 0
 CUDA_BUILD_NCCL_VERSION = "_ZN5torch4cuda4nccl7versionEv"  # torch::cuda::nccl::version(): NCCL torch was built with
@@ -36,6 +37,18 @@ CUDA_BUILD_NCCL_SUFFIX = "_ZN5torch4cuda4nccl14version_suffixEv"
 
 class NativeUnavailable(Exception):
     """This torch cannot be probed without importing it; the reason is kept in the probe's init facts."""
+
+
+def wait_for_gate(path, timeout_s=30.0):
+    """Hold the first CUDA call until `path` exists: the doctor takes NVML's process snapshot meanwhile, so
+    node.gpu_processes never sees this probe's CUDA context while the library loading still overlaps it.
+    Returns the seconds waited (None without a gate)."""
+    if not path:
+        return None
+    t0 = time.monotonic()
+    while not os.path.exists(path) and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.005)
+    return round(time.monotonic() - t0, 3)
 
 
 class InitError(RuntimeError):

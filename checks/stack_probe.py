@@ -48,6 +48,9 @@ ENV_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", 
 ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "RAY_USE_UVLOOP")
 NCCL_VERSION_RE = re.compile(rb"NCCL version (\d+\.\d+\.\d+)([^\x00\s]*)")
 SUBPROCESS_TIMEOUT_S = 20.0
+# The answer of the initialisation beside the trace is awaited past the probe's own init watchdog (--init-timeout),
+# which reports a hang there with its phase and stops the child (emit).
+INIT_BESIDE_TIMEOUT_S = 600.0
 CHILD_ENV = {}  # the environment at the probe's start, for the processes the inventory runs (filled by main)
 
 
@@ -573,7 +576,7 @@ def enter(state, name):
             pass
 
 
-def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_init=False):
+def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_init=False, gate_path=None):
     """torch's facts, then CUDA and NCCL initialised like a training process would; False when there is no torch.
 
     `resolve_only` (create's gate): the loader's trace of torch's libraries instead (resolve_torch), unless it
@@ -594,12 +597,18 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
         result["torch"] = {"present": False, "error": "No module named 'torch'"}
         return False
     if resolve_only or resolve_init:
-        versions = None
+        versions = answer = runtime = None
+        early = start_early_init(spec, gate_path) if resolve_init else None
         try:
             versions = resolve_torch(result, errors, spec, lambda name: enter(init_state, name), resolve_init)
             if resolve_init:
-                runtime = resolved_runtime(result)
+                cudart, nccl = resolved_copies(result)
+                answer = take_early_init(early, result, cudart, nccl, init_state)
+                early = None
+                runtime = None if answer else load_runtime(cudart, nccl)
         except Exception as exc:  # a fault of the trace itself too: the gate must judge the loaded libraries then
+            if early is not None:
+                early.stop()
             if versions is not None:
                 versions.join()  # its child process ends before the probe loads torch's libraries instead
             why = str(exc) if isinstance(exc, native.NativeUnavailable) else "%s: %s" % (type(exc).__name__, exc)
@@ -608,41 +617,96 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
             result["torch"]["resolve_path"] = "not used: %s" % why
             return present
         if resolve_init:  # CUDA's or NCCL's refusal from here on is a finding (InitError), never a fallback
-            read_ahead(result.get("mapped") or [], ("libnccl", "libcuda"))
             try:
-                initialise_resolved(result, runtime, init_state, gate)
+                if answer is not None:
+                    adopt_early_init(result, answer, init_state)
+                else:
+                    read_ahead(result.get("mapped") or [], ("libnccl", "libcuda"))
+                    initialise_resolved(result, runtime, init_state, gate)
             finally:
                 versions.join()
         return True
     return load_torch(result, errors, init_state, gate, spec)
 
 
-def resolved_runtime(result):
-    """The CUDA runtime and NCCL calls through the copies the loader's trace resolved for torch (`--resolve-init`):
-    its libcudart of torch's CUDA major and every libnccl it resolved, loaded by their paths into the global scope as
-    torch's _load_global_deps loads the CUDA wheels' libraries; an LD_PRELOADed libnccl is already there, first, as
-    it is for torch. None for a CPU build. NativeUnavailable (before any CUDA call) when a copy does not load or
-    lacks a call: the probe then loads torch's libraries after all."""
-    import ctypes
-
+def resolved_copies(result):
+    """(libcudart, [libnccl...]) real paths the CUDA runtime's and NCCL's calls go through, of the copies the
+    loader's trace resolved for torch (`--resolve-init`): its libcudart of torch's CUDA major and every libnccl it
+    resolved. (None, []) for a CPU build. NativeUnavailable (before any CUDA call) when the trace resolved neither:
+    the probe then loads torch's libraries after all."""
     import _torch_native as native
 
     t = result["torch"]
     if not t.get("cuda"):
-        return None
+        return None, []
     mapped = result.get("mapped") or []
     major = "libcudart.so.%s" % str(t["cuda"]).split(".")[0]
-    runtimes = [m["path"] for m in mapped if m["family"] == "libcudart"]
+    runtimes = [m["realpath"] for m in mapped if m["family"] == "libcudart"]
     # only torch's major: a libcudart of another one (an LD_PRELOAD) is not the runtime torch's calls bind to
     cudart = next((p for p in runtimes if os.path.basename(p).startswith(major)), None)
-    nccl = [m["path"] for m in mapped if m["family"] == "libnccl"]
+    nccl = [m["realpath"] for m in mapped if m["family"] == "libnccl"]
     if cudart is None or not nccl:
         raise native.NativeUnavailable("the trace resolved no %s or no libnccl" % major)
+    return cudart, nccl
+
+
+def load_runtime(cudart, nccl):
+    """The copies loaded by their paths into the global scope, as torch's _load_global_deps loads the CUDA wheels'
+    libraries (an LD_PRELOADed libnccl is already there, first, as it is for torch); None for a CPU build.
+    NativeUnavailable (before any CUDA call) when a copy does not load or lacks a call."""
+    import ctypes
+
+    import _torch_native as native
+
+    if cudart is None:
+        return None
     try:
         handles = [ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL) for path in [cudart] + nccl]
     except OSError as exc:
         raise native.NativeUnavailable("a resolved copy did not load: %s" % exc)
     return native.Runtime([ctypes.CDLL(None)] + handles)
+
+
+def start_early_init(spec, gate_path):
+    """CUDA's and NCCL's initialisation started beside the trace in a child (checks/_early_init.py), on the copies
+    torch's CUDA wheels hold; None when torch's package or those copies do not tell."""
+    import _early_init
+    import _torch_native as native
+
+    try:
+        pkg_dir, t = native.package_facts(spec, "")
+    except native.NativeUnavailable:
+        return None
+    return _early_init.start(pkg_dir, t["cuda"], gate_path) if t.get("cuda") else None
+
+
+def take_early_init(early, result, cudart, nccl, init_state):
+    """The child's answer when it mapped exactly the copies the trace resolved (the libcudart and libnccl above,
+    and the libcuda the trace resolved), else None: the probe then initialises through them itself."""
+    if early is None or cudart is None:
+        if early is not None:
+            early.stop()
+        return None
+    enter(init_state, "init beside the trace")
+    libcuda = [m["realpath"] for m in result.get("mapped") or [] if m["family"] == "libcuda"]
+    return early.take({"libcudart": [cudart], "libnccl": nccl, "libcuda": libcuda[:1]}, INIT_BESIDE_TIMEOUT_S)
+
+
+def adopt_early_init(result, answer, init_state):
+    """The child's initialisation as the probe's own (initialise_resolved's facts and wording); its CUDA or NCCL
+    error raised here as the probe's, in the phase it happened."""
+    init = dict(answer["init"], source=LOADER_TRACE, beside_trace_s=answer.get("phases"))
+    result["init"] = init
+    result["torch"].update(answer.get("torch") or {})
+    error = answer.get("error")
+    if error:
+        enter(init_state, error.get("phase") or "init beside the trace")
+        raise type(str(error.get("type") or "InitError"), (Exception,), {})(error.get("message"))
+    if init.get("method"):
+        init["method"] = "%s: %s" % (RESOLVED_INIT, init["method"])
+    result["torch"]["method"] = ("%s: torch's libraries resolved by the dynamic loader (LD_TRACE_LOADED_OBJECTS); "
+                                 "of them only the libcudart and libnccl it resolved loaded, beside the trace"
+                                 % LOADER_TRACE)
 
 
 def read_ahead(mapped, families):
@@ -663,7 +727,7 @@ def read_ahead(mapped, families):
 
 
 def initialise_resolved(result, runtime, init_state, gate):
-    """CUDA and a 1-rank NCCL group initialised through `runtime` (resolved_runtime), after the gate: the static
+    """CUDA and a 1-rank NCCL group initialised through `runtime` (load_runtime), after the gate: the static
     doctor's facts without loading torch's other libraries (libtorch_cuda, cuBLAS, cuDNN: most of a first run's 2-3 s
     reading them from disk, docs/faults.md)."""
     import _torch_native as native
@@ -882,22 +946,10 @@ def inventory(found, errors, patches):
             found[key] = None
 
 
-def wait_for_gate(path, timeout_s=30.0):
-    """Hold the first CUDA call until `path` exists: the doctor takes NVML's process snapshot meanwhile, so
-    node.gpu_processes never sees this probe's CUDA context while the library loading still overlaps it.
-    Returns the seconds waited (None without a gate)."""
-    if not path:
-        return None
-    t0 = time.monotonic()
-    while not os.path.exists(path) and time.monotonic() - t0 < timeout_s:
-        time.sleep(0.005)
-    return round(time.monotonic() - t0, 3)
-
-
 def parse_args(argv):
     """--patches FILE: JSON list of {"target": "sglang"|"megatron", "file": name, "path": abs path}.
     --init-timeout S: watchdog for the CUDA/NCCL initialisation (default 120).
-    --gate PATH: wait (at most 30 s) for PATH to exist before the first CUDA call (wait_for_gate).
+    --gate PATH: wait (at most 30 s) for PATH to exist before the first CUDA call (_torch_native.wait_for_gate).
     --resolve-only: torch's libraries resolved by the loader's trace, not loaded (resolve_torch).
     --resolve-init: resolved so, then CUDA and NCCL initialised through the copies resolved (initialise_resolved)."""
     opts = {"patches": [], "init_timeout": 120.0, "gate": None, "resolve_only": False, "resolve_init": False}
@@ -942,6 +994,8 @@ def main(argv):
         if "phase" in init_state:
             enter(init_state, "answer")
             result["phase_s"] = dict(init_state.get("seconds", {}))
+        if "_early_init" in sys.modules:  # an initialisation beside the trace still running (the watchdog's answer)
+            sys.modules["_early_init"].stop_all()
         text = json.dumps(result, sort_keys=True, default=str) + "\n"
         os.write(json_fd, text.encode())
         path = launcher_file(".json")
@@ -977,8 +1031,12 @@ def main(argv):
     enter(init_state, "import torch")
 
     def watchdog():
+        where = init_state["phase"]
+        if "_early_init" in sys.modules:  # waiting on the initialisation beside the trace: name its own phase
+            beside = sys.modules["_early_init"].stop_all()
+            where = "%s, in its phase %s" % (where, beside) if beside else where
         errors["init"] = "CUDA/NCCL initialisation did not finish within %.0f s (hung in: %s)" % (
-            opts["init_timeout"], init_state["phase"])
+            opts["init_timeout"], where)
         try:
             result["mapped"] = read_maps()
         except Exception as exc:
@@ -989,8 +1047,10 @@ def main(argv):
     timer.daemon = True
     timer.start()
     try:
+        from _torch_native import wait_for_gate
+
         if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"]), opts["resolve_only"],
-                           opts["resolve_init"]):
+                           opts["resolve_init"], gate_path=opts["gate"]):
             probe_without_torch(result, errors)
     except Exception as exc:
         errors["init"] = "%s during %s: %s" % (type(exc).__name__, init_state["phase"], exc)

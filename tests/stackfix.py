@@ -95,9 +95,11 @@ static int env_rc(const char *name) { const char *v = getenv(name); return v ? a
 static char memory[1 << 16];
 int cudaRuntimeGetVersion(int *v) { *v = VCODE; return 0; }
 #include <stdio.h>
+#include <unistd.h>
 int cudaGetDeviceCount(int *n) {
   const char *trace = getenv("FAKE_CUDA_TRACE");  /* the first CUDA call leaves a file behind */
   if (trace) { FILE *fh = fopen(trace, "w"); if (fh) fclose(fh); }
+  if (env_rc("FAKE_CUDA_COUNT_SLEEP")) sleep(env_rc("FAKE_CUDA_COUNT_SLEEP"));  /* a wedged cuInit */
   int rc = env_rc("FAKE_CUDA_COUNT_RC"); if (rc) return rc; *n = 1; return 0; }
 int cudaSetDevice(int d) { return 0; }
 int cudaMalloc(void **p, size_t n) { int rc = env_rc("FAKE_CUDA_MALLOC_RC"); if (rc) return rc; *p = memory; return 0; }

@@ -271,6 +271,8 @@ def test_resolve_init_initialises_cuda_and_nccl_through_the_resolved_copies_with
     assert init["cuda_tensor"] is init["nccl_group"] is True
     assert init["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.28.9"
     assert fast["cuda_runtime"] == full["cuda_runtime"]
+    # CUDA and NCCL were initialised beside the trace, in a child on the copies the trace then resolved
+    assert set(init["beside_trace_s"]) >= {"torch.cuda.is_available", "cuda tensor", "nccl process group"}
     # read beside CUDA's and NCCL's initialisation, the copies' versions are all in before the probe answers
     assert _versions(fast) == _versions(full)
     assert [m.get("api_version") for m in fast["mapped"] if m["family"] == "libcudart"] == ["13.0"]
@@ -285,6 +287,9 @@ def test_resolve_init_runs_the_preloaded_libnccl_as_torch_would(tmp_path):
     fast = run_probe(_env(site, LD_PRELOAD=str(other)), "--resolve-init")
     assert _copies(fast) == _copies(full)
     assert fast["init"]["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.28.3"
+    # the child beside the trace mapped the wheel's libnccl alone, not what the trace resolved: not taken
+    assert "beside_trace_s" not in fast["init"]
+    assert "_early_init.py" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
 def test_resolve_init_reports_cudas_refusal_as_a_finding_not_a_fallback(tmp_path):
@@ -292,7 +297,8 @@ def test_resolve_init_reports_cudas_refusal_as_a_finding_not_a_fallback(tmp_path
     fake_torch(site)
     traced = tmp_path / "traced"
     fast = run_probe(_env(site, FAKE_CUDA_MALLOC_RC="2", FAKE_TORCH_LOADED=str(traced)), "--resolve-init")
-    assert "cudaMalloc: Error 2 cudaErrorMemoryAllocation: out of memory" in fast["errors"]["init"]
+    assert fast["errors"]["init"] == ("InitError during cuda tensor: cudaMalloc: Error 2 cudaErrorMemoryAllocation: "
+                                      "out of memory")
     assert not traced.exists() and "resolve_path" not in fast["torch"]
 
 
@@ -345,3 +351,18 @@ def test_the_read_ahead_runs_beside_the_trace_and_leaves_no_process(tmp_path):
     assert [m["family"] for m in gate["mapped"]].count("libnccl") == 1
     children = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "_read_ahead.py" not in children
+
+
+def test_a_wedged_init_beside_the_trace_is_named_by_the_watchdog_and_its_child_stopped(tmp_path):
+    """cuInit that never returns in the child beside the trace: the probe's watchdog answers at its timeout, in the
+    phase it waited in, and the child is stopped with it (no process left for the launcher to find)."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    t0 = time.monotonic()
+    fast = run_probe(_env(site, FAKE_CUDA_COUNT_SLEEP="60"), "--resolve-init", "--init-timeout", "3")
+    assert time.monotonic() - t0 < 30
+    assert fast["errors"]["init"] == ("CUDA/NCCL initialisation did not finish within 3 s "
+                                      "(hung in: init beside the trace, in its phase torch.cuda.is_available)"), \
+        fast["errors"]
+    time.sleep(0.2)
+    assert "_early_init.py" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
