@@ -7,22 +7,23 @@
 #   2. static warm, 3 runs a side; 3. the static stack faults with this tree; 4. --quick twice (bench_doctor).
 # Repo root, $OUT set, carry .bin/old-90def50.tar and .whl (py-rattler's wheel among them: --profile loads the
 # profile's conda specs with it); timeout 590:  LIMIT=575 bash docs/gpu-runs/s13-call-c.sh
-# The fourth call was the same script with FAULTS=0 ROUNDS=3 ROUNDS_P=4 QUICK=3.
+# The fourth call was the same script with FAULTS=0 ROUNDS=3 ROUNDS_P=4 QUICK=3. BASE names another baseline
+# (.bin/old-$BASE.tar; session 14: BASE=ce7661c).
 set -u
 OUT=${OUT:?set OUT}; LIMIT=${LIMIT:-575}; ROUNDS=${ROUNDS:-5}; ROUNDS_P=${ROUNDS_P:-3}; FAULTS=${FAULTS:-1}
-QUICK=${QUICK:-2}; start=$SECONDS
+QUICK=${QUICK:-2}; BASE=${BASE:-90def50}; start=$SECONDS
 left() { echo $(( LIMIT - (SECONDS - start) )); }
 S=$OUT/s13c-summary.txt; : > "$S"; say() { echo "$*" | tee -a "$S"; }
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >/dev/null 2>&1 || { say "wheel install failed"; exit 1; }
 fi
-rm -rf /tmp/old && mkdir -p /tmp/old && tar -xf .bin/old-90def50.tar -C /tmp/old || { say "old tree missing"; exit 1; }
+rm -rf /tmp/old && mkdir -p /tmp/old && tar -xf .bin/old-$BASE.tar -C /tmp/old || { say "old tree missing"; exit 1; }
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH=/tmp/site/bin:$PATH
 NEW=$PWD; B=benchmarks/bench_doctor.py; PROFILE=slime-v0.3.1-cu130
 R=/tmp/s13c; rm -rf "$R"; mkdir -p "$R/faults" "$R/reports"
-say "== $(date -u +%FT%TZ) static cold A/B (new tree vs 90def50) with and without --profile, static faults, quick"
+say "== $(date -u +%FT%TZ) static cold A/B (new tree vs $BASE) with and without --profile, static faults, quick"
 nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv,noheader >> "$S" 2>&1
 for d in "$NEW" /tmp/old; do (cd "$d" && python3 -m compileall -q envbuild checks benchmarks >/dev/null 2>&1); done
 drop() { sync && echo 3 > /proc/sys/vm/drop_caches; }
@@ -57,20 +58,25 @@ for f in sorted(glob.glob(os.path.join(r, "*-*-[0-9].json"))):
     m = re.match(r"(.+)-(new|old)-(\d+)\.json$", os.path.basename(f))
     for run in json.load(open(f))["runs"]:
         rep = os.path.join(r, "reports", os.path.basename(f)[:-5], run["report"])
-        probe = None
+        probe = beside = None
         if os.path.exists(rep):
             res = {x["check_id"]: x for x in json.load(open(rep))["results"]}
-            probe = (res.get("stack.torch") or {}).get("evidence", {}).get("probe_s")
+            evidence = (res.get("stack.torch") or {}).get("evidence", {})
+            probe = evidence.get("probe_s")
+            beside = "beside_trace_s" in (evidence.get("init") or {})  # the init beside the trace stood (session 14)
         rows.setdefault("%s %s" % (m.group(1), m.group(2)), []).append(
-            {"wall_s": run["wall_s"], "summary": run["summary"], "exit": run["exit_code"], "probe_s": probe})
+            {"wall_s": run["wall_s"], "summary": run["summary"], "exit": run["exit_code"], "probe_s": probe,
+             "init_beside": beside})
 json.dump(rows, open(out, "w"), indent=1)
 for key in sorted(rows):
     v = rows[key]
     walls = [x["wall_s"] for x in v]
     med = statistics.median(walls)
-    print("static %s: walls %s, median %.2f s, max %.2f s (goal 2 s: median %s, every run %s); resolve phases %s" % (
+    print("static %s: walls %s, median %.2f s, max %.2f s (goal 2 s: median %s, every run %s); resolve phases %s;"
+          " init beside the trace %s" % (
         key, walls, med, max(walls), "met" if med <= 2 else "MISSED", "met" if max(walls) <= 2 else "MISSED",
-        [(x["probe_s"] or {}).get("phases", {}).get("resolve torch libraries") for x in v]))
+        [(x["probe_s"] or {}).get("phases", {}).get("resolve torch libraries") for x in v],
+        [x["init_beside"] for x in v]))
 PY
 fault() {  # fault NAME "WHAT" ENV... -- DOCTOR_ARGS...
   local name=$1 what=$2; shift 2
