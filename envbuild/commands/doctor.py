@@ -50,6 +50,7 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
       envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime
       envbuild doctor --profile slime-v0.3.1-cu130 --prefix ~/envs/slime --quick
     """
+    from envbuild.doctor.interrupt import Stopped, stop_on_signals
     from envbuild.doctor.session import run_doctor, start_stack_ahead
     from envbuild.doctor.settings import resolve_doctor, run_mode
     from envbuild.fleet.options import check_outputs, resolve_fleet, run_fleet
@@ -57,18 +58,27 @@ def doctor(profile_name: Optional[str], python: Optional[str], prefix: Optional[
     fleet = resolve_fleet(fleet_flags)
     ahead = None
     try:
-        if not (list_only or list_options or fleet.wanted):
-            # this node's run: its stack probe starts while the options below are resolved
-            ahead = start_stack_ahead(mode=run_mode(mode, soak), python=python, prefix=prefix, root=root,
-                                      checks=checks, skips=skips)
-        opts = resolve_doctor(profile_name=profile_name, python=python, prefix=prefix, root=root, mode=mode,
-                              gpus=gpus, checks=checks, skips=skips, list_only=list_only, list_options=list_options,
-                              strict=strict, require_gpu=require_gpu, sets=sets, soak=soak, quiet=quiet,
-                              outputs={"json_path": json_path, "junit_path": junit_path, "prom_path": prom_path,
-                                       "html_path": html_path})
+        try:
+            # SIGTERM and SIGHUP too end the probe started ahead and its gate directory, as Ctrl-C does: by default
+            # they would kill this process while it resolves the options and leave both to the leftover sweep
+            with stop_on_signals():
+                if not (list_only or list_options or fleet.wanted):
+                    # this node's run: its stack probe starts while the options below are resolved
+                    ahead = start_stack_ahead(mode=run_mode(mode, soak), python=python, prefix=prefix, root=root,
+                                              checks=checks, skips=skips)
+                opts = resolve_doctor(profile_name=profile_name, python=python, prefix=prefix, root=root,
+                                      mode=mode, gpus=gpus, checks=checks, skips=skips, list_only=list_only,
+                                      list_options=list_options, strict=strict, require_gpu=require_gpu, sets=sets,
+                                      soak=soak, quiet=quiet,
+                                      outputs={"json_path": json_path, "junit_path": junit_path,
+                                               "prom_path": prom_path, "html_path": html_path})
+                if not (list_only or list_options):
+                    check_outputs(opts, fleet)
+        except Stopped as stop:
+            click.echo(f"envbuild: STOPPED by {stop.name} before the checks started; no report written", err=True)
+            return stop.exit_code
         if list_only or list_options:
             return run_doctor(opts)
-        check_outputs(opts, fleet)
         return run_fleet(opts, fleet) if fleet.wanted else run_doctor(opts, ahead)
     finally:
         if ahead is not None:  # bad input or a stop before the run took it over: no probe outlives the command

@@ -206,13 +206,6 @@ def run_doctor(opts: DoctorOptions, ahead: Optional[StackAhead] = None) -> int:
     `ahead`: what start_stack_ahead started for these options (run_doctor closes it)."""
     if opts.mode not in ("static", "quick", "full"):
         raise EnvbuildError(f"unknown mode {opts.mode!r}")
-    listing = opts.list_only or opts.list_options
-    python = resolve_python(opts.python, opts.prefix) if not listing else ""
-    stack_reader = ahead.reader if ahead is not None else None
-    if stack_reader is None:
-        stack_reader = stack_reader_for(opts.mode, opts.resolve_only)
-        if not listing and runs_everything_here(opts.root, opts.checks, opts.skips):
-            stack_reader.start(python, gated=True)  # the imports and set-up below overlap it
     import signal
 
     import click
@@ -232,21 +225,30 @@ def run_doctor(opts: DoctorOptions, ahead: Optional[StackAhead] = None) -> int:
     if opts.list_options:
         terminal.print_option_list(declared_options())
         return 0
-    try:  # bad input or a stop before the session's own cleanup takes over: the probe started ahead ends here
-        chosen = select(opts.checks, opts.skips, mode=opts.mode)
-        _note_renamed(opts.checks + opts.skips)
-        profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
-        facts = open_source(opts.root, python=python, stack_reader=stack_reader,
-                            nvml_reader=ahead.nvml if ahead is not None else None)
-        ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
-                            require_gpu=opts.require_gpu, options=dict(opts.options),
-                            env_origins=dict(opts.env_origins))
-        progress = RowProgress(opts.mode, [c.id for c in chosen], left_out_count(opts.checks, opts.skips, opts.mode),
-                               quiet=opts.quiet)
-    except BaseException:
-        stack_reader.close()
-        raise
+    python = resolve_python(opts.python, opts.prefix)
+    stack_reader = ahead.reader if ahead is not None else stack_reader_for(opts.mode, opts.resolve_only)
     with stop_on_signals() as stops:
+        # a stop signal from here on ends the probe (and its gate directory) through close(), never by default
+        try:  # bad input or a stop before the session's own cleanup takes over: the probe started ahead ends here
+            if ahead is None and runs_everything_here(opts.root, opts.checks, opts.skips):
+                stack_reader.start(python, gated=True)  # the set-up below overlaps it
+            chosen = select(opts.checks, opts.skips, mode=opts.mode)
+            _note_renamed(opts.checks + opts.skips)
+            profile = opts.loaded_profile or (load_profile(opts.profile) if opts.profile else None)
+            facts = open_source(opts.root, python=python, stack_reader=stack_reader,
+                                nvml_reader=ahead.nvml if ahead is not None else None)
+            ctx = DoctorContext(facts=facts, profile=profile, mode=opts.mode, gpus=opts.gpus, python=python,
+                                require_gpu=opts.require_gpu, options=dict(opts.options),
+                                env_origins=dict(opts.env_origins))
+            progress = RowProgress(opts.mode, [c.id for c in chosen],
+                                   left_out_count(opts.checks, opts.skips, opts.mode), quiet=opts.quiet)
+        except Stopped as stop:
+            stack_reader.close()
+            click.echo(f"envbuild: STOPPED by {stop.name} before the checks started; no report written", err=True)
+            return stop.exit_code
+        except BaseException:
+            stack_reader.close()
+            raise
         try:
             try:
                 report = run_session(ctx, opts.checks, opts.skips, on_result=progress.result,

@@ -7,12 +7,14 @@ a run with --check starts nothing ahead.
 The doctor is the real CLI; its --python is a wrapper that notes when the probe process started, then sleeps so a
 probe left behind would still be running when the test looks, and execs this venv's python on checks/stack_probe.py.
 """
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from stackfix import clean_env, run_doctor
+import pytest
+from stackfix import REPO, clean_env, run_doctor
 
 
 def slow_python(tmp_path: Path) -> Path:
@@ -89,3 +91,41 @@ def test_the_nvml_thread_ends_even_when_the_probe_was_closed_first(monkeypatch, 
     ahead = StackAhead(stack_reader_for("static"), str(slow_python(tmp_path)))
     ahead.close()
     assert ahead.nvml() == {"devices": []}
+
+
+STOP_INSIDE = r"""
+import importlib, os, runpy, signal, sys
+module, name, signame = sys.argv[1:4]
+sys.argv = ["envbuild"] + sys.argv[4:]
+target = importlib.import_module(module)
+original = getattr(target, name)
+def stop_here(*args, **kwargs):  # the stop signal lands as this step of the doctor's set-up begins
+    os.kill(os.getpid(), getattr(signal, signame))
+    return original(*args, **kwargs)
+setattr(target, name, stop_here)
+runpy.run_module("envbuild", run_name="__main__", alter_sys=False)
+"""
+
+
+@pytest.mark.parametrize("module, name, signame, code", [
+    ("envbuild.doctor.settings", "resolve_doctor", "SIGTERM", 143),  # while the options are resolved
+    ("envbuild.facts.source", "open_source", "SIGHUP", 129),  # while run_doctor sets the session up
+])
+def test_a_stop_signal_before_the_checks_ends_the_probe_started_ahead(tmp_path, module, name, signame, code):
+    """scancel's SIGTERM or a closed terminal's SIGHUP while the doctor still sets up: by default it killed the
+    process at once, leaving the gate directory of the probe started ahead. Now: one line, 128 + the signal, no
+    probe, gate directory or process left."""
+    env = clean_env(TMPDIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
+    proc = subprocess.run([sys.executable, "-c", STOP_INSIDE, module, name, signame, "doctor",
+                           "--python", str(slow_python(tmp_path)), "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"envbuild: STOPPED by {signame} before the checks started; no report written")
+    assert (tmp_path / "started").exists()  # the probe had been started ahead
+    time.sleep(0.3)
+    assert left_behind(tmp_path) == []
+    assert not list(tmp_path.glob("*envbuild-run*")), list(tmp_path.iterdir())
+    assert not (tmp_path / "r.json").exists()
