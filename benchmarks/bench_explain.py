@@ -39,21 +39,60 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "explain" / "corpus"
 CALIBRATION = REPO / "envbuild" / "knowledge" / "calibration.toml"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 GOALS = {"top1": 0.85, "top3": 0.95, "ece": 0.10}
+# Collections left out of every score of this run (`--skip-collection`): an engineer who must stay blind to a slice
+# still runs the whole benchmark without its logs being read, scored or printed.
+SKIP: List[str] = []
 
 
 def load_manifest() -> List[Dict[str, Any]]:
+    """Every `[[log]]` of the manifest but those of a skipped collection (SKIP: a name or its prefix)."""
     from envbuild.tomlcompat import toml
 
-    return toml.loads((CORPUS / "manifest.toml").read_text())["log"]
+    logs = toml.loads((CORPUS / "manifest.toml").read_text())["log"]
+    return [e for e in logs if not any(str(e.get("collection", "")).startswith(s) for s in SKIP)]
 
 
-def predict(path: Path, held_out: Optional[str] = None, strict: bool = False) -> Dict[str, Any]:
+# How the learned ranker is used in this run: None = as shipped (envbuild/knowledge/ranker.json's `use`), else
+# {"weight", "p_min", "top"} (`--ranker-weight`, `--ranker-p-min`; weight 0 = signatures alone, the "before").
+RANKER_USE: Optional[Dict[str, float]] = None
+
+
+def _fitted(repo: Optional[str]) -> Any:
+    """The ranker retrained without `repo`'s logs (None: on every training log, the shipped model's data).
+    Cached per repository: LORO, strict and the slices of one repository share one fold."""
+    if repo not in _FOLDS:
+        from train_ranker import train, training_entries
+
+        _FOLDS[repo] = train([e for e in training_entries() if e["repository"] != repo])
+    return _FOLDS[repo]
+
+
+_FOLDS: Dict[Optional[str], Any] = {}
+
+
+def fold_model(repo: Optional[str]) -> Any:
+    """The model a log of `repo` is scored with under LORO (trained without that repository), used as shipped
+    or as RANKER_USE says."""
+    import dataclasses
+
+    from envbuild.explain.ranker import Use, load_model
+
+    shipped = load_model()
+    use = Use(**RANKER_USE) if RANKER_USE is not None else (shipped.use if shipped else Use())
+    if use.weight <= 0:
+        return dataclasses.replace(shipped, use=use) if shipped else None
+    return dataclasses.replace(_fitted(repo), use=use)
+
+
+def predict(path: Path, held_out: Optional[str] = None, strict: bool = False, model: Any = None) -> Dict[str, Any]:
     """explain's result for one log through the CLI's own code path, optionally without the signatures
-    written only from `held_out`'s logs (`strict`: without any signature written from them at all)."""
+    written only from `held_out`'s logs (`strict`: without any signature written from them at all) and with
+    `model` as the learned ranker (None: the shipped one)."""
     from envbuild.explain.explain import ExplainOptions, run
 
-    return run(ExplainOptions(paths=[str(path)], held_out=held_out, strict_hold_out=strict))
+    return run(ExplainOptions(paths=[str(path)], held_out=held_out, strict_hold_out=strict, ranker=model))
 
 
 def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
@@ -85,7 +124,7 @@ def _named(result: Dict[str, Any]) -> bool:
         return False
     top = result["causes"][0]
     return (any((e.get("weight") or 0) >= NAMES_IT for e in top["evidence"])
-            or any(a["delta"] >= NAMES_IT for a in top["adjustments"]))
+            or any(a["delta"] >= NAMES_IT and a["origin"] != "model" for a in top["adjustments"]))
 
 
 def _summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -115,7 +154,8 @@ def accuracy(loro: bool = True, strict: bool = False, held_out: bool = False) ->
     """Top-1/top-3 on the corpus (`held_out`: on the held-out slices only); with `loro`, each log without its own
     repository's signatures (`strict`: without any signature its repository helped write)."""
     manifest = [e for e in load_manifest() if held_out_slice(e) == held_out]
-    rows = [_row(e, predict(CORPUS / e["file"], e["repository"] if loro else None, strict)) for e in manifest]
+    rows = [_row(e, predict(CORPUS / e["file"], e["repository"] if loro else None, strict,
+                            fold_model(e["repository"] if loro else None))) for e in manifest]
     out = _summary(rows)
     out["threads"] = len({e["source"] for e in manifest})
     if held_out:
@@ -336,7 +376,25 @@ def main() -> int:
     ap.add_argument("--distinct-mib", type=int, default=32, help="size of the no-repeated-line log (0: skip)")
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every log's prediction")
+    ap.add_argument("--skip-collection", action="append", default=[], metavar="NAME",
+                    help="leave out the logs of this collection (or every collection starting so); repeatable")
+    ap.add_argument("--ranker-weight", type=float, metavar="W",
+                    help="use the learned ranker with this weight instead of the shipped one's (0: signatures alone)")
+    ap.add_argument("--ranker-p-min", type=float, metavar="P", help="the learned ranker's p_min instead of the shipped one's")
     args = ap.parse_args()
+    SKIP.extend(args.skip_collection)
+    global RANKER_USE
+    if args.ranker_weight is not None or args.ranker_p_min is not None:
+        import dataclasses
+
+        from envbuild.explain.ranker import Use, load_model
+
+        shipped = load_model()
+        RANKER_USE = dataclasses.asdict(shipped.use if shipped else Use())
+        if args.ranker_weight is not None:
+            RANKER_USE["weight"] = args.ranker_weight
+        if args.ranker_p_min is not None:
+            RANKER_USE["p_min"] = args.ranker_p_min
     report: Dict[str, Any] = {}
     if not args.speed_only:
         loro = accuracy(loro=True)

@@ -99,7 +99,15 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if len(majors) > 1:
         out.append(Adjustment("C6", delta=3.0, reason=f"packages built for CUDA {' and '.join(majors)} in one environment "
                               "(their libraries overwrite or shadow each other)", origin="log"))
-    from envbuild.explain.versions import driver_behind
+    from envbuild.explain.versions import driver_behind, framework_torch_clash, toolkit_clash
+
+    # Versions the reporter states that cannot go together (a hint: a listing alone is not a failure).
+    clash = framework_torch_clash(scan)
+    if clash:
+        out.append(Adjustment("U5", delta=2.5, reason=clash, origin="log-hint"))
+    clash = toolkit_clash(scan)
+    if clash:
+        out.append(Adjustment("C9", delta=1.5, reason=clash, origin="log-hint"))
 
     behind = driver_behind(scan)
     if behind:

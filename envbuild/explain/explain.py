@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from envbuild.errors import EnvbuildError
-from envbuild.explain import context, node, rank
+from envbuild.explain import context, node, rank, ranker
 from envbuild.explain.calibrate import tied
 from envbuild.explain.reader import Problem, blocks, expand
 from envbuild.explain.scan import Hit, ScanResult, Scanner
@@ -29,6 +29,7 @@ class ExplainOptions:
     profile: Optional[str] = None
     held_out: Optional[str] = None  # a repository whose own signatures are not used (the benchmark's LORO)
     strict_hold_out: bool = False  # with held_out: also drop signatures written from it and other repositories
+    ranker: Optional[Any] = None  # a ranker.Model to use instead of the shipped one (the benchmark's LORO folds)
 
 
 def new_scanner(held_out: Optional[str] = None, strict: bool = False) -> Scanner:
@@ -68,6 +69,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
     adjustments: List[rank.Adjustment] = context.log_adjustments(scan) + record_adj
+    adjustments.extend(ranker.adjustments(scan, opts.ranker if opts.ranker is not None else ranker.load_model()))
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
     facts = node.from_bundle(opts.root) if opts.root else node.NodeFacts()
@@ -138,9 +140,10 @@ def _run_dirs(paths: Sequence[str], extra: List[tuple]) -> tuple:
 
 def named_by_evidence(rc: rank.RankedCause) -> bool:
     """Whether one piece of evidence names this cause on its own (a signature weighing >= 3.5 for it, or a
-    doctor, node or log finding as strong): without one, many weak hints add up to a score, not to "high"."""
+    doctor, node or log finding as strong): without one, many weak hints add up to a score, not to "high". The
+    learned ranker's guess never names a cause by itself: it reads words, not a mechanism."""
     return (any(h.signature.supports.get(rc.id, 0.0) >= rank.NAMES_IT for h in rc.signatures)
-            or any(a.delta >= rank.NAMES_IT for a in rc.adjustments))
+            or any(a.delta >= rank.NAMES_IT and a.origin != "model" for a in rc.adjustments))
 
 
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:

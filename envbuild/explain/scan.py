@@ -22,6 +22,7 @@ MAX_LOCATIONS = 3  # log lines kept per signature
 MAX_VALUES = 16  # distinct values kept per fact
 MAX_WHO = 512  # processes tracked for the timeline
 _CACHE_LIMIT = 20000
+HEAD_BYTES = 64 * 1024  # bytes of text kept from the start of the input for the learned ranker (explain/ranker.py)
 
 # Keys of the scanner's own structure (not of any signature): traceback frames and exception lines.
 _FRAME_KEY = 'File "'
@@ -118,6 +119,7 @@ class ScanResult:
     bytes: int
     sources: List[str]
     engine: str
+    head: str = ""  # the first HEAD_BYTES of the input, sources in order: what the reporter pasted at the top
 
 
 class Scanner:
@@ -143,6 +145,8 @@ class Scanner:
         self._newlines = 0  # newlines of the current source read so far (_unknown_parts)
         self._ends_with_newline = True
         self._part_start = 0  # newlines before the part being scanned line by line
+        self._head: List[bytes] = []
+        self._head_left = HEAD_BYTES
 
     # ------------------------------------------------------------------ input
 
@@ -150,7 +154,7 @@ class Scanner:
         self.sources.append(name)
         match = self._match_fn()
         self._inert.clear()
-        for chunk in self._unknown_parts(chunks, match):
+        for chunk in self._unknown_parts(self._keep_head(chunks), match):
             if chunk is None:  # a part bulk-counted by _unknown_parts
                 continue
             pos = 0
@@ -185,6 +189,16 @@ class Scanner:
                 pos = end + 1
             line_no += chunk.count(b"\n", counted)
         self.lines += self._newlines + (0 if self._ends_with_newline else 1)
+
+    def _keep_head(self, chunks: Iterable[bytes]) -> Iterable[bytes]:
+        """The chunks unchanged; the first HEAD_BYTES of the whole input are copied aside (a bounded slice of the
+        first block: a 1 GiB log costs one 64 KiB copy)."""
+        for chunk in chunks:
+            if self._head_left > 0:
+                part = chunk[: self._head_left]
+                self._head.append(part)
+                self._head_left -= len(part)
+            yield chunk
 
     def _unknown_parts(self, chunks: Iterable[bytes], match: Any) -> Iterable[Optional[bytes]]:
         """The parts of the input that need the line-by-line pass. A block whose distinct lines are all known is
@@ -430,7 +444,9 @@ class Scanner:
 
 
     def result(self) -> ScanResult:
-        return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine)
+        head = b"\n".join(self._head).decode("utf-8", "replace")
+        return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine,
+                          head)
 
 
 _MISSING = object()

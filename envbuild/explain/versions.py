@@ -103,3 +103,71 @@ def driver_behind(scan: ScanResult) -> Optional[Tuple[str, str]]:
     if kind == "major":
         return kind, said + ": a newer CUDA major than the driver's cannot run without a forward-compatible libcuda"
     return kind, said + " (minor-version compatibility usually covers it; a hint only because something failed)"
+
+
+# The torch each vLLM release line was built against, as major.minor: vLLM's wheels ship compiled ops linked to one
+# torch, pinned `torch == X.Y.Z` in the release's requirements (requirements.txt up to 0.4.0, requirements-cuda.txt,
+# then requirements/cuda.txt, at each release tag on github.com/vllm-project/vllm). Another torch minor cannot
+# load those ops (undefined symbols, "vllm._C" import errors). Patch releases are not told apart (a patch bump of
+# torch keeps its ABI); releases outside these rows are not judged.
+VLLM_TORCH: Tuple[Tuple[Tuple[int, int, int], Tuple[int, int, int], MM], ...] = (
+    ((0, 3, 0), (0, 4, 0), (2, 1)),
+    ((0, 4, 1), (0, 4, 1), (2, 2)),
+    ((0, 4, 2), (0, 5, 3), (2, 3)),
+    ((0, 5, 4), (0, 6, 3), (2, 4)),
+    ((0, 6, 4), (0, 7, 3), (2, 5)),
+    ((0, 8, 0), (0, 8, 5), (2, 6)),
+    ((0, 9, 0), (0, 10, 1), (2, 7)),
+    ((0, 10, 2), (0, 11, 0), (2, 8)),
+)
+
+
+def vllm_torch(vllm: str) -> Optional[MM]:
+    """The torch major.minor a vLLM release was built against, or None for a release outside VLLM_TORCH."""
+    t = _ints(vllm)[:3]
+    if len(t) < 3:
+        return None
+    for lo, hi, torch in VLLM_TORCH:
+        if lo <= t <= hi:
+            return torch
+    return None
+
+
+def framework_torch_clash(scan: ScanResult) -> Optional[str]:
+    """The sentence when the log states a vLLM and a torch that cannot go together: no stated torch is the minor
+    that vLLM release was built against. One stated torch that fits is enough to say nothing (a listing may name
+    the old and the new)."""
+    torches = [mm for mm in (_mm(v) for v in scan.facts.get("torch_version", {})) if mm]
+    if not torches:
+        return None
+    for v in scan.facts.get("vllm_version", {}):
+        want = vllm_torch(v)
+        if want and want not in torches:
+            stated = ", ".join(sorted(scan.facts["torch_version"]))
+            return (f"the log's vllm {v} was built against torch {want[0]}.{want[1]} (its release's requirements pin "
+                    f"it); the log's torch is {stated}: vLLM's compiled ops do not load against another torch minor")
+    return None
+
+
+def toolkit_clash(scan: ScanResult) -> Optional[str]:
+    """The sentence when nvcc's CUDA major differs from the one torch was built for: torch.utils.cpp_extension
+    refuses to build a CUDA extension then (its _check_cuda_version raises on a major mismatch, warns on a minor),
+    so flash-attn, apex or a hook built from source fails or is built against another CUDA."""
+    nvcc = [mm for mm in (_mm(v) for v in scan.facts.get("nvcc_release", {})) if mm]
+    if not nvcc:
+        return None
+    built: List[Tuple[int, str]] = []
+    for v in scan.facts.get("torch_version", {}):
+        m = re.search(r"\+cu(\d{2,3})$", v)
+        if m:
+            built.append((int(m.group(1)[:-1]), f"torch {v}"))
+    for v in scan.facts.get("cuda_runtime", {}):
+        mm = _mm(v)
+        if mm:
+            built.append((mm[0], f"torch built with CUDA {v}"))
+    for major, what in built:
+        if all(n[0] != major for n in nvcc):
+            n = nvcc[0]
+            return (f"the log's nvcc is CUDA {n[0]}.{n[1]}; its {what} is CUDA {major}: torch's cpp_extension will not "
+                    "build a CUDA extension across majors")
+    return None

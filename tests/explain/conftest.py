@@ -29,3 +29,15 @@ def explain_text(tmp_path):
         proc = _run(str(log), "--json", "-")
         return proc, json.loads(proc.stdout)
     return run
+
+
+def beyond_the_ranker(data) -> list:
+    """The causes of an answer backed by more than the learned ranker's guess (a signature, a log fact, the node):
+    the house rule "no cause from lines every healthy run prints" is about evidence; the ranker (origin "model")
+    may still guess from the words around a failure, always labelled as its guess."""
+    return [(c["id"], c["score"]) for c in data["causes"]
+            if c["evidence"] or any(a["origin"] != "model" for a in c["adjustments"])]
+
+
+def ranker_only(cause) -> bool:
+    return not cause["evidence"] and all(a["origin"] == "model" for a in cause["adjustments"])

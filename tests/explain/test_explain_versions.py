@@ -76,3 +76,46 @@ def test_the_driver_table_agrees_with_creates():
     from envbuild.install.activation import MIN_DRIVER as CREATE
 
     assert {k: MIN_DRIVER[k] for k in CREATE} == CREATE
+
+
+# --- versions the reporter states checked against each other (this round) ---------------------------------------
+
+VLLM_UNDEF = "ImportError: /site-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n"
+
+
+@pytest.mark.parametrize("listing, clash", [
+    ("vllm==0.6.3\ntorch==2.5.1+cu124\n", True),       # vLLM 0.6.3 was built against torch 2.4
+    ("I use vllm 0.8.5 with torch 2.7.0\n", True),     # 0.8.x: torch 2.6
+    ("vllm==0.6.3\ntorch==2.4.0+cu121\n", False),      # the pinned minor
+    ("vllm==0.5.3\ntorch==2.3.0\n", False),            # a patch apart (2.3.1 pinned): not told apart
+    ("vllm==0.6.3\ntorch==2.4.0\ntorch 2.5.1\n", False),  # one stated torch fits: say nothing
+    ("vllm==0.2.1\ntorch==2.5.1\n", False),            # a release outside the table is not judged
+])
+def test_a_vllm_and_a_torch_that_cannot_go_together_raise_u5(explain_text, listing, clash):
+    _, data = explain_text(VLLM_UNDEF + listing)
+    reasons = [a["reason"] for c in data["causes"] if c["id"] == "U5" for a in c["adjustments"] if a["origin"] == "log-hint"]
+    assert bool(reasons) == clash, data["causes"]
+    if clash:
+        assert data["top"] == "U5" and "built against torch" in reasons[0]
+
+
+def test_a_version_listing_alone_is_no_failure(explain_text):
+    proc, data = explain_text("vllm==0.6.3\ntorch==2.5.1+cu124\nCuda compilation tools, release 11.8, V11.8.89\n")
+    assert proc.returncode == 0 and data["verdict"] == "ok"
+
+
+@pytest.mark.parametrize("nvcc, clash", [("11.8, V11.8.89", True), ("12.4, V12.4.131", False)])
+def test_nvcc_of_another_cuda_major_than_torch_raises_c9(explain_text, nvcc, clash):
+    text = (f"Cuda compilation tools, release {nvcc}\ntorch 2.5.1+cu124\n"
+            "RuntimeError: Error building extension 'flash_attn_cuda'\n")
+    _, data = explain_text(text)
+    hinted = [a for c in data["causes"] if c["id"] == "C9" for a in c["adjustments"] if a["origin"] == "log-hint"]
+    assert bool(hinted) == clash, data["causes"]
+
+
+def test_vllm_table_rows_do_not_overlap():
+    from envbuild.explain.versions import VLLM_TORCH, vllm_torch
+
+    rows = sorted(VLLM_TORCH)
+    assert all(a[1] < b[0] for a, b in zip(rows, rows[1:]))
+    assert vllm_torch("0.6.3.post1") == (2, 4) and vllm_torch("0.7.3") == (2, 5) and vllm_torch("0.12.0") is None

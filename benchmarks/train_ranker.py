@@ -1,0 +1,140 @@
+"""train_ranker: fit explain's learned fallback ranker (envbuild/explain/ranker.py) on the labelled corpus and
+write its weights as JSON (envbuild/knowledge/ranker.json).
+
+Why a script and not the runtime: scikit-learn's logistic regression is well kept and fits a few hundred logs in
+well under a second, but `envbuild explain` must stay fast and import nothing heavy, so the fit happens here and
+the runtime only sums weights. benchmarks/bench_explain.py imports `train` from here to retrain the model without
+each held-out repository (its leave-one-repository-out folds), so the headline never credits the model on logs it
+was trained on.
+
+Training data: every labelled log (a cause, not `none` or `unknown`) of the collections in TRAIN_COLLECTIONS: the
+main corpus and held-out slices 1-5, which have all been read. A collection is trained on only once it is named
+here, so a blind slice added to the manifest later is never learned from by accident. Each log's features come
+from its leave-one-repository-out scan (the signatures written only from its own repository left out): what the
+signatures say on text they were not written from, which is what the model meets on a new report.
+
+    PYTHONPATH=$PWD python benchmarks/train_ranker.py [--weight W] [--p-min P] [--c C]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "tests" / "explain" / "corpus"
+sys.path.insert(0, str(REPO))
+
+TRAIN_COLLECTIONS = frozenset({
+    "", "fourth-read", "held-out-2026-12-04", "held-out-2026-12-05", "held-out-2026-12-05-after-edits",
+    "held-out-2026-12-05-s4", "held-out-2026-12-05-s5",
+})
+C = 4.0  # inverse L2 strength: chosen by LORO (docs/explain.md, "learned ranker")
+MIN_DF = 2  # a feature seen in fewer training logs than this is not learned (a single thread's words)
+PRUNE = 0.05  # weights smaller than this are not shipped
+USE = {"weight": 3.0, "p_min": 0.1, "top": 3, "gate": 1.5}  # chosen by LORO (docs/explain.md); bench --ranker-weight sweeps it
+
+
+def training_entries() -> List[Dict[str, Any]]:
+    """The manifest's labelled logs of the collections named in TRAIN_COLLECTIONS (read from the manifest only:
+    no other collection's log file is opened)."""
+    from envbuild.tomlcompat import toml
+
+    logs = toml.loads((CORPUS / "manifest.toml").read_text())["log"]
+    return [e for e in logs if str(e.get("collection", "")) in TRAIN_COLLECTIONS
+            and e["cause"] not in ("none", "unknown")]
+
+
+@lru_cache(maxsize=None)
+def doc_features(file: str, repository: str) -> FrozenSet[str]:
+    """The ranker's features of one corpus log, from its leave-one-repository-out scan."""
+    from envbuild.explain.explain import scan_paths
+    from envbuild.explain.ranker import features
+
+    scan, _ = scan_paths([str(CORPUS / file)], held_out=repository)
+    return frozenset(features(scan))
+
+
+def corpus_hash(entries: Sequence[Dict[str, Any]]) -> str:
+    """What the model was trained on: each training log's file, label and bytes (tests/explain holds the shipped
+    model to the current corpus with it)."""
+    h = hashlib.sha256()
+    for e in sorted(entries, key=lambda e: e["file"]):
+        h.update(f"{e['file']}\0{e['repository']}\0{e['cause']}\0".encode())
+        h.update(hashlib.sha256((CORPUS / e["file"]).read_bytes()).digest())
+    return h.hexdigest()
+
+
+def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[str, float]] = None) -> Any:
+    """A ranker.Model fitted on `entries` (multinomial logistic regression, L2, binary features seen in at least
+    MIN_DF logs); weights below PRUNE are dropped, as in the shipped file, so a fold scores what would ship."""
+    from sklearn.linear_model import LogisticRegression
+    from scipy.sparse import csr_matrix
+
+    from envbuild.explain.ranker import Model, Use
+
+    docs = [doc_features(e["file"], e["repository"]) for e in entries]
+    labels = [e["cause"] for e in entries]
+    df: Dict[str, int] = {}
+    for d in docs:
+        for f in d:
+            df[f] = df.get(f, 0) + 1
+    vocab = sorted(f for f, n in df.items() if n >= MIN_DF)
+    index = {f: i for i, f in enumerate(vocab)}
+    rows, cols = [], []
+    for r, d in enumerate(docs):
+        for f in d:
+            if f in index:
+                rows.append(r)
+                cols.append(index[f])
+    x = csr_matrix(([1.0] * len(rows), (rows, cols)), shape=(len(docs), len(vocab)))
+    from threadpoolctl import threadpool_limits
+
+    clf = LogisticRegression(C=c, solver="newton-cg", max_iter=200)
+    with threadpool_limits(1):  # a few hundred rows: BLAS threads only contend (measured 3x slower on 2 CPUs)
+        clf.fit(x, labels)
+    classes = [str(k) for k in clf.classes_]
+    coef = clf.coef_.tolist()
+    if len(classes) == 2:  # sklearn keeps one row for two classes; the runtime wants one per class
+        coef = [[-v / 2 for v in coef[0]], [v / 2 for v in coef[0]]]
+        intercept = [-float(clf.intercept_[0]) / 2, float(clf.intercept_[0]) / 2]
+    else:
+        intercept = [float(v) for v in clf.intercept_]
+    weights: Dict[str, List[Tuple[int, float]]] = {}
+    for f, j in index.items():
+        pairs = [(ci, float(coef[ci][j])) for ci in range(len(classes)) if abs(coef[ci][j]) >= PRUNE]
+        if pairs:
+            weights[f] = pairs
+    return Model(classes, intercept, weights, Use(**(use or USE)),
+                 {"logs": len(entries), "repositories": len({e["repository"] for e in entries}),
+                  "collections": sorted(TRAIN_COLLECTIONS), "c": c, "min_df": MIN_DF, "prune": PRUNE,
+                  "corpus_sha256": corpus_hash(entries)})
+
+
+def main() -> int:
+    from envbuild.explain.ranker import MODEL_FILE
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weight", type=float, default=USE["weight"])
+    ap.add_argument("--p-min", type=float, default=USE["p_min"])
+    ap.add_argument("--gate", type=float, default=USE["gate"])
+    ap.add_argument("--top", type=int, default=USE["top"])
+    ap.add_argument("--c", type=float, default=C)
+    ap.add_argument("--out", default=str(MODEL_FILE))
+    args = ap.parse_args()
+    entries = training_entries()
+    model = train(entries, args.c, {"weight": args.weight, "p_min": args.p_min, "top": args.top,
+                                          "gate": args.gate})
+    Path(args.out).write_text(json.dumps(model.to_dict(), separators=(",", ":"), sort_keys=False) + "\n")
+    print(f"trained on {len(entries)} logs from {model.trained_on['repositories']} repositories: "
+          f"{len(model.classes)} causes, {len(model.weights)} features kept; wrote {args.out} "
+          f"({Path(args.out).stat().st_size // 1024} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
