@@ -146,6 +146,13 @@ def named_by_evidence(rc: rank.RankedCause) -> bool:
             or any(a.delta >= rank.NAMES_IT and a.origin != "model" for a in rc.adjustments))
 
 
+def guessed_only(rc: rank.RankedCause) -> bool:
+    """Whether the cause rests on the learned ranker's guess alone (no signature, no doctor, node or log finding):
+    its label is then "low" whatever the calibrated share says, because such guesses were measured right about half
+    the time (docs/explain.md, the sixth round), which is what "low" means."""
+    return not rc.signatures and all(a.origin == "model" for a in rc.adjustments)
+
+
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
     s = h.signature
     d = {"signature": s.id, "means": s.means, "count": h.count, "processes": len(h.whos),
@@ -210,7 +217,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
                      for h in rc.signatures if h.signature.flip]
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
-            "label": rank.label(rc.confidence, named_by_evidence(rc)),
+            "label": "low" if guessed_only(rc) else rank.label(rc.confidence, named_by_evidence(rc)),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],
             "ruled_out_by": rc.ruled_out_by,
