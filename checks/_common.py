@@ -11,9 +11,9 @@ from typing import Dict, List, Mapping, Optional
 
 
 def mapped_paths(maps_text: str) -> List[str]:
-    """The distinct files of a /proc/<pid>/maps text, in first-mapped order (a file mapped in several segments
-    counts once; anonymous and [special] mappings are left out; a " (deleted)" suffix is kept, because a
-    library replaced on disk while mapped is worth seeing)."""
+    """The distinct files of a /proc/<pid>/maps text, in its order: by address, not the order they were loaded in
+    (a file mapped in several segments counts once; anonymous and [special] mappings are left out; a " (deleted)"
+    suffix is kept, because a library replaced on disk while mapped is worth seeing)."""
     seen = set()
     out = []
     for line in maps_text.splitlines():

@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 
+import _early_init as early_init
+import _torch_native as native
 from _common import (LOADER_TRACE, RESOLVED_INIT, cudnn_version_string, cuda_version_string, mapped_paths,
                      nccl_version_string, user_environ)
 
@@ -48,9 +50,11 @@ ENV_PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", 
 ENV_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "RAY_USE_UVLOOP")
 NCCL_VERSION_RE = re.compile(rb"NCCL version (\d+\.\d+\.\d+)([^\x00\s]*)")
 SUBPROCESS_TIMEOUT_S = 20.0
-# The answer of the initialisation beside the trace is awaited past the probe's own init watchdog (--init-timeout),
-# which reports a hang there with its phase and stops the child (emit).
-INIT_BESIDE_TIMEOUT_S = 600.0
+# The phase in which the probe waits for the init beside the trace (checks/_early_init.py): no bound of its own, the
+# probe's init watchdog (--init-timeout) names a hang there with the child's phase.
+BESIDE = "init beside the trace"
+# Held by the thread that answers (main's emit): once the watchdog holds it, the main thread starts nothing more.
+ANSWERING = threading.Lock()
 CHILD_ENV = {}  # the environment at the probe's start, for the processes the inventory runs (filled by main)
 
 
@@ -138,7 +142,7 @@ def version_of_file(family, path):
 
 
 def read_maps():
-    """Every mapped file of the families above, from /proc/self/maps, in first-mapped order."""
+    """Every mapped file of the families above, from /proc/self/maps, in its (address) order."""
     with open("/proc/self/maps") as fh:
         return mapped_entries(mapped_paths(fh.read()))
 
@@ -553,6 +557,17 @@ def launcher_file(suffix):
     return os.path.join(run_dir, "rank%s%s" % (os.environ.get("RANK", "0"), suffix)) if run_dir else None
 
 
+def dumps(result):
+    """The JSON line of the result. The watchdog answers while other threads may still add to it (the copies'
+    versions): a dict that changed size while it was read is read again."""
+    for _ in range(20):
+        try:
+            return json.dumps(result, sort_keys=True, default=str) + "\n"
+        except RuntimeError:
+            time.sleep(0.01)
+    return json.dumps(result, sort_keys=True, default=str) + "\n"
+
+
 def write_atomic(path, text):
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
@@ -586,8 +601,6 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
     importing torch (import_torch), with the reason kept in torch["native_path"]."""
     import importlib.util
 
-    import _torch_native as native
-
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError) as exc:
@@ -603,7 +616,7 @@ def probe_torch(result, errors, init_state, gate, resolve_only=False, resolve_in
             versions = resolve_torch(result, errors, spec, lambda name: enter(init_state, name), resolve_init)
             if resolve_init:
                 cudart, nccl = resolved_copies(result)
-                answer = take_early_init(early, result, cudart, nccl, init_state)
+                answer = take_early_init(early, result, cudart, init_state)
                 early = None
                 runtime = None if answer else load_runtime(cudart, nccl)
         except Exception as exc:  # a fault of the trace itself too: the gate must judge the loaded libraries then
@@ -634,8 +647,6 @@ def resolved_copies(result):
     loader's trace resolved for torch (`--resolve-init`): its libcudart of torch's CUDA major and every libnccl it
     resolved. (None, []) for a CPU build. NativeUnavailable (before any CUDA call) when the trace resolved neither:
     the probe then loads torch's libraries after all."""
-    import _torch_native as native
-
     t = result["torch"]
     if not t.get("cuda"):
         return None, []
@@ -654,10 +665,6 @@ def load_runtime(cudart, nccl):
     """The copies loaded by their paths into the global scope, as torch's _load_global_deps loads the CUDA wheels'
     libraries (an LD_PRELOADed libnccl is already there, first, as it is for torch); None for a CPU build.
     NativeUnavailable (before any CUDA call) when a copy does not load or lacks a call."""
-    import ctypes
-
-    import _torch_native as native
-
     if cudart is None:
         return None
     try:
@@ -668,40 +675,54 @@ def load_runtime(cudart, nccl):
 
 
 def start_early_init(spec, gate_path):
-    """CUDA's and NCCL's initialisation started beside the trace in a child (checks/_early_init.py), on the copies
-    torch's CUDA wheels hold; None when torch's package or those copies do not tell."""
-    import _early_init
-    import _torch_native as native
-
+    """The init beside the trace: CUDA's and NCCL's initialisation started in a child (checks/_early_init.py) on the
+    copies torch's CUDA wheels hold; None when torch's package or those copies do not tell."""
     try:
         pkg_dir, t = native.package_facts(spec, "")
     except native.NativeUnavailable:
         return None
-    return _early_init.start(pkg_dir, t["cuda"], gate_path) if t.get("cuda") else None
+    return early_init.start(pkg_dir, t["cuda"], gate_path) if t.get("cuda") else None
 
 
-def take_early_init(early, result, cudart, nccl, init_state):
-    """The child's answer when it mapped exactly the copies the trace resolved (the libcudart and libnccl above,
-    and the libcuda the trace resolved), else None: the probe then initialises through them itself."""
-    if early is None or cudart is None:
-        if early is not None:
-            early.stop()
+def trace_copies(result):
+    """{family: real paths} of the libcudart, libnccl and libcuda copies the loader's trace resolved."""
+    mapped = result.get("mapped") or []
+    return {f: sorted({m["realpath"] for m in mapped if m["family"] == f}) for f in early_init.FAMILIES}
+
+
+def take_early_init(early, result, cudart, init_state):
+    """The answer of the init beside the trace when it stands for the probe's own (checks/_early_init.py
+    `stands_for`), else None: the probe then initialises through the resolved copies itself. A child that cannot
+    map the trace's libcudart and libnccl (or started for a CPU build's trace) is stopped at once, without waiting
+    for its init. After the watchdog answered, this thread goes no further (park)."""
+    if early is None:
         return None
-    enter(init_state, "init beside the trace")
-    libcuda = [m["realpath"] for m in result.get("mapped") or [] if m["family"] == "libcuda"]
-    return early.take({"libcudart": [cudart], "libnccl": nccl, "libcuda": libcuda[:1]}, INIT_BESIDE_TIMEOUT_S)
+    resolved = trace_copies(result)
+    if cudart is None or not early.can_map(resolved):
+        early.stop()
+        return None
+    enter(init_state, BESIDE)
+    answer = early.take(resolved)
+    if ANSWERING.locked():  # the watchdog answered (and stopped the child): no second init on that GPU
+        park()
+    return answer
+
+
+def park():
+    """Wait for the thread that answers to end the process (emit)."""
+    threading.Event().wait()
 
 
 def adopt_early_init(result, answer, init_state):
     """The child's initialisation as the probe's own (initialise_resolved's facts and wording); its CUDA or NCCL
-    error raised here as the probe's, in the phase it happened."""
+    refusal raised here as the probe's own InitError, in the phase it happened in."""
     init = dict(answer["init"], source=LOADER_TRACE, beside_trace_s=answer.get("phases"))
     result["init"] = init
     result["torch"].update(answer.get("torch") or {})
     error = answer.get("error")
     if error:
-        enter(init_state, error.get("phase") or "init beside the trace")
-        raise type(str(error.get("type") or "InitError"), (Exception,), {})(error.get("message"))
+        enter(init_state, error["phase"])
+        raise native.InitError(error["message"])
     if init.get("method"):
         init["method"] = "%s: %s" % (RESOLVED_INIT, init["method"])
     result["torch"]["method"] = ("%s: torch's libraries resolved by the dynamic loader (LD_TRACE_LOADED_OBJECTS); "
@@ -730,8 +751,6 @@ def initialise_resolved(result, runtime, init_state, gate):
     """CUDA and a 1-rank NCCL group initialised through `runtime` (load_runtime), after the gate: the static
     doctor's facts without loading torch's other libraries (libtorch_cuda, cuBLAS, cuDNN: most of a first run's 2-3 s
     reading them from disk, docs/faults.md)."""
-    import _torch_native as native
-
     enter(init_state, "gate")
     init = {"cuda_tensor": False, "nccl_group": False, "source": LOADER_TRACE, "gate_wait_s": gate()}
     result["init"] = init
@@ -768,8 +787,6 @@ def resolve_torch(result, errors, spec, enter_fn, versions_beside=False):
 
 def load_torch(result, errors, init_state, gate, spec):
     """torch's libraries loaded (checks/_torch_native.py), else `import torch`; CUDA and NCCL initialised."""
-    import _torch_native as native
-
     init = {"cuda_tensor": False, "nccl_group": False, "method": None}
     try:
         t, runtime = native.torch_facts(spec, lambda name: enter(init_state, name))
@@ -788,8 +805,6 @@ def load_torch(result, errors, init_state, gate, spec):
 
 def import_torch(result, errors, init_state, gate):
     """Import torch, read its versions, then initialise CUDA and NCCL through it; False when the import fails."""
-    from _torch_native import NcclBanner
-
     try:
         import torch
     except ImportError as exc:
@@ -843,7 +858,7 @@ def import_torch(result, errors, init_state, gate):
     os.close(fd)
     os.unlink(store_path)
     try:
-        with NcclBanner() as banner:
+        with native.NcclBanner() as banner:
             store = dist.FileStore(store_path, 1)
             torch.cuda.set_device(0)
             with banner.init_output():
@@ -980,32 +995,37 @@ def main(argv):
     os.dup2(2, 1)
     errors = {}
     result = {"payload": "stack_probe", "payload_version": PAYLOAD_VERSION, "errors": errors}
-    emitted = threading.Lock()
     found = {}
     inventory_done = threading.Event()
     init_state = {}
 
     def emit(exit_code):
-        if not emitted.acquire(blocking=False):
-            return
-        result["elapsed_s"] = round(time.monotonic() - t0, 3)
-        if inventory_done.is_set():
-            result.update(found)
-        if "phase" in init_state:
-            enter(init_state, "answer")
-            result["phase_s"] = dict(init_state.get("seconds", {}))
-        if "_early_init" in sys.modules:  # an initialisation beside the trace still running (the watchdog's answer)
-            sys.modules["_early_init"].stop_all()
-        text = json.dumps(result, sort_keys=True, default=str) + "\n"
-        os.write(json_fd, text.encode())
-        path = launcher_file(".json")
-        if path:
-            try:
-                write_atomic(path, text)
-            except OSError as exc:
-                sys.stderr.write("stack_probe.py: cannot write %s: %s\n" % (path, exc))
-        sys.stderr.flush()
-        os._exit(exit_code)
+        """The answer, from one thread only (ANSWERING): another that gets here waits for it to end the process."""
+        if not ANSWERING.acquire(blocking=False):
+            park()
+        answer(exit_code)
+
+    def answer(exit_code):
+        """With ANSWERING held: the JSON on stdout and in the launcher's file, then the process ends."""
+        try:
+            result["elapsed_s"] = round(time.monotonic() - t0, 3)
+            if inventory_done.is_set():
+                result.update(found)
+            if "phase" in init_state:
+                enter(init_state, "answer")
+                result["phase_s"] = dict(init_state.get("seconds", {}))
+            text = dumps(result)
+            os.write(json_fd, text.encode())
+            path = launcher_file(".json")
+            if path:
+                try:
+                    write_atomic(path, text)
+                except OSError as exc:
+                    sys.stderr.write("stack_probe.py: cannot write %s: %s\n" % (path, exc))
+            sys.stderr.flush()
+        finally:
+            early_init.kill_all()  # the init beside the trace the watchdog answered for, once the answer is out
+            os._exit(exit_code)
 
     opts = parse_args(argv)
     stacks = launcher_file(".stacks")
@@ -1031,25 +1051,27 @@ def main(argv):
     enter(init_state, "import torch")
 
     def watchdog():
+        """The answer for an initialisation that did not finish: where it hung, and the libraries (answer)."""
+        if not ANSWERING.acquire(blocking=False):  # the main thread is answering already
+            return
         where = init_state["phase"]
-        if "_early_init" in sys.modules:  # waiting on the initialisation beside the trace: name its own phase
-            beside = sys.modules["_early_init"].stop_all()
+        if where == BESIDE:  # the child's own phase, read without stopping it; `mapped` stays the trace's copies
+            beside = early_init.running_phase()
             where = "%s, in its phase %s" % (where, beside) if beside else where
+        else:
+            try:
+                result["mapped"] = read_maps()
+            except Exception as exc:
+                errors["maps"] = str(exc)
         errors["init"] = "CUDA/NCCL initialisation did not finish within %.0f s (hung in: %s)" % (
             opts["init_timeout"], where)
-        try:
-            result["mapped"] = read_maps()
-        except Exception as exc:
-            errors["maps"] = str(exc)
-        emit(3)
+        answer(3)
 
     timer = threading.Timer(opts["init_timeout"], watchdog)
     timer.daemon = True
     timer.start()
     try:
-        from _torch_native import wait_for_gate
-
-        if not probe_torch(result, errors, init_state, lambda: wait_for_gate(opts["gate"]), opts["resolve_only"],
+        if not probe_torch(result, errors, init_state, lambda: native.wait_for_gate(opts["gate"]), opts["resolve_only"],
                            opts["resolve_init"], gate_path=opts["gate"]):
             probe_without_torch(result, errors)
     except Exception as exc:

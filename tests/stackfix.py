@@ -99,6 +99,8 @@ int cudaRuntimeGetVersion(int *v) { *v = VCODE; return 0; }
 int cudaGetDeviceCount(int *n) {
   const char *trace = getenv("FAKE_CUDA_TRACE");  /* the first CUDA call leaves a file behind */
   if (trace) { FILE *fh = fopen(trace, "w"); if (fh) fclose(fh); }
+  const char *calls = getenv("FAKE_CUDA_CALLS");  /* each cudaGetDeviceCount appends its process id */
+  if (calls) { FILE *fh = fopen(calls, "a"); if (fh) { fprintf(fh, "%d\n", (int)getpid()); fclose(fh); } }
   if (env_rc("FAKE_CUDA_COUNT_SLEEP")) sleep(env_rc("FAKE_CUDA_COUNT_SLEEP"));  /* a wedged cuInit */
   int rc = env_rc("FAKE_CUDA_COUNT_RC"); if (rc) return rc; *n = 1; return 0; }
 int cudaSetDevice(int d) { return 0; }
@@ -186,14 +188,15 @@ raise ImportError("this fake torch must never be imported")
 
 
 def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", preloading: bool = False,
-               loader_fails: bool = False, global_deps_nccl: bool = False) -> Path:
+               loader_fails: bool = False, global_deps_nccl: bool = False, nccl_first: Optional[Path] = None) -> Path:
     """torch 2.11-shaped: torch/lib/libtorch_global_deps.so -> libcudart, torch/_C -> libtorch_cuda -> libnccl +
     libcudart, found through the wheel's RPATHs ($ORIGIN/../../nvidia/...). Its torch.cuda.nccl.version() is 2.28.9
     (built -O2, so that function is `return constant` as in torch's builds); loading libtorch_cuda creates the file
     named by FAKE_TORCH_LOADED.
     `preloading`: its __init__ holds a _load_global_deps that also preloads the wheel's libnccl by path;
     `loader_fails`: that function raises OSError as torch's does when a CUDA library is missing;
-    `global_deps_nccl`: libtorch_global_deps also needs libnccl.so.2, found through its RPATH in the wheel."""
+    `global_deps_nccl`: libtorch_global_deps also needs libnccl.so.2, found through its RPATH in the wheel;
+    `nccl_first`: a directory libtorch_cuda's RPATH names before the wheel's (its libnccl.so.2 is the one bound)."""
     gcc = need_gcc()
     torch_dir, lib = site / "torch", site / "torch" / "lib"
     nccl_dir, cu13 = site / "nvidia" / "nccl" / "lib", site / "nvidia" / "cu13" / "lib"
@@ -213,7 +216,7 @@ def fake_torch(site: Path, version: str = "2.11.0+cu130", nccl: str = "2.28.9", 
          ["libcudart.so.13"] + (["libnccl.so.2"] if global_deps_nccl else []),
          "$ORIGIN/../../nvidia/cu13/lib:$ORIGIN/../../nvidia/nccl/lib")
     link(lib / "libtorch_cuda.so", TORCH_CUDA_SRC, ["libnccl.so.2", "libcudart.so.13"],
-         "$ORIGIN/../../nvidia/nccl/lib:$ORIGIN/../../nvidia/cu13/lib")
+         ("%s:" % nccl_first if nccl_first else "") + "$ORIGIN/../../nvidia/nccl/lib:$ORIGIN/../../nvidia/cu13/lib")
     link(torch_dir / ("_C" + importlib.machinery.EXTENSION_SUFFIXES[0]), "int envbuild_torch_c;\n", ["libtorch_cuda.so"], "$ORIGIN/lib")
     (torch_dir / "__init__.py").write_text(TORCH_INIT.replace("{preloading}", str(preloading))
                                            .replace("{loader_fails}", str(loader_fails)))

@@ -4,15 +4,18 @@ torch's libraries would bind, asked of the real dynamic loader (LD_TRACE_LOADED_
 The torch is tests/stackfix.py's fake_torch: real ELF libraries in the pip wheel's layout, whose libtorch_cuda
 leaves a file behind when it is loaded (FAKE_TORCH_LOADED), so a test can tell that nothing of torch ran.
 """
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from stackfix import FULL_CUDART_SRC, fake_libcuda, fake_torch, full_nccl, need_gcc, run_doctor, run_probe, torch_env
+from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_libcuda, fake_torch, full_nccl, need_gcc,
+                      run_doctor, run_probe, torch_env)
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
@@ -25,6 +28,71 @@ def _env(site, **extra):
 
 def _copies(data):
     return sorted((m["family"], m["path"]) for m in data["mapped"])
+
+
+def _children(tmp_path, script="_early_init.py"):
+    """Live processes of `script` started for this test: the copies' paths in their arguments lie under tmp_path (so
+    a concurrent run's processes are not counted)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                args = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(script.encode()) for a in args) and any(str(tmp_path).encode() in a for a in args):
+            pids.append(int(pid))  # a zombie's cmdline is empty: only running ones are listed
+    return pids
+
+
+def _none_left(tmp_path, script="_early_init.py", within_s=1.0):
+    """Whether every such process is gone within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while _children(tmp_path, script) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _children(tmp_path, script)
+
+
+def _started(tmp_path, script="_early_init.py", within_s=5.0):
+    """Whether such a process runs within `within_s` (its command line shows once its exec is done)."""
+    deadline = time.monotonic() + within_s
+    while not _children(tmp_path, script) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(_children(tmp_path, script))
+
+
+def _probe(env, *args, timeout=60):
+    """(the probe's JSON, its pid), run as run_probe runs it."""
+    proc = subprocess.Popen([sys.executable, str(PROBE)] + list(args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, text=True)
+    out, err = proc.communicate(timeout=timeout)
+    assert out.strip(), err[-2000:]
+    data = json.loads(out)
+    data["_rc"], data["_stderr"] = proc.returncode, err
+    return data, proc.pid
+
+
+IN_PROCESS = """import sys
+sys.path.insert(0, sys.argv.pop(1))
+import stack_probe
+stack_probe.start_early_init = lambda spec, gate_path: None
+stack_probe.main(sys.argv[1:])
+"""
+
+
+def _in_process_probe(env, *args):
+    """The probe with no init beside the trace: CUDA and NCCL initialised in its own process, the path before it."""
+    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, str(PROBE.parent)] + list(args), capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    data["_rc"], data["_stderr"] = proc.returncode, proc.stderr
+    return data
+
+
+def _cuda_callers(path):
+    """The process ids that made a CUDA call (FAKE_CUDA_CALLS), in order."""
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
 
 
 def _versions(data):
@@ -287,9 +355,33 @@ def test_resolve_init_runs_the_preloaded_libnccl_as_torch_would(tmp_path):
     fast = run_probe(_env(site, LD_PRELOAD=str(other)), "--resolve-init")
     assert _copies(fast) == _copies(full)
     assert fast["init"]["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.28.3"
-    # the child beside the trace mapped the wheel's libnccl alone, not what the trace resolved: not taken
+    # the child beside the trace mapped the preloaded copy and the wheel's, as the trace resolved (its maps list them
+    # in address order, the trace in its own): its answer is taken
+    assert set(fast["init"]["beside_trace_s"]) >= {"torch.cuda.is_available", "nccl process group"}, fast["init"]
+    assert _none_left(tmp_path)
+
+
+def test_a_libnccl_the_trace_resolves_elsewhere_stops_the_init_beside_the_trace_at_once(tmp_path):
+    """libtorch_cuda's RPATH names another directory before the wheel's: the trace resolves that libnccl (2.27.3), not
+    the wheel's the child was given. The child cannot stand for the probe, so it is stopped right after the trace,
+    without waiting for its init (here the wheel's libnccl would take 20 s in ncclGetUniqueId), and the banner is
+    the resolved copy's, as when torch's libraries are loaded."""
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    other = full_nccl(elsewhere, "2.27.3")
+    fake_torch(site, nccl_first=elsewhere)
+    slow = FULL_NCCL_SRC.replace("int ncclGetUniqueId(ncclUniqueId *id) {",
+                                 "int ncclGetUniqueId(ncclUniqueId *id) { sleep(20);")
+    build_lib(site / "nvidia" / "nccl" / "lib", "libnccl.so.2", "libnccl.so.2", slow,
+              {"VSTR": '"2.28.9+cuda13.0"', "VCODE": "22809"})
+    full = run_probe(_env(site))
+    t0 = time.monotonic()
+    fast = run_probe(_env(site), "--resolve-init", "--init-timeout", "60")
+    assert time.monotonic() - t0 < 10, "the probe waited for the child's init"
+    assert fast["_rc"] == 0, fast["_stderr"]
+    assert [p for f, p in _copies(fast) if f == "libnccl"] == [str(other)]
     assert "beside_trace_s" not in fast["init"]
-    assert "_early_init.py" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert fast["init"]["nccl_banner_version"] == full["init"]["nccl_banner_version"] == "2.27.3"
+    assert _none_left(tmp_path)
 
 
 def test_resolve_init_reports_cudas_refusal_as_a_finding_not_a_fallback(tmp_path):
@@ -300,6 +392,26 @@ def test_resolve_init_reports_cudas_refusal_as_a_finding_not_a_fallback(tmp_path
     assert fast["errors"]["init"] == ("InitError during cuda tensor: cudaMalloc: Error 2 cudaErrorMemoryAllocation: "
                                       "out of memory")
     assert not traced.exists() and "resolve_path" not in fast["torch"]
+    assert "beside_trace_s" in fast["init"]  # the child's refusal, as the probe's own path words it
+    own = _in_process_probe(_env(site, FAKE_CUDA_MALLOC_RC="2"), "--resolve-init")
+    assert fast["errors"]["init"] == own["errors"]["init"]
+    assert fast["torch"] == own["torch"]
+
+
+def test_a_copy_the_init_beside_the_trace_cannot_load_is_the_probes_own_path_to_tell(tmp_path):
+    """A libnccl lacking ncclAllReduce fails the child before any CUDA call: not a finding of CUDA or NCCL, so the
+    probe's own path tells, as without the child (NativeUnavailable: torch's libraries loaded, then `import torch`)."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    build_lib(site / "nvidia" / "nccl" / "lib", "libnccl.so.2", "libnccl.so.2",
+              FULL_NCCL_SRC.replace("int ncclAllReduce(", "int envbuild_not_all_reduce("),
+              {"VSTR": '"2.28.9+cuda13.0"', "VCODE": "22809"})
+    fast = run_probe(_env(site), "--resolve-init")
+    own = _in_process_probe(_env(site), "--resolve-init")
+    assert fast["torch"]["resolve_path"] == "not used: ncclAllReduce is not defined by torch's libraries"
+    assert fast["torch"] == own["torch"]
+    assert fast["errors"].get("init") == own["errors"].get("init")
+    assert fast["init"] == own["init"]
 
 
 def test_the_static_doctor_probes_with_resolve_init_and_quick_loads(tmp_path):
@@ -349,20 +461,105 @@ def test_the_read_ahead_runs_beside_the_trace_and_leaves_no_process(tmp_path):
     gate = run_probe(_env(site), "--resolve-only")
     assert gate["_rc"] == 0, gate["_stderr"]
     assert [m["family"] for m in gate["mapped"]].count("libnccl") == 1
-    children = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "_read_ahead.py" not in children
+    assert _none_left(tmp_path, "_read_ahead.py", within_s=0)
 
 
 def test_a_wedged_init_beside_the_trace_is_named_by_the_watchdog_and_its_child_stopped(tmp_path):
     """cuInit that never returns in the child beside the trace: the probe's watchdog answers at its timeout, in the
-    phase it waited in, and the child is stopped with it (no process left for the launcher to find)."""
+    phase it waited in, with the copies the trace resolved (the driver included) and their versions; the probe never
+    starts a second init of its own on that GPU, and the child is stopped with it."""
     site = tmp_path / "site"
     fake_torch(site)
+    driver = fake_libcuda(tmp_path / "driver")
+    calls = tmp_path / "cuda-calls"
+    env = _env(site, LD_LIBRARY_PATH=str(driver.parent))
+    gate = run_probe(env, "--resolve-only")
     t0 = time.monotonic()
-    fast = run_probe(_env(site, FAKE_CUDA_COUNT_SLEEP="60"), "--resolve-init", "--init-timeout", "3")
+    fast, pid = _probe(dict(env, FAKE_CUDA_COUNT_SLEEP="60", FAKE_CUDA_CALLS=str(calls)), "--resolve-init",
+                       "--init-timeout", "3")
     assert time.monotonic() - t0 < 30
+    assert fast["_rc"] == 3
     assert fast["errors"]["init"] == ("CUDA/NCCL initialisation did not finish within 3 s "
                                       "(hung in: init beside the trace, in its phase torch.cuda.is_available)"), \
         fast["errors"]
-    time.sleep(0.2)
-    assert "_early_init.py" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert _versions(fast) == _versions(gate)
+    assert ("libcuda", str(driver)) in _copies(fast)
+    assert _none_left(tmp_path)
+    callers = _cuda_callers(calls)
+    assert len(callers) == 1 and pid not in callers, callers  # the child's cuInit only
+
+
+def test_a_probe_killed_mid_wedge_takes_its_init_beside_the_trace_with_it(tmp_path):
+    """SIGKILL the probe while the child is wedged in cuInit: the child dies with it (no process under PID 1 for
+    anyone to find) and nothing of it is left in the temporary directory."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    fake_torch(site)
+    tmp.mkdir()
+    calls = tmp_path / "cuda-calls"
+    env = _env(site, FAKE_CUDA_COUNT_SLEEP="60", FAKE_CUDA_CALLS=str(calls), TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, str(PROBE), "--resolve-init", "--init-timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not _cuda_callers(calls) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cuda_callers(calls) and _started(tmp_path), "the child never reached its cuInit"
+        proc.kill()
+        proc.wait()
+        assert _none_left(tmp_path, within_s=1.0)
+        assert [p.name for p in tmp.iterdir() if "early-init" in p.name] == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in _children(tmp_path):  # what a failing run left
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_slow_init_beside_the_trace_is_awaited_under_the_probes_own_timeout(tmp_path):
+    """The wait for the child is bounded by --init-timeout alone (its watchdog answers a hang): an init slower than
+    any other bound (here 3 s, with a former separate bound set to 1 s) is adopted, not done again in the probe."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    calls = tmp_path / "cuda-calls"
+    code = IN_PROCESS.replace("stack_probe.start_early_init = lambda spec, gate_path: None",
+                              "stack_probe.INIT_BESIDE_TIMEOUT_S = 1.0")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(PROBE.parent), "--resolve-init", "--init-timeout", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(site, FAKE_CUDA_COUNT_SLEEP="3", FAKE_CUDA_CALLS=str(calls)))
+    out, err = proc.communicate(timeout=60)
+    fast = json.loads(out)
+    assert proc.returncode == 0 and "init" not in fast["errors"], (fast["errors"], err[-2000:])
+    assert fast["init"]["beside_trace_s"]["torch.cuda.is_available"] >= 3
+    assert proc.pid not in _cuda_callers(calls) and len(_cuda_callers(calls)) == 1
+
+
+def test_stopping_a_child_is_idempotent_across_threads(tmp_path, monkeypatch):
+    """The watchdog's thread and the main thread may stop the same child at once: neither fails."""
+    import _early_init
+
+    class SlowList(list):  # widens the window between a membership test and the removal
+        def __contains__(self, item):
+            found = list.__contains__(self, item)
+            time.sleep(0.05)
+            return found
+
+    site = tmp_path / "site"
+    fake_torch(site)
+    monkeypatch.setattr(_early_init, "RUNNING", SlowList())
+    child = _early_init.start(str(site / "torch"), "13.0", str(tmp_path / "never"))
+    assert child is not None and _started(tmp_path)
+    failures = []
+
+    def stop():
+        try:
+            child.stop()
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=stop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == [] and not _early_init.RUNNING
+    assert _none_left(tmp_path)
