@@ -69,7 +69,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
     adjustments: List[rank.Adjustment] = context.log_adjustments(scan) + record_adj
-    adjustments.extend(ranker.adjustments(scan, opts.ranker if opts.ranker is not None else ranker.load_model()))
+    adjustments.extend(ranker.adjustments(scan, opts.ranker))
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
     facts = node.from_bundle(opts.root) if opts.root else node.NodeFacts()

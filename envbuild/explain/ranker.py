@@ -142,11 +142,15 @@ def load_model(path: Path = MODEL_FILE) -> Optional[Model]:
     return Model.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def adjustments(scan: ScanResult, model: Optional[Model]) -> List[Adjustment]:
+def adjustments(scan: ScanResult, model: Optional[Model] = None) -> List[Adjustment]:
     """Score adjustments (origin "model") for the causes the model ranks highest, only when the log shows a
-    failure: the model says which cause a failure is, never whether there is one."""
+    failure: the model says which cause a failure is, never whether there is one. `model`: the shipped one when
+    None, read only once the log shows a failure (a healthy log never pays for reading it)."""
     hits = counted_hits(scan)
-    if model is None or model.use.weight <= 0 or not any(h.signature.kind == "failure" for h in hits.values()):
+    if not any(h.signature.kind == "failure" for h in hits.values()):
+        return []
+    model = model if model is not None else load_model()
+    if model is None or model.use.weight <= 0:
         return []
     if signature_best(hits) >= model.use.gate:
         return []
