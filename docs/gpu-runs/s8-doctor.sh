@@ -146,8 +146,12 @@ fault f16-sigstop-weight-sync-teardown 45 "a comm.weight_sync rank SIGSTOPped in
 # their checks did not change: only with the time left
 fault f05-sigstop-weight-sync-start 45 "a comm.weight_sync rank SIGSTOPped before its first phase" \
   ENVBUILD_TEST_SIGSTOP_AT='<start>' -- $Q --check comm.weight_sync
-fault f06-sigstop-compute-timer 45 "a gpu.compute rank SIGSTOPped 1.5 s after its start" \
-  ENVBUILD_TEST_SIGSTOP_AFTER_S=1.5 -- $Q --check gpu.compute
+# F06_AT: 1.5 s until session 14, when a faster H100 ended the rank's three phases (1.3 s) before the timer fired;
+# the stop log says where the stop landed, or that it never did
+F06_AT=${F06_AT:-0.6}
+fault f06-sigstop-compute-timer 45 "a gpu.compute rank SIGSTOPped $F06_AT s after its start" \
+  ENVBUILD_TEST_SIGSTOP_AFTER_S=$F06_AT ENVBUILD_TEST_SIGSTOP_LOG=$R/faults/f06-stop.jsonl -- $Q --check gpu.compute
+skipped f06 || say "  f06's stop: $(cat "$R/faults/f06-stop.jsonl" 2>/dev/null || echo 'never landed (the rank ended first)')"
 fault f12-m3-pidfd-blocked 25 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True + pidfd_getfd blocked (seccomp)" \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ENVBUILD_FAULT_IPC_BLOCK_PTRACE=seccomp -- $Q --check gpu.cumem_ipc
 
