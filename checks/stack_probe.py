@@ -147,6 +147,19 @@ def read_maps():
         return mapped_entries(mapped_paths(fh.read()))
 
 
+def watchdog_mapped(traced):
+    """`mapped` for the watchdog's answer to an initialisation of this process's own that did not finish. Before the
+    answer only the loader's trace (resolve_torch) puts `mapped` in the result (`traced`): its copies stay, with
+    their versions (torch's libcudnn and the libcuda the runtime would open, which this process has not mapped), and
+    the copies this process mapped beyond them (by real path) follow, as read from its maps without versions (a
+    wedged driver's library is not asked). Without a trace (None): the copies this process mapped."""
+    own = read_maps()
+    if traced is None:
+        return own
+    known = {entry["realpath"] for entry in traced}
+    return traced + [entry for entry in own if entry["realpath"] not in known]
+
+
 def mapped_entries(paths):
     """The `mapped` entries of those paths that belong to a family above (from the maps or the loader's trace)."""
     out = []
@@ -1058,9 +1071,9 @@ def main(argv):
         if where == BESIDE:  # the child's own phase, read without stopping it; `mapped` stays the trace's copies
             beside = early_init.running_phase()
             where = "%s, in its phase %s" % (where, beside) if beside else where
-        else:
+        else:  # the probe's own init: the trace's copies stay, with what this process mapped beyond them
             try:
-                result["mapped"] = read_maps()
+                result["mapped"] = watchdog_mapped(result.get("mapped"))
             except Exception as exc:
                 errors["maps"] = str(exc)
         errors["init"] = "CUDA/NCCL initialisation did not finish within %.0f s (hung in: %s)" % (

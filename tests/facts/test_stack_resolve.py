@@ -489,6 +489,29 @@ def test_a_wedged_init_beside_the_trace_is_named_by_the_watchdog_and_its_child_s
     assert len(callers) == 1 and pid not in callers, callers  # the child's cuInit only
 
 
+def test_a_wedged_init_of_the_probes_own_after_the_trace_keeps_the_traces_copies(tmp_path):
+    """The trace resolves another libnccl than the wheel's the child was given, so the child is stopped and the probe
+    initialises itself, and its own cuInit never returns: the watchdog's answer still names the copies the trace
+    resolved (the driver the runtime would open included, which the probe never mapped) with their versions, not
+    only what the probe's own maps held at that moment."""
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    other = full_nccl(elsewhere, "2.27.3")
+    fake_torch(site, nccl_first=elsewhere)
+    driver = fake_libcuda(tmp_path / "driver")
+    calls = tmp_path / "cuda-calls"
+    env = _env(site, LD_LIBRARY_PATH=str(driver.parent))
+    gate = run_probe(env, "--resolve-only")
+    fast, pid = _probe(dict(env, FAKE_CUDA_COUNT_SLEEP="60", FAKE_CUDA_CALLS=str(calls)), "--resolve-init",
+                       "--init-timeout", "3")
+    assert fast["_rc"] == 3
+    assert fast["errors"]["init"] == ("CUDA/NCCL initialisation did not finish within 3 s "
+                                      "(hung in: torch.cuda.is_available)"), fast["errors"]
+    assert pid in _cuda_callers(calls)  # the probe's own cuInit, after the child was stopped
+    assert ("libcuda", str(driver)) in _copies(fast) and ("libnccl", str(other)) in _copies(fast)
+    assert _versions(fast) == _versions(gate)
+    assert _none_left(tmp_path)
+
+
 def test_a_probe_killed_mid_wedge_takes_its_init_beside_the_trace_with_it(tmp_path):
     """SIGKILL the probe while the child is wedged in cuInit: the child dies with it (no process under PID 1 for
     anyone to find) and nothing of it is left in the temporary directory."""
