@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_libcuda, fake_torch, full_nccl, need_gcc,
-                      run_doctor, run_probe, torch_env)
+from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_cudart, fake_libcuda, fake_torch, full_nccl,
+                      need_gcc, run_doctor, run_probe, torch_env)
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
@@ -121,6 +121,21 @@ def test_resolve_only_maps_what_loading_maps_and_runs_none_of_torchs_code(tmp_pa
     assert t["nccl_version"] == full["torch"]["nccl_version"] == "2.28.9"  # read from libtorch_cuda's code
     assert gate["cuda_runtime"] == full["cuda_runtime"]
     assert gate["init"]["source"] == LOADER_TRACE and gate["init"]["nccl_group"] is False
+
+
+def test_the_bound_runtime_is_torchs_major_not_a_preloaded_one_of_another(tmp_path):
+    """A libcudart.so.12 in LD_PRELOAD is mapped (and loaded first) beside torch cu130's libcudart.so.13, but torch's
+    runtime calls bind to its own major's: cuda_runtime names that copy, from the trace as from loading."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    cu12 = fake_cudart(tmp_path / "cu12", 12, 12080)
+    env = _env(site, LD_PRELOAD=str(cu12))
+    full = run_probe(env)
+    gate = run_probe(env, "--resolve-only")
+    wheel = str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    for data in (gate, full):
+        assert sorted(p for f, p in _copies(data) if f == "libcudart") == sorted([str(cu12), wheel])
+        assert (data["cuda_runtime"]["path"], data["cuda_runtime"]["version"]) == (wheel, "13.0")
 
 
 def test_a_library_the_loader_cannot_find_sends_the_probe_to_loading_with_the_reason(tmp_path):
