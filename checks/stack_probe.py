@@ -1095,6 +1095,7 @@ def main(argv):
     def take_inventory():
         started = time.monotonic()
         try:
+            native.sweep_banner_dirs()  # of probes killed in their NCCL init, off the critical path
             inventory(found, errors, opts["patches"])
         finally:
             # its own seconds: the phase "inventory" only counts the wait for it once torch's part is done

@@ -553,6 +553,43 @@ def test_a_probe_killed_mid_wedge_takes_its_init_beside_the_trace_with_it(tmp_pa
             os.kill(pid, signal.SIGKILL)
 
 
+def _banner_dirs(tmp):
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("envbuild-stackprobe-nccl-"))
+
+
+@pytest.mark.parametrize("beside", [True, False], ids=["beside-the-trace", "in-process"])
+def test_a_banner_directory_left_by_a_kill_in_the_nccl_init_is_swept_by_the_next_probe(tmp_path, beside):
+    """SIGKILL the probe while NCCL's init holds NcclBanner's directory (in the child beside the trace, which dies
+    with the probe, or in the probe's own init): the directory cannot be removed by its process, and the next probe
+    removes it (its owner is gone), never one whose owner runs."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    fake_torch(site)
+    tmp.mkdir()
+    live = tmp / ("envbuild-stackprobe-nccl-%d-live" % os.getpid())
+    live.mkdir()
+    env = _env(site, TMPDIR=str(tmp))
+    code = ["-c", IN_PROCESS, str(PROBE.parent)] if not beside else [str(PROBE)]
+    proc = subprocess.Popen([sys.executable] + code + ["--resolve-init", "--init-timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(env, FAKE_NCCL_INIT_SLEEP="60"))
+    try:
+        deadline = time.monotonic() + 30
+        while len(_banner_dirs(tmp)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+        assert _none_left(tmp_path, within_s=5.0)
+        left = [name for name in _banner_dirs(tmp) if name != live.name]
+        assert len(left) == 1, "NCCL's init never started"
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in _children(tmp_path):  # what a failing run left
+            os.kill(pid, signal.SIGKILL)
+    data = run_probe(env, "--resolve-init")
+    assert data["_rc"] == 0 and data["init"]["nccl_group"] is True, data["_stderr"]
+    assert _banner_dirs(tmp) == [live.name]
+
+
 def test_a_slow_init_beside_the_trace_is_awaited_under_the_probes_own_timeout(tmp_path):
     """The wait for the child is bounded by --init-timeout alone (its watchdog answers a hang): an init slower than
     any other bound (here 3 s, with a former separate bound set to 1 s) is adopted, not done again in the probe."""
