@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import List, Optional
 
 import _early_init as early_init
 import _torch_native as native
@@ -147,7 +148,7 @@ def read_maps():
         return mapped_entries(mapped_paths(fh.read()))
 
 
-def watchdog_mapped(traced):
+def watchdog_mapped(traced: Optional[List[dict]]) -> List[dict]:
     """`mapped` for the watchdog's answer to an initialisation of this process's own that did not finish. Before the
     answer only the loader's trace (resolve_torch) puts `mapped` in the result (`traced`): its copies stay, with
     their versions (torch's libcudnn and the libcuda the runtime would open, which this process has not mapped), and
@@ -943,7 +944,7 @@ class _PhdrInfo(ctypes.Structure):
 _PHDR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_PhdrInfo), ctypes.c_size_t, ctypes.c_void_p)
 
 
-def loaded_objects():
+def loaded_objects() -> List[str]:
     """Real paths of the objects this process loaded, in the loader's own order (its list of loaded objects, walked by
     dl_iterate_phdr): the order in which a lookup by soname meets them. [] where that cannot be asked."""
     names = []
@@ -961,7 +962,7 @@ def loaded_objects():
     return names
 
 
-def bound_cuda_versions(result, mapped, order=None):
+def bound_cuda_versions(result: dict, mapped: List[dict], order: Optional[List[str]] = None) -> None:
     """cudaRuntimeGetVersion / cuDriverGetVersion of the copies the CUDA calls bind to, when several are mapped.
 
     The loader hands a request by soname (a DT_NEEDED entry, a dlopen by name) the first object loaded under that

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_cudart, fake_libcuda, fake_torch, full_nccl,
-                      need_gcc, run_doctor, run_probe, torch_env)
+from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_cudart, fake_libcuda, fake_torch,
+                      full_nccl, need_gcc, run_doctor, run_probe, torch_env)
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
@@ -570,7 +570,8 @@ def test_a_banner_directory_left_by_a_kill_in_the_nccl_init_is_swept_by_the_next
     env = _env(site, TMPDIR=str(tmp))
     code = ["-c", IN_PROCESS, str(PROBE.parent)] if not beside else [str(PROBE)]
     proc = subprocess.Popen([sys.executable] + code + ["--resolve-init", "--init-timeout", "60"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(env, FAKE_NCCL_INIT_SLEEP="60"))
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(env, FAKE_NCCL_INIT_SLEEP="60"))
     try:
         deadline = time.monotonic() + 30
         while len(_banner_dirs(tmp)) < 2 and time.monotonic() < deadline:
