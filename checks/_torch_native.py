@@ -29,6 +29,7 @@ import re
 import shutil
 import tempfile
 import time
+from typing import Optional
 
 NCCL_FLOAT32, NCCL_SUM = 7, 0
 CUDA_BUILD_NCCL_VERSION = "_ZN5torch4cuda4nccl7versionEv"  # torch::cuda::nccl::version(): NCCL torch was built with
@@ -353,6 +354,43 @@ def nccl_group(rt, buf, count, init):
         # 1.4 s probe on the H200 (docs/gpu-runs/s5-summary-call3.txt); teardown is comm.nccl_churn's to judge.
 
 
+BANNER_DIR_PREFIX = "envbuild-stackprobe-nccl-"  # NcclBanner's directories: <prefix><owner pid>-<random>
+_BANNER_DIR = re.compile(re.escape(BANNER_DIR_PREFIX) + r"(\d+)-")
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs here (a zombie does not: a dead child not reaped yet)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def sweep_banner_dirs(tmpdir: Optional[str] = None) -> None:
+    """Remove NcclBanner's directories (in `tmpdir`, else the temporary directory) whose owner is gone.
+
+    Why: a process SIGKILLed inside its NCCL init (the init beside the trace stopped or killed by the probe's
+    watchdog, the probe killed at the launcher's deadline) cannot remove its directory, so each one carries its
+    owner's pid and the next probe removes those of dead owners (this user's only; a live owner's never)."""
+    base = tmpdir or tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        m = _BANNER_DIR.match(name)
+        if m is None or _running(int(m.group(1))):
+            continue
+        path = os.path.join(base, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class NcclBanner:
     """The probe's 1-rank NCCL group set up to say which NCCL really ran, on both paths (this one and
     `import torch`): a preloaded or path-first libnccl shows in NCCL's own VERSION banner while torch keeps
@@ -361,12 +399,13 @@ class NcclBanner:
     Inside the block NVLS is off (one rank anyway; set after the env was recorded) and NCCL_DEBUG=VERSION writes
     into a directory of ours, whatever NCCL_DEBUG the user set; `init_output()` points fd 1 there around the
     communicator's init, since NCCL 2.28 prints the banner to stdout, not to NCCL_DEBUG_FILE, and the probe's own
-    stdout is its JSON. `found()` reads the banner; the directory is removed on the way out."""
+    stdout is its JSON. `found()` reads the banner; the directory is removed on the way out, or, when its process was
+    killed first, by the next probe (sweep_banner_dirs)."""
 
     def __enter__(self):
         os.environ["NCCL_NVLS_ENABLE"] = "0"
         os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-        self.dir = tempfile.mkdtemp(prefix="envbuild-stackprobe-nccl-")
+        self.dir = tempfile.mkdtemp(prefix="%s%d-" % (BANNER_DIR_PREFIX, os.getpid()))  # swept once its owner is gone
         os.environ["NCCL_DEBUG"] = "VERSION"
         os.environ["NCCL_DEBUG_FILE"] = os.path.join(self.dir, "nccl.%p.log")
         return self

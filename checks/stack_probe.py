@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import List, Optional
 
 import _early_init as early_init
 import _torch_native as native
@@ -145,6 +146,19 @@ def read_maps():
     """Every mapped file of the families above, from /proc/self/maps, in its (address) order."""
     with open("/proc/self/maps") as fh:
         return mapped_entries(mapped_paths(fh.read()))
+
+
+def watchdog_mapped(traced: Optional[List[dict]]) -> List[dict]:
+    """`mapped` for the watchdog's answer to an initialisation of this process's own that did not finish. Before the
+    answer only the loader's trace (resolve_torch) puts `mapped` in the result (`traced`): its copies stay, with
+    their versions (torch's libcudnn and the libcuda the runtime would open, which this process has not mapped), and
+    the copies this process mapped beyond them (by real path) follow, as read from its maps without versions (a
+    wedged driver's library is not asked). Without a trace (None): the copies this process mapped."""
+    own = read_maps()
+    if traced is None:
+        return own
+    known = {entry["realpath"] for entry in traced}
+    return traced + [entry for entry in own if entry["realpath"] not in known]
 
 
 def mapped_entries(paths):
@@ -922,13 +936,54 @@ def mapped_cudnn_version(result):
             return
 
 
-def bound_cuda_versions(result, mapped):
-    """cudaRuntimeGetVersion / cuDriverGetVersion of the copies this process actually mapped."""
+class _PhdrInfo(ctypes.Structure):
+    """The leading fields of glibc's struct dl_phdr_info (all that loaded_objects reads)."""
+    _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+
+
+_PHDR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_PhdrInfo), ctypes.c_size_t, ctypes.c_void_p)
+
+
+def loaded_objects() -> List[str]:
+    """Real paths of the objects this process loaded, in the loader's own order (its list of loaded objects, walked by
+    dl_iterate_phdr): the order in which a lookup by soname meets them. [] where that cannot be asked."""
+    names = []
+
+    def visit(info, size, data):
+        name = info.contents.name
+        if name:
+            names.append(os.path.realpath(os.fsdecode(name)))
+        return 0
+
+    try:
+        ctypes.CDLL(None).dl_iterate_phdr(_PHDR_CALLBACK(visit), None)
+    except (OSError, AttributeError):
+        return []
+    return names
+
+
+def bound_cuda_versions(result: dict, mapped: List[dict], order: Optional[List[str]] = None) -> None:
+    """cudaRuntimeGetVersion / cuDriverGetVersion of the copies the CUDA calls bind to, when several are mapped.
+
+    The loader hands a request by soname (a DT_NEEDED entry, a dlopen by name) the first object loaded under that
+    soname: libcudart's dlopen("libcuda.so.1") at cuInit gets the first libcuda loaded, libtorch_cuda's
+    libcudart.so.<major> the first libcudart of that major. So the bound copy is the first in load order, and for the
+    runtime the first of torch's CUDA major (a libcudart of another one, e.g. LD_PRELOADed, is not the runtime torch's
+    versioned calls bind to: resolved_copies, checks/_torch_native.py Runtime). `order`: the real paths in load order
+    (loaded_objects) when `mapped` is read from /proc/self/maps, which lists by address and so says nothing of which
+    copy binds; None when `mapped` is in load order already (the loader's trace). A copy missing from `order` comes
+    after those in it."""
+    rank = {path: i for i, path in enumerate(order or [])}
+    major = str((result.get("torch") or {}).get("cuda") or "").split(".")[0]
     for fam, key in (("libcudart", "cuda_runtime"), ("libcuda", "cuda_driver")):
         copies = [m for m in mapped if m["family"] == fam]
         if not copies:
             result[key] = {"mapped": False}
             continue
+        copies.sort(key=lambda m: rank.get(m["realpath"], len(rank)))  # stable: `mapped`'s order without `order`
+        if fam == "libcudart" and major:
+            copies = [m for m in copies if os.path.basename(m["realpath"]).startswith("libcudart.so.%s" % major)] \
+                or copies
         first = copies[0]
         result[key] = {"mapped": True, "path": first["path"], "version_code": first.get("api_version_code"),
                        "version": first.get("api_version"), "error": first.get("api_error")}
@@ -1041,6 +1096,7 @@ def main(argv):
     def take_inventory():
         started = time.monotonic()
         try:
+            native.sweep_banner_dirs()  # of probes killed in their NCCL init, off the critical path
             inventory(found, errors, opts["patches"])
         finally:
             # its own seconds: the phase "inventory" only counts the wait for it once torch's part is done
@@ -1058,9 +1114,9 @@ def main(argv):
         if where == BESIDE:  # the child's own phase, read without stopping it; `mapped` stays the trace's copies
             beside = early_init.running_phase()
             where = "%s, in its phase %s" % (where, beside) if beside else where
-        else:
+        else:  # the probe's own init: the trace's copies stay, with what this process mapped beyond them
             try:
-                result["mapped"] = read_maps()
+                result["mapped"] = watchdog_mapped(result.get("mapped"))
             except Exception as exc:
                 errors["maps"] = str(exc)
         errors["init"] = "CUDA/NCCL initialisation did not finish within %.0f s (hung in: %s)" % (
@@ -1079,10 +1135,11 @@ def main(argv):
     timer.cancel()
 
     enter(init_state, "libraries")
-    if "mapped" not in result:  # the loader's trace (resolve_torch) fills it without mapping anything
+    traced = "mapped" in result  # the loader's trace (resolve_torch) fills it, in load order, without mapping anything
+    if not traced:
         mapped_in_maps(result, errors)
     mapped_cudnn_version(result)
-    bound_cuda_versions(result, result["mapped"])
+    bound_cuda_versions(result, result["mapped"], None if traced else loaded_objects())
     enter(init_state, "inventory")
     inventory_done.wait()
     emit(0)

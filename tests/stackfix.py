@@ -124,6 +124,7 @@ __attribute__((used)) const char envbuild_fake_nccl_version[] = "NCCL version " 
 int ncclGetVersion(int *v) { *v = VCODE; return 0; }
 int ncclGetUniqueId(ncclUniqueId *id) { memset(id->internal, 0, 128); strcpy(id->internal, "fake-id"); return 0; }
 int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
+  const char *wedge = getenv("FAKE_NCCL_INIT_SLEEP"); if (wedge) sleep(atoi(wedge));  /* a wedged NCCL init */
   const char *file = getenv("NCCL_DEBUG_FILE");
   if (n != 1 || rank != 0 || strcmp(id.internal, "fake-id") != 0) return 4;  /* ncclInvalidArgument */
   const char *level = getenv("NCCL_DEBUG");

@@ -45,7 +45,9 @@ The probe's JSON (payload_version 1). Every part may be missing or null when it 
   version_string is NCCL's compiled-in "2.28.9+cuda12.9"; file_version is the version in the real
   file name (libcuda.so.580.159.04 -> "580.159.04")
 - cuda_runtime / cuda_driver: {mapped: bool, path, version ("12.9"), version_code (12090), error}
-  from the first mapped libcudart / libcuda
+  of the mapped libcudart / libcuda the CUDA calls bind to: the first in load order (the loader hands a request by
+  soname the first copy loaded under it), for the runtime the first of torch's CUDA major; not the first in map
+  order, which is by address (checks/stack_probe.py bound_cuda_versions)
 - reachable: [{family, path, realpath, origins[], stub, compat, version?, version_string?,
   file_version?, api_version?, api_version_code?, api_error?}] for every libnccl/libcudart/libcudnn*/
   libcuda found on LD_LIBRARY_PATH, site-packages/nvidia/*/lib, torch/lib, PREFIX/lib (+stubs,

@@ -78,6 +78,18 @@ def test_probe_flags_compat_libcuda_and_reads_its_file_version(tmp_path):
                                    "version": "12.9", "error": None}
 
 
+def test_the_bound_driver_is_the_first_copy_loaded_whatever_their_addresses(tmp_path):
+    """Two libcuda copies in LD_PRELOAD are both mapped; the probe's dlopen("libcuda.so.1") (the CUDA runtime's at
+    cuInit) gets the first loaded, whichever lies lower in /proc/self/maps: cuda_driver names that one, in either
+    order."""
+    a = fake_libcuda(tmp_path / "a", driver="580.159.04", cuda_code=13000)
+    b = fake_libcuda(tmp_path / "b", driver="575.57.08", cuda_code=12090)
+    for first, second, version in ((a, b, "13.0"), (b, a, "12.9")):
+        data = run_probe(clean_env(LD_PRELOAD=f"{first} {second}"))
+        assert sorted(m["path"] for m in data["mapped"] if m["family"] == "libcuda") == sorted([str(a), str(b)])
+        assert (data["cuda_driver"]["path"], data["cuda_driver"]["version"]) == (str(first), version)
+
+
 def test_probe_keeps_stdout_clean_and_survives_a_hanging_import(tmp_path):
     """A library that prints to stdout (NCCL_DEBUG=INFO does) must not corrupt the JSON, and a hang in
     CUDA/NCCL init must end in the probe's own watchdog with the phase that hung."""

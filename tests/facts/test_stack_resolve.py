@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_libcuda, fake_torch, full_nccl, need_gcc,
-                      run_doctor, run_probe, torch_env)
+from stackfix import (FULL_CUDART_SRC, FULL_NCCL_SRC, PROBE, build_lib, fake_cudart, fake_libcuda, fake_torch,
+                      full_nccl, need_gcc, run_doctor, run_probe, torch_env)
 
 sys.path.insert(0, str(__import__("stackfix").REPO / "checks"))
 import _elf  # noqa: E402  (checks/ is not a package: the probe runs it as a script directory)
@@ -121,6 +121,21 @@ def test_resolve_only_maps_what_loading_maps_and_runs_none_of_torchs_code(tmp_pa
     assert t["nccl_version"] == full["torch"]["nccl_version"] == "2.28.9"  # read from libtorch_cuda's code
     assert gate["cuda_runtime"] == full["cuda_runtime"]
     assert gate["init"]["source"] == LOADER_TRACE and gate["init"]["nccl_group"] is False
+
+
+def test_the_bound_runtime_is_torchs_major_not_a_preloaded_one_of_another(tmp_path):
+    """A libcudart.so.12 in LD_PRELOAD is mapped (and loaded first) beside torch cu130's libcudart.so.13, but torch's
+    runtime calls bind to its own major's: cuda_runtime names that copy, from the trace as from loading."""
+    site = tmp_path / "site"
+    fake_torch(site)
+    cu12 = fake_cudart(tmp_path / "cu12", 12, 12080)
+    env = _env(site, LD_PRELOAD=str(cu12))
+    full = run_probe(env)
+    gate = run_probe(env, "--resolve-only")
+    wheel = str(site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    for data in (gate, full):
+        assert sorted(p for f, p in _copies(data) if f == "libcudart") == sorted([str(cu12), wheel])
+        assert (data["cuda_runtime"]["path"], data["cuda_runtime"]["version"]) == (wheel, "13.0")
 
 
 def test_a_library_the_loader_cannot_find_sends_the_probe_to_loading_with_the_reason(tmp_path):
@@ -489,6 +504,29 @@ def test_a_wedged_init_beside_the_trace_is_named_by_the_watchdog_and_its_child_s
     assert len(callers) == 1 and pid not in callers, callers  # the child's cuInit only
 
 
+def test_a_wedged_init_of_the_probes_own_after_the_trace_keeps_the_traces_copies(tmp_path):
+    """The trace resolves another libnccl than the wheel's the child was given, so the child is stopped and the probe
+    initialises itself, and its own cuInit never returns: the watchdog's answer still names the copies the trace
+    resolved (the driver the runtime would open included, which the probe never mapped) with their versions, not
+    only what the probe's own maps held at that moment."""
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    other = full_nccl(elsewhere, "2.27.3")
+    fake_torch(site, nccl_first=elsewhere)
+    driver = fake_libcuda(tmp_path / "driver")
+    calls = tmp_path / "cuda-calls"
+    env = _env(site, LD_LIBRARY_PATH=str(driver.parent))
+    gate = run_probe(env, "--resolve-only")
+    fast, pid = _probe(dict(env, FAKE_CUDA_COUNT_SLEEP="60", FAKE_CUDA_CALLS=str(calls)), "--resolve-init",
+                       "--init-timeout", "3")
+    assert fast["_rc"] == 3
+    assert fast["errors"]["init"] == ("CUDA/NCCL initialisation did not finish within 3 s "
+                                      "(hung in: torch.cuda.is_available)"), fast["errors"]
+    assert pid in _cuda_callers(calls)  # the probe's own cuInit, after the child was stopped
+    assert ("libcuda", str(driver)) in _copies(fast) and ("libnccl", str(other)) in _copies(fast)
+    assert _versions(fast) == _versions(gate)
+    assert _none_left(tmp_path)
+
+
 def test_a_probe_killed_mid_wedge_takes_its_init_beside_the_trace_with_it(tmp_path):
     """SIGKILL the probe while the child is wedged in cuInit: the child dies with it (no process under PID 1 for
     anyone to find) and nothing of it is left in the temporary directory."""
@@ -513,6 +551,44 @@ def test_a_probe_killed_mid_wedge_takes_its_init_beside_the_trace_with_it(tmp_pa
         proc.wait()
         for pid in _children(tmp_path):  # what a failing run left
             os.kill(pid, signal.SIGKILL)
+
+
+def _banner_dirs(tmp):
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("envbuild-stackprobe-nccl-"))
+
+
+@pytest.mark.parametrize("beside", [True, False], ids=["beside-the-trace", "in-process"])
+def test_a_banner_directory_left_by_a_kill_in_the_nccl_init_is_swept_by_the_next_probe(tmp_path, beside):
+    """SIGKILL the probe while NCCL's init holds NcclBanner's directory (in the child beside the trace, which dies
+    with the probe, or in the probe's own init): the directory cannot be removed by its process, and the next probe
+    removes it (its owner is gone), never one whose owner runs."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    fake_torch(site)
+    tmp.mkdir()
+    live = tmp / ("envbuild-stackprobe-nccl-%d-live" % os.getpid())
+    live.mkdir()
+    env = _env(site, TMPDIR=str(tmp))
+    code = ["-c", IN_PROCESS, str(PROBE.parent)] if not beside else [str(PROBE)]
+    proc = subprocess.Popen([sys.executable] + code + ["--resolve-init", "--init-timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(env, FAKE_NCCL_INIT_SLEEP="60"))
+    try:
+        deadline = time.monotonic() + 30
+        while len(_banner_dirs(tmp)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+        assert _none_left(tmp_path, within_s=5.0)
+        left = [name for name in _banner_dirs(tmp) if name != live.name]
+        assert len(left) == 1, "NCCL's init never started"
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in _children(tmp_path):  # what a failing run left
+            os.kill(pid, signal.SIGKILL)
+    data = run_probe(env, "--resolve-init")
+    assert data["_rc"] == 0 and data["init"]["nccl_group"] is True, data["_stderr"]
+    assert _banner_dirs(tmp) == [live.name]
 
 
 def test_a_slow_init_beside_the_trace_is_awaited_under_the_probes_own_timeout(tmp_path):
