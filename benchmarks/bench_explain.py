@@ -55,7 +55,8 @@ def load_manifest() -> List[Dict[str, Any]]:
 
 
 # How the learned ranker is used in this run: None = as shipped (envbuild/knowledge/ranker.json's `use`), else
-# {"weight", "p_min", "top"} (`--ranker-weight`, `--ranker-p-min`; weight 0 = signatures alone, the "before").
+# {"weight", "p_min", "top", "gate"} (`--ranker-weight`, `--ranker-p-min`, `--ranker-gate`; weight 0 = signatures
+# alone, the "before").
 RANKER_USE: Optional[Dict[str, float]] = None
 
 
@@ -381,10 +382,12 @@ def main() -> int:
     ap.add_argument("--ranker-weight", type=float, metavar="W",
                     help="use the learned ranker with this weight instead of the shipped one's (0: signatures alone)")
     ap.add_argument("--ranker-p-min", type=float, metavar="P", help="the learned ranker's p_min instead of the shipped one's")
+    ap.add_argument("--ranker-gate", type=float, metavar="G",
+                    help="the learned ranker's gate instead of the shipped one's (a signature score at which it is not used)")
     args = ap.parse_args()
     SKIP.extend(args.skip_collection)
     global RANKER_USE
-    if args.ranker_weight is not None or args.ranker_p_min is not None:
+    if args.ranker_weight is not None or args.ranker_p_min is not None or args.ranker_gate is not None:
         import dataclasses
 
         from envbuild.explain.ranker import Use, load_model
@@ -395,6 +398,8 @@ def main() -> int:
             RANKER_USE["weight"] = args.ranker_weight
         if args.ranker_p_min is not None:
             RANKER_USE["p_min"] = args.ranker_p_min
+        if args.ranker_gate is not None:
+            RANKER_USE["gate"] = args.ranker_gate
     report: Dict[str, Any] = {}
     if not args.speed_only:
         loro = accuracy(loro=True)
