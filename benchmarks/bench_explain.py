@@ -387,15 +387,19 @@ def main() -> int:
     args = ap.parse_args()
     SKIP.extend(args.skip_collection)
     global RANKER_USE
-    overrides = {k: v for k, v in (("weight", args.ranker_weight), ("p_min", args.ranker_p_min),
-                                   ("gate", args.ranker_gate)) if v is not None}
-    if overrides:
+    if args.ranker_weight is not None or args.ranker_p_min is not None or args.ranker_gate is not None:
         import dataclasses
 
         from envbuild.explain.ranker import Use, load_model
 
         shipped = load_model()
-        RANKER_USE = {**dataclasses.asdict(shipped.use if shipped else Use()), **overrides}
+        RANKER_USE = dataclasses.asdict(shipped.use if shipped else Use())
+        if args.ranker_weight is not None:
+            RANKER_USE["weight"] = args.ranker_weight
+        if args.ranker_p_min is not None:
+            RANKER_USE["p_min"] = args.ranker_p_min
+        if args.ranker_gate is not None:
+            RANKER_USE["gate"] = args.ranker_gate
     report: Dict[str, Any] = {}
     if not args.speed_only:
         loro = accuracy(loro=True)
