@@ -34,7 +34,6 @@ import threading
 import time
 
 import _torch_native as native
-from _common import mapped_paths
 
 FAMILIES = ("libcudart", "libnccl", "libcuda")
 LOAD = "load"  # the child's phase before its first CUDA call: an error there is no finding of CUDA's or NCCL's
@@ -50,11 +49,14 @@ def mapped_copies(maps_path="/proc/self/maps"):
     order, not in the order they were loaded)."""
     out = {f: set() for f in FAMILIES}
     with open(maps_path) as fh:
-        for path in mapped_paths(fh.read()):
-            real = os.path.realpath(path)
-            family = family_of(real)
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/"):
+                continue
+            path = os.path.realpath(parts[5].strip())
+            family = family_of(path)
             if family:
-                out[family].add(real)
+                out[family].add(path)
     return {f: sorted(paths) for f, paths in out.items()}
 
 
