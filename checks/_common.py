@@ -87,6 +87,13 @@ def stat_fields(pid):
     return data[data.rfind(")") + 2:].split(" ")
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` still runs: a zombie has already closed its files, the GPU's among them (its CUDA context is
+    gone), so it counts as gone."""
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X", "")
+
+
 # How a warm interpreter (checks/_warm.py) hands its rank the wall-clock start and end of the torch import it made
 # ahead ("began,finished"); the rank's harness takes it out of the environment (the launcher's import_s and
 # import_wait_s), and a payload that re-executes itself drops it (the new image imports torch on its own).

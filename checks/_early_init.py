@@ -34,6 +34,7 @@ import threading
 import time
 
 import _torch_native as native
+from _common import mapped_paths
 
 FAMILIES = ("libcudart", "libnccl", "libcuda")
 LOAD = "load"  # the child's phase before its first CUDA call: an error there is no finding of CUDA's or NCCL's
@@ -49,14 +50,11 @@ def mapped_copies(maps_path="/proc/self/maps"):
     order, not in the order they were loaded)."""
     out = {f: set() for f in FAMILIES}
     with open(maps_path) as fh:
-        for line in fh:
-            parts = line.split(None, 5)
-            if len(parts) < 6 or not parts[5].startswith("/"):
-                continue
-            path = os.path.realpath(parts[5].strip())
-            family = family_of(path)
+        for path in mapped_paths(fh.read()):
+            real = os.path.realpath(path)
+            family = family_of(real)
             if family:
-                out[family].add(path)
+                out[family].add(real)
     return {f: sorted(paths) for f, paths in out.items()}
 
 

@@ -53,7 +53,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from _common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, WARM_IMPORT_T_VAR, stat_fields
+from _common import SETTLE_LIMIT_VAR, SETTLE_PIDS_VAR, WARM_IMPORT_T_VAR, running
 
 # ---------------------------------------------------------------------------------------------------
 # nccl-tests' bandwidth definitions (nccl-tests doc/PERFORMANCE.md, from nccl-tests doc/PERFORMANCE.md):
@@ -104,13 +104,6 @@ def parse_mode(argv: Optional[List[str]] = None, **choices: Sequence[str]) -> ar
     for name, allowed in choices.items():
         ap.add_argument(f"--{name}", choices=tuple(allowed), default=allowed[0])
     return ap.parse_args(argv)
-
-
-def _running(pid: int) -> bool:
-    """Whether `pid` still runs: a zombie has already closed its files, the GPU's among them (its CUDA context is
-    gone), so it counts as gone."""
-    fields = stat_fields(pid)
-    return bool(fields) and fields[0] not in ("Z", "X", "")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -270,10 +263,10 @@ class Probe:
             limit = 20.0
         began = time.monotonic()
         with self.phase("settle"):
-            alive = [p for p in pids if _running(p)]
+            alive = [p for p in pids if running(p)]
             while alive and time.monotonic() - began < limit:
                 time.sleep(0.01)
-                alive = [p for p in alive if _running(p)]
+                alive = [p for p in alive if running(p)]
         self.evidence["settle"] = {"waited_s": round(time.monotonic() - began, 3), "pids": pids,
                                    "still_running": alive}
 

@@ -31,6 +31,8 @@ import tempfile
 import time
 from typing import Optional
 
+from _common import running
+
 NCCL_FLOAT32, NCCL_SUM = 7, 0
 CUDA_BUILD_NCCL_VERSION = "_ZN5torch4cuda4nccl7versionEv"  # torch::cuda::nccl::version(): NCCL torch was built with
 CUDA_BUILD_NCCL_SUFFIX = "_ZN5torch4cuda4nccl14version_suffixEv"
@@ -358,15 +360,6 @@ BANNER_DIR_PREFIX = "envbuild-stackprobe-nccl-"  # NcclBanner's directories: <pr
 _BANNER_DIR = re.compile(re.escape(BANNER_DIR_PREFIX) + r"(\d+)-")
 
 
-def _running(pid: int) -> bool:
-    """Whether process `pid` still runs here (a zombie does not: a dead child not reaped yet)."""
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def sweep_banner_dirs(tmpdir: Optional[str] = None) -> None:
     """Remove NcclBanner's directories (in `tmpdir`, else the temporary directory) whose owner is gone.
 
@@ -380,7 +373,7 @@ def sweep_banner_dirs(tmpdir: Optional[str] = None) -> None:
         return
     for name in names:
         m = _BANNER_DIR.match(name)
-        if m is None or _running(int(m.group(1))):
+        if m is None or running(int(m.group(1))):
             continue
         path = os.path.join(base, name)
         try:
