@@ -387,19 +387,15 @@ def main() -> int:
     args = ap.parse_args()
     SKIP.extend(args.skip_collection)
     global RANKER_USE
-    if args.ranker_weight is not None or args.ranker_p_min is not None or args.ranker_gate is not None:
+    overrides = {k: v for k, v in (("weight", args.ranker_weight), ("p_min", args.ranker_p_min),
+                                   ("gate", args.ranker_gate)) if v is not None}
+    if overrides:
         import dataclasses
 
         from envbuild.explain.ranker import Use, load_model
 
         shipped = load_model()
-        RANKER_USE = dataclasses.asdict(shipped.use if shipped else Use())
-        if args.ranker_weight is not None:
-            RANKER_USE["weight"] = args.ranker_weight
-        if args.ranker_p_min is not None:
-            RANKER_USE["p_min"] = args.ranker_p_min
-        if args.ranker_gate is not None:
-            RANKER_USE["gate"] = args.ranker_gate
+        RANKER_USE = {**dataclasses.asdict(shipped.use if shipped else Use()), **overrides}
     report: Dict[str, Any] = {}
     if not args.speed_only:
         loro = accuracy(loro=True)

@@ -12,32 +12,23 @@ here did not). Features are those the runtime reads (train_ranker.doc_features);
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_ranker import C, MIN_DF, doc_features, training_entries  # noqa: E402
+from train_ranker import C, design_matrix, doc_features, document_frequency, training_entries, vocabulary  # noqa: E402
 
 
 def _matrix(train_docs: Sequence[FrozenSet[str]], docs: Sequence[FrozenSet[str]], idf: bool) -> Any:
-    """Binary rows over the features seen in at least MIN_DF training logs; idf-weighted when asked."""
-    import numpy as np
-    from scipy.sparse import csr_matrix
-
-    df = Counter(f for d in train_docs for f in d)
-    vocab = {f: i for i, f in enumerate(sorted(f for f, n in df.items() if n >= MIN_DF))}
-    weight = {f: (np.log((1 + len(train_docs)) / (1 + df[f])) + 1 if idf else 1.0) for f in vocab}
-    rows, cols, vals = [], [], []
-    for r, d in enumerate(docs):
-        for f in d:
-            if f in vocab:
-                rows.append(r)
-                cols.append(vocab[f])
-                vals.append(weight[f])
-    return csr_matrix((vals, (rows, cols)), shape=(len(docs), len(vocab)))
+    """Rows over the features seen in at least MIN_DF training logs, as train_ranker builds them; idf-weighted when
+    asked."""
+    df = document_frequency(train_docs)
+    index = vocabulary(df)
+    weight = {f: math.log((1 + len(train_docs)) / (1 + df[f])) + 1 for f in index} if idf else None
+    return design_matrix(docs, index, weight)
 
 
 def _lr(c: float, balanced: bool = False) -> Callable[[], Any]:

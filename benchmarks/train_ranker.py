@@ -72,29 +72,46 @@ def corpus_hash(entries: Sequence[Dict[str, Any]]) -> str:
     return h.hexdigest()
 
 
-def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[str, float]] = None) -> Any:
-    """A ranker.Model fitted on `entries` (multinomial logistic regression, L2, binary features seen in at least
-    MIN_DF logs); weights below PRUNE are dropped, as in the shipped file, so a fold scores what would ship."""
-    from sklearn.linear_model import LogisticRegression
-    from scipy.sparse import csr_matrix
-
-    from envbuild.explain.ranker import Model, Use
-
-    docs = [doc_features(e["file"], e["repository"]) for e in entries]
-    labels = [e["cause"] for e in entries]
+def document_frequency(docs: Sequence[FrozenSet[str]]) -> Dict[str, int]:
+    """In how many of `docs` each feature appears."""
     df: Dict[str, int] = {}
     for d in docs:
         for f in d:
             df[f] = df.get(f, 0) + 1
-    vocab = sorted(f for f, n in df.items() if n >= MIN_DF)
-    index = {f: i for i, f in enumerate(vocab)}
-    rows, cols = [], []
+    return df
+
+
+def vocabulary(df: Dict[str, int]) -> Dict[str, int]:
+    """The features seen in at least MIN_DF logs, each with its column."""
+    return {f: i for i, f in enumerate(sorted(f for f, n in df.items() if n >= MIN_DF))}
+
+
+def design_matrix(docs: Sequence[FrozenSet[str]], index: Dict[str, int],
+                  value: Optional[Dict[str, float]] = None) -> Any:
+    """One row per log over `index`'s features: 1.0 where present, or `value[feature]` when given."""
+    from scipy.sparse import csr_matrix
+
+    rows, cols, vals = [], [], []
     for r, d in enumerate(docs):
         for f in d:
             if f in index:
                 rows.append(r)
                 cols.append(index[f])
-    x = csr_matrix(([1.0] * len(rows), (rows, cols)), shape=(len(docs), len(vocab)))
+                vals.append(value[f] if value else 1.0)
+    return csr_matrix((vals, (rows, cols)), shape=(len(docs), len(index)))
+
+
+def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[str, float]] = None) -> Any:
+    """A ranker.Model fitted on `entries` (multinomial logistic regression, L2, binary features seen in at least
+    MIN_DF logs); weights below PRUNE are dropped, as in the shipped file, so a fold scores what would ship."""
+    from sklearn.linear_model import LogisticRegression
+
+    from envbuild.explain.ranker import Model, Use
+
+    docs = [doc_features(e["file"], e["repository"]) for e in entries]
+    labels = [e["cause"] for e in entries]
+    index = vocabulary(document_frequency(docs))
+    x = design_matrix(docs, index)
     from threadpoolctl import threadpool_limits
 
     clf = LogisticRegression(C=c, solver="newton-cg", max_iter=200)
