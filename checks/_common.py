@@ -87,6 +87,15 @@ def stat_fields(pid):
     return data[data.rfind(")") + 2:].split(" ")
 
 
+def family_of(basename):
+    """'libcudnn_ops.so.9' -> 'libcudnn'; 'libcuda.so.1' -> 'libcuda'; None for unrelated libraries
+    (libnccl-net.so plugins, libcudadevrt.a, libcuda_stub-like names)."""
+    for fam in ("libnvidia-ml", "libcudart", "libcudnn", "libnccl", "libcuda"):
+        if basename.startswith(fam + ".so") or (fam == "libcudnn" and basename.startswith("libcudnn_")):
+            return fam
+    return None
+
+
 def running(pid: int) -> bool:
     """Whether `pid` still runs: a zombie has already closed its files, the GPU's among them (its CUDA context is
     gone), so it counts as gone."""

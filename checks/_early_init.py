@@ -34,7 +34,7 @@ import threading
 import time
 
 import _torch_native as native
-from _common import mapped_paths
+from _common import family_of, mapped_paths
 
 FAMILIES = ("libcudart", "libnccl", "libcuda")
 LOAD = "load"  # the child's phase before its first CUDA call: an error there is no finding of CUDA's or NCCL's
@@ -52,16 +52,10 @@ def mapped_copies(maps_path="/proc/self/maps"):
     with open(maps_path) as fh:
         for path in mapped_paths(fh.read()):
             real = os.path.realpath(path)
-            family = family_of(real)
-            if family:
+            family = family_of(os.path.basename(real))
+            if family in out:
                 out[family].add(real)
     return {f: sorted(paths) for f, paths in out.items()}
-
-
-def family_of(path):
-    """'libcudart', 'libnccl' or 'libcuda' for a copy of one of them, else None."""
-    base = os.path.basename(path)
-    return next((f for f in FAMILIES if base.startswith(f + ".so")), None)
 
 
 def die_with_parent(parent):
@@ -165,7 +159,7 @@ def preloaded(family):
     loader's search picks that one)."""
     paths, by_name = set(), False
     for item in re.split(r"[:\s]+", os.environ.get("LD_PRELOAD", "")):
-        if not item or family_of(item) != family:
+        if not item or family_of(os.path.basename(item)) != family:
             continue
         if "/" in item:
             paths.add(os.path.realpath(item))

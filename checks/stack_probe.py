@@ -32,14 +32,13 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import List, Optional
 
 import _early_init as early_init
 import _torch_native as native
-from _common import (LOADER_TRACE, RESOLVED_INIT, cudnn_version_string, cuda_version_string, mapped_paths,
+from _common import (LOADER_TRACE, RESOLVED_INIT, cudnn_version_string, cuda_version_string, family_of, mapped_paths,
                      nccl_version_string, user_environ)
 
 PAYLOAD_VERSION = 1
@@ -57,15 +56,6 @@ BESIDE = "init beside the trace"
 # Held by the thread that answers (main's emit): once the watchdog holds it, the main thread starts nothing more.
 ANSWERING = threading.Lock()
 CHILD_ENV = {}  # the environment at the probe's start, for the processes the inventory runs (filled by main)
-
-
-def family_of(basename):
-    """'libcudnn_ops.so.9' -> 'libcudnn'; 'libcuda.so.1' -> 'libcuda'; None for unrelated libraries
-    (libnccl-net.so plugins, libcudadevrt.a, libcuda_stub-like names)."""
-    for fam in ("libnvidia-ml", "libcudart", "libcudnn", "libnccl", "libcuda"):
-        if basename.startswith(fam + ".so") or (fam == "libcudnn" and basename.startswith("libcudnn_")):
-            return fam
-    return None
 
 
 def path_flags(path):
@@ -868,25 +858,20 @@ def import_torch(result, errors, init_state, gate):
     enter(init_state, "nccl process group")
     import torch.distributed as dist
 
-    fd, store_path = tempfile.mkstemp(prefix="envbuild-stackprobe-")
-    os.close(fd)
-    os.unlink(store_path)
-    try:
-        with native.NcclBanner() as banner:
-            store = dist.FileStore(store_path, 1)
-            torch.cuda.set_device(0)
-            with banner.init_output():
-                dist.init_process_group("nccl", store=store, rank=0, world_size=1)
-                dist.all_reduce(x)
-                torch.cuda.synchronize()
-            init["nccl_group"] = True
-            init.update(banner.found())
+    # The FileStore's file lives in the banner's directory: removed on the way out, or swept by the next probe
+    # when this one is killed inside the init (a file of its own in /tmp would be left behind).
+    with native.NcclBanner() as banner:
+        store = dist.FileStore(os.path.join(banner.dir, "store"), 1)
+        torch.cuda.set_device(0)
+        with banner.init_output():
+            dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
+        init["nccl_group"] = True
+        init.update(banner.found())
         init["method"] = "1-rank NCCL process group over a FileStore + all_reduce"
         enter(init_state, "nccl destroy")
         dist.destroy_process_group()
-    finally:
-        if os.path.exists(store_path):
-            os.unlink(store_path)
     return True
 
 
