@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_ranker import C, design_matrix, doc_features, document_frequency, training_entries, vocabulary  # noqa: E402
+from train_ranker import (C, design_matrix, doc_features, document_frequency, guarded, training_entries,  # noqa: E402
+                          vocabulary)
 
 
 def _matrix(train_docs: Sequence[FrozenSet[str]], docs: Sequence[FrozenSet[str]], idf: bool) -> Any:
@@ -32,10 +33,12 @@ def _matrix(train_docs: Sequence[FrozenSet[str]], docs: Sequence[FrozenSet[str]]
 
 
 def _lr(c: float, balanced: bool = False) -> Callable[[], Any]:
-    from sklearn.linear_model import LogisticRegression
+    def make() -> Any:
+        from sklearn.linear_model import LogisticRegression
 
-    return lambda: LogisticRegression(C=c, solver="newton-cg", max_iter=300,
-                                      class_weight="balanced" if balanced else None)
+        return LogisticRegression(C=c, solver="newton-cg", max_iter=300, class_weight="balanced" if balanced else None)
+
+    return make
 
 
 def _cnb() -> Any:
@@ -102,4 +105,4 @@ def main(argv: List[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(guarded(lambda: main(sys.argv[1:])))

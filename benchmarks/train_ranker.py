@@ -24,7 +24,7 @@ import json
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "explain" / "corpus"
@@ -156,5 +156,20 @@ def main() -> int:
     return 0
 
 
+def guarded(entry: Callable[[], int]) -> int:
+    """Run a ranker script's `entry` the way a user expects of a command: scikit-learn missing is one line with the
+    install that brings it (the `test` extra), Ctrl-C ends with 130 and no traceback."""
+    try:
+        import sklearn  # noqa: F401  (only to say what is missing before any work)
+    except ImportError:
+        print(f"{Path(sys.argv[0]).name}: needs scikit-learn; install it with: pip install -e '.[test]'", file=sys.stderr)
+        return 2
+    try:
+        return entry()
+    except KeyboardInterrupt:
+        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))
