@@ -358,26 +358,31 @@ def nccl_group(rt, buf, count, init):
 
 BANNER_DIR_PREFIX = "envbuild-stackprobe-nccl-"  # NcclBanner's directories: <prefix><owner pid>-<random>
 _BANNER_DIR = re.compile(re.escape(BANNER_DIR_PREFIX) + r"(\d+)-")
+BANNER_DIR_MIN_AGE_S = 600.0  # far past any probe's life (the doctor's longest mode gives it a few minutes)
 
 
-def sweep_banner_dirs(tmpdir: Optional[str] = None) -> None:
+def sweep_banner_dirs(tmpdir: Optional[str] = None, min_age_s: float = BANNER_DIR_MIN_AGE_S) -> None:
     """Remove NcclBanner's directories (in `tmpdir`, else the temporary directory) whose owner is gone.
 
     Why: a process SIGKILLed inside its NCCL init (the init beside the trace stopped or killed by the probe's
     watchdog, the probe killed at the launcher's deadline) cannot remove its directory, so each one carries its
-    owner's pid and the next probe removes those of dead owners (this user's only; a live owner's never)."""
+    owner's pid and the next probe removes those of dead owners (this user's only; a live owner's never). Only those
+    untouched for `min_age_s`: a probe in another pid namespace sharing this directory (a container) has a pid that
+    does not run here, but it lives seconds, not minutes."""
     base = tmpdir or tempfile.gettempdir()
     try:
         names = os.listdir(base)
     except OSError:
         return
+    now = time.time()
     for name in names:
         m = _BANNER_DIR.match(name)
         if m is None or running(int(m.group(1))):
             continue
         path = os.path.join(base, name)
         try:
-            if os.lstat(path).st_uid != os.getuid():
+            st = os.lstat(path)
+            if st.st_uid != os.getuid() or now - st.st_mtime < min_age_s:
                 continue
         except OSError:
             continue

@@ -561,12 +561,16 @@ def _banner_dirs(tmp):
 def test_a_banner_directory_left_by_a_kill_in_the_nccl_init_is_swept_by_the_next_probe(tmp_path, beside):
     """SIGKILL the probe while NCCL's init holds NcclBanner's directory (in the child beside the trace, which dies
     with the probe, or in the probe's own init): the directory cannot be removed by its process, and the next probe
-    removes it (its owner is gone), never one whose owner runs."""
+    removes it once it is old (its owner is gone), never one whose owner runs, nor a young one whose owner's pid
+    does not run here (a probe in another pid namespace sharing the directory)."""
     site, tmp = tmp_path / "site", tmp_path / "tmp"
     fake_torch(site)
     tmp.mkdir()
     live = tmp / ("envbuild-stackprobe-nccl-%d-live" % os.getpid())
     live.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    young = tmp / ("envbuild-stackprobe-nccl-%d-young" % gone.pid)
     env = _env(site, TMPDIR=str(tmp))
     code = ["-c", IN_PROCESS, str(PROBE.parent)] if not beside else [str(PROBE)]
     proc = subprocess.Popen([sys.executable] + code + ["--resolve-init", "--init-timeout", "60"],
@@ -581,6 +585,9 @@ def test_a_banner_directory_left_by_a_kill_in_the_nccl_init_is_swept_by_the_next
         assert _none_left(tmp_path, within_s=5.0)
         left = [name for name in _banner_dirs(tmp) if name != live.name]
         assert len(left) == 1, "NCCL's init never started"
+        an_hour_ago = time.time() - 3600
+        os.utime(tmp / left[0], (an_hour_ago, an_hour_ago))
+        young.mkdir()
     finally:
         proc.kill()
         proc.wait()
@@ -588,7 +595,7 @@ def test_a_banner_directory_left_by_a_kill_in_the_nccl_init_is_swept_by_the_next
             os.kill(pid, signal.SIGKILL)
     data = run_probe(env, "--resolve-init")
     assert data["_rc"] == 0 and data["init"]["nccl_group"] is True, data["_stderr"]
-    assert _banner_dirs(tmp) == [live.name]
+    assert _banner_dirs(tmp) == sorted([live.name, young.name])
 
 
 def test_a_slow_init_beside_the_trace_is_awaited_under_the_probes_own_timeout(tmp_path):
