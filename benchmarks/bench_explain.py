@@ -114,18 +114,7 @@ def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
             "label_word": result["causes"][0]["label"] if result["causes"] and verdict != "ok" else None,
             "confidence": result["causes"][0]["probability"] if result["causes"] and verdict != "ok" else None,
             "tied": result.get("tied") or [],
-            "named": _named(result)}
-
-
-def _named(result: Dict[str, Any]) -> bool:
-    """Whether the top cause has one piece of evidence that names it (the engine caps "high" without one)."""
-    from envbuild.explain.rank import NAMES_IT
-
-    if not result["causes"]:
-        return False
-    top = result["causes"][0]
-    return (any((e.get("weight") or 0) >= NAMES_IT for e in top["evidence"])
-            or any(a["delta"] >= NAMES_IT and a["origin"] != "model" for a in top["adjustments"]))
+            "named": bool(result["causes"]) and result["causes"][0]["named"]}
 
 
 def _summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:

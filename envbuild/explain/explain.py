@@ -218,6 +218,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
             "label": "low" if guessed_only(rc) else rank.label(rc.confidence, named_by_evidence(rc)),
+            "named": named_by_evidence(rc),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],
             "ruled_out_by": rc.ruled_out_by,
