@@ -1,11 +1,20 @@
 """Shared pytest fixtures. Keep this file small: each engineer's fixtures live in their own modules."""
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """Ctrl-C reaches every process the tests start, as it does in a user's terminal. A shell starting pytest in
+    the background (`nohup ... &`, some CI runners) leaves SIGINT ignored, every child inherits that, and the
+    tests that send a child SIGINT would then measure nothing (an ignored signal: the child finishes with 0)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
