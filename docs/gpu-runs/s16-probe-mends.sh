@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 16, one call: the stack probe after this session's mends (one running()/family_of in checks/_common.py,
-# the FileStore's file inside NcclBanner's directory, the banner sweep's 10-minute age guard) on the GPU: three
-# static runs (the first with the page cache dropped), one --quick, the probe's `import torch` path (its FileStore,
+# Session 16, one call: the stack probe after this session's mends (one running()/family_of in checks/_common.py and
+# the banner sweep's 10-minute age guard) on the GPU: three
+# static runs (the first with the page cache dropped), one --quick, the probe's `import torch` path (its FileStore group,
 # used when the native path steps aside) called directly, then what the probe left in /tmp.
 # Repo root, $OUT set, carry .whl; timeout 240:
 #   bash docs/gpu-runs/s16-probe-mends.sh
