@@ -17,6 +17,19 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _stop_signals_kept():
+    """Each test leaves the stop signals' handlers as it found them. envbuild.cli.main() ignores SIGINT on its way
+    out (the exit itself must not be interrupted into a traceback), so a test running it in-process would leave
+    Ctrl-C ignored in every process the later tests start."""
+    stops = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    saved = {s: signal.getsignal(s) for s in stops}
+    yield
+    for s, handler in saved.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
+
+
 @pytest.fixture
 def envbuild_cmd():
     """argv prefix that runs the envbuild CLI of this checkout with the test interpreter."""

@@ -47,5 +47,5 @@ def test_ctrl_c_ends_with_130_and_no_traceback():
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (err, out[-500:])
     assert "Traceback" not in err and "interrupted" in err, err
