@@ -942,8 +942,8 @@ def loaded_objects() -> List[str]:
 
     The list is walked from the program's entry (dlinfo RTLD_DI_LINKMAP), not through dl_iterate_phdr: that one calls
     back into Python, which needs the GIL, while it holds the loader's lock, and the inventory thread importing a C
-    extension holds the GIL while dlopen waits for that lock. The two waited on each other for good (seen under load:
-    a probe hung until its caller's timeout, 3 runs in about 1,000)."""
+    extension holds the GIL while dlopen waits for that lock. The two waited on each other for good (a probe on a fake
+    torch whose loader fails hung until its caller's timeout in 2 runs of about 410; docs/faults.md, session 16)."""
     lib = ctypes.CDLL(None)
     head = ctypes.POINTER(_LinkMap)()
     try:
