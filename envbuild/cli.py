@@ -116,4 +116,21 @@ def _run(argv: Optional[List[str]]) -> int:
         click.echo(f"envbuild: error: module {exc.name!r} not found: this envbuild installation lacks a package it "
                    f"depends on; reinstall it with its dependencies (pip install envbuild)", err=True)
         return 2
+    except OSError as exc:  # the machine refused a read or write: a full disk, a quota, a read-only folder
+        click.echo(f"envbuild: error: {_os_error_line(exc)}", err=True)
+        return 1
     return rv if isinstance(rv, int) else 0
+
+
+def _os_error_line(exc: OSError) -> str:
+    """One line for an operating-system failure that no command turned into its own message: what the system
+    said, the file it said it of, and for a full disk or quota where to look. The command's own cleanup (a pack's
+    half-written bundle, a create's staging prefix) has already run on the way out."""
+    import errno
+
+    what = exc.strerror or str(exc)
+    files = " -> ".join(repr(str(f)) for f in (exc.filename, exc.filename2) if f is not None)
+    line = f"{what}: {files}" if files else what
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        line += " (free space on that filesystem, or give a path on another one)"
+    return line

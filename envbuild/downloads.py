@@ -14,6 +14,7 @@ bar in a terminal, `still running` lines with bytes and rate in a log); download
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import os
 import threading
@@ -23,9 +24,10 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from envbuild.errors import EnvbuildError
+from envbuild.fsutil import naming
 from envbuild.hashing import CHUNK
 
 RETRIES = 4
@@ -113,6 +115,24 @@ def fetch_one(item: Download, progress: Optional[Callable[[int], None]] = None) 
     return dest
 
 
+class _LocalWriteFailed(Exception):
+    """Carries the OSError of writing a download's part file (a full disk, a quota) past the retry loop, which
+    retries only what the network did."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def _local(part: Path) -> Iterator[None]:
+    try:
+        with naming(part):
+            yield
+    except OSError as exc:
+        raise _LocalWriteFailed(exc) from None
+
+
 def download_to(item: Download, part: Path, progress: Optional[Callable[[int], None]] = None,
                 resume: bool = False) -> None:
     """Stream `item.url` into `part`, retried (with `resume`, a rerun also continues a `part` already there),
@@ -133,9 +153,10 @@ def download_to(item: Download, part: Path, progress: Optional[Callable[[int], N
                     dig, offset = _Digests(item), 0
                 length = resp.headers.get("Content-Length")
                 total = offset
-                with open(part, "ab" if offset else "wb") as out:
+                with _local(part), open(part, "ab" if offset else "wb") as out:
                     for chunk in iter(lambda: resp.read(CHUNK), b""):
-                        out.write(chunk)
+                        with _local(part):
+                            out.write(chunk)
                         dig.update(chunk)
                         total += len(chunk)
                         if progress:
@@ -150,6 +171,8 @@ def download_to(item: Download, part: Path, progress: Optional[Callable[[int], N
                 part.unlink(missing_ok=True)
             elif exc.code < 500 and exc.code != 429:
                 break  # 404, 403: asking again will not help
+        except _LocalWriteFailed as exc:  # this machine's disk, not the network: asking again will not help
+            raise exc.error from None
         except (urllib.error.URLError, OSError) as exc:
             last = exc
             if item.url.startswith("file:"):

@@ -1,17 +1,30 @@
 """Writing files so that a reader, or a rerun after a kill, never sees half of one."""
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Iterator, Union
 
 INPUT_MAX_BYTES = 256 * 1024 * 1024  # a 1000-node fleet report is 60 MB; anything past this is not an input of ours
 
 
 class InputRefused(Exception):
     """An input path that is not a regular file, or is larger than its cap; str(exc) says which."""
+
+
+@contextlib.contextmanager
+def naming(path: Union[str, Path]) -> Iterator[None]:
+    """An OSError raised inside names `path` when it names no file itself: a write() that fails on a full disk
+    says only "No space left on device", and the one line the user gets must say where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
 
 
 def is_file(path: Union[str, Path]) -> bool:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from torch_env import torch_env  # noqa: F401  (defined once: a module importing it installs torch again, 0.9 GB)
+
 REPO = Path(__file__).resolve().parent.parent
 
 

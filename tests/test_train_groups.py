@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from torch_env import torch_env  # noqa: F401  (session fixture)
 
 CHECKS = Path(__file__).resolve().parent.parent / "checks"
 

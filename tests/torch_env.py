@@ -6,7 +6,8 @@ CI machine, ~20 s) is installed once per session with `pip install --target` int
 and payloads run under the test interpreter with that directory on PYTHONPATH: the environment under
 test, as far as the payload can tell. When the test interpreter already has torch, it is used as is.
 
-Use:  from torch_env import torch_env  # noqa: F401  (then take `torch_env` as a test argument)
+Use: take `torch_env` as a test argument (tests/conftest.py defines it once for every test; a module importing it
+would define a fixture of its own and install torch once more):
       python, env = torch_env; launch(..., python=python, env={**env, ...})
 """
 import subprocess

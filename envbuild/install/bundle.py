@@ -34,11 +34,13 @@ import json
 import os
 import shutil
 import tarfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
-from envbuild.errors import InputFileError
+from envbuild.errors import EnvbuildError, InputFileError
+from envbuild.fsutil import naming
 from envbuild.hashing import sha256_file
 
 BUNDLE_FORMAT = 2  # 2: the pixi-pack layout (pypi/, pixi-pack.json, environment.yml, optional-channel/)
@@ -98,7 +100,14 @@ def write_manifest(root: Path, profile: str, extra: Optional[Dict[str, object]] 
 
 
 def _epoch() -> int:
-    return int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0)
+    """Every member's mtime: SOURCE_DATE_EPOCH (reproducible-builds.org's variable), else 0."""
+    value = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not value:
+        return 0
+    if not value.isdigit() or int(value) >= 8 ** 11:  # a ustar mtime field holds 11 octal digits
+        raise EnvbuildError(f"SOURCE_DATE_EPOCH={value[:40]!r} is not a whole number of seconds since 1970 "
+                            f"(below 8**11); unset it or give one such as {int(time.time())}")
+    return int(value)
 
 
 def write_tar(root: Path, out: Path, phase: Any = None) -> None:
@@ -117,7 +126,7 @@ def write_tar(root: Path, out: Path, phase: Any = None) -> None:
         return info
 
     try:
-        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+        with naming(partial), tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
             tar.add(root / MANIFEST, arcname=MANIFEST, filter=clean)
             for name in PARTS:  # folders too: a bare git mirror needs its empty refs/ folders
                 base = root / name

@@ -2,7 +2,6 @@
 judged by judge_churn."""
 import statistics
 
-from torch_env import torch_env  # noqa: F401  (fixture)
 
 from envbuild.doctor.checks.comm_nccl_churn import judge_churn
 from envbuild.doctor.launcher import launch

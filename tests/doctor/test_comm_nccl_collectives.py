@@ -7,7 +7,6 @@ get torch, these tests skip with the reason.
 from pathlib import Path
 
 import pytest
-from torch_env import torch_env  # noqa: F401  (fixture)
 
 from envbuild.doctor import nccl_log
 from envbuild.doctor.checks.comm_nccl_collectives import judge_collectives

@@ -22,7 +22,6 @@ from typing import Optional
 import pytest
 
 from procmark import cmdline, marked
-from torch_env import torch_env  # noqa: F401
 
 DRIVER = textwrap.dedent('''
     import sys

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from torch_env import torch_env  # noqa: F401  (session fixture)
 
 from envbuild.doctor.checks.gpu_compute import judge
 from envbuild.doctor.launcher import launch

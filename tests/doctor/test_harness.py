@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from envbuild.paths import payload_dir
-from torch_env import torch_env  # noqa: F401  (session fixture)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from envbuild.facts.source import LiveSource
 from envbuild.doctor.fold import fold_consequences, root_causes
 from envbuild.report.model import Result, Status
 from fakenode import H200X2, derive_bundle, write_tree
-from torch_env import torch_env  # noqa: F401
 
 UP, DOWN = ("up", "0x1003"), ("down", "0x1002")
 LO = ("unknown", "0x9")  # what the loopback really reports: operstate unknown, IFF_UP set

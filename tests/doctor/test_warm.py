@@ -11,7 +11,6 @@ import pytest
 from envbuild.doctor import warm
 from envbuild.doctor.launcher import launch
 from procmark import marked
-from torch_env import torch_env  # noqa: F401
 
 ARGS = ["--cycles", "2", "--groups", "2", "--numel", "64"]
 

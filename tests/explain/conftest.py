@@ -41,3 +41,16 @@ def beyond_the_ranker(data) -> list:
 
 def ranker_only(cause) -> bool:
     return not cause["evidence"] and all(a["origin"] == "model" for a in cause["adjustments"])
+
+
+def assert_top(data, cause: str) -> None:
+    """The answer is `explained` with `cause` first; a miss shows every cause with its score."""
+    assert data["verdict"] == "explained" and data["top"] == cause, [(c["id"], c["score"]) for c in data["causes"]]
+
+
+def fires(sid: str, line: str) -> bool:
+    """Whether signature `sid` matches `line` as explain reads a log: its literal keys first, then its pattern."""
+    from envbuild.knowledge.signatures import load_signatures
+
+    sig = {s.id: s for s in load_signatures()}[sid]
+    return bool(sig.holds_key(line) and sig.pattern.search(line))

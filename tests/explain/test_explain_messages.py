@@ -4,6 +4,8 @@ cause the message itself states; and the warnings beside them that runs which we
 healthy-lines fixture) stay `ok`."""
 import pytest
 
+from conftest import assert_top
+
 
 @pytest.mark.parametrize("text, cause", [
     ("RuntimeError: CUDA error: misaligned address\n", "M5"),
@@ -27,7 +29,7 @@ import pytest
 def test_the_message_names_its_cause(explain_text, text, cause):
     proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
-    assert data["verdict"] == "explained" and data["top"] == cause, [(c["id"], c["score"]) for c in data["causes"]]
+    assert_top(data, cause)
 
 
 @pytest.mark.parametrize("text", [

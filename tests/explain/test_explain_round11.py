@@ -10,16 +10,7 @@ Each positive case below was answered otherwise before these entries; each negat
 read as either (a setting printed, a workaround suggested, the variable merely named)."""
 import pytest
 
-from envbuild.knowledge.signatures import load_signatures
-
-
-def _sig(sid):
-    return {s.id: s for s in load_signatures()}[sid]
-
-
-def _fires(sid, line):
-    s = _sig(sid)
-    return bool(s.holds_key(line) and s.pattern.search(line))
+from conftest import assert_top, fires
 
 
 @pytest.mark.parametrize("text", [
@@ -31,7 +22,7 @@ def _fires(sid, line):
 def test_the_reporter_saying_cuda_visible_devices_is_not_honoured_names_c11(explain_text, text):
     proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
-    assert data["verdict"] == "explained" and data["top"] == "C11", [(c["id"], c["score"]) for c in data["causes"]]
+    assert_top(data, "C11")
 
 
 @pytest.mark.parametrize("line", [
@@ -42,7 +33,7 @@ def test_the_reporter_saying_cuda_visible_devices_is_not_honoured_names_c11(expl
     "    print(f\"CUDA_VISIBLE_DEVICES in the actor: {os.environ.get('CUDA_VISIBLE_DEVICES')}\")",
 ])
 def test_naming_or_printing_cuda_visible_devices_is_not_read_as_ignored(line):
-    assert not _fires("prose.visible_devices_ignored", line)
+    assert not fires("prose.visible_devices_ignored", line)
 
 
 def test_a_failure_only_with_dataloader_workers_names_o4(explain_text):
@@ -51,7 +42,7 @@ def test_a_failure_only_with_dataloader_workers_names_o4(explain_text):
         "This problem only occurs when we set the argument 'num_workers' of function 'get_dataloader' strictly "
         "larger than 0, say 4 in my case. It appears as soon as the end of the first epoch.\n")
     assert proc.returncode == 1, proc.stderr
-    assert data["verdict"] == "explained" and data["top"] == "O4", [(c["id"], c["score"]) for c in data["causes"]]
+    assert_top(data, "O4")
 
 
 @pytest.mark.parametrize("line", [
@@ -60,7 +51,7 @@ def test_a_failure_only_with_dataloader_workers_names_o4(explain_text):
     "Random crash when num_workers is larger than 0",
 ])
 def test_the_dataloader_workers_wording_family(line):
-    assert _fires("prose.dataloader_workers_fail", line)
+    assert fires("prose.dataloader_workers_fail", line)
 
 
 @pytest.mark.parametrize("line", [
@@ -70,4 +61,4 @@ def test_the_dataloader_workers_wording_family(line):
     "Namespace(batch_size=8, num_workers=4, on_error='raise')",
 ])
 def test_a_worker_count_printed_or_advised_is_not_read_as_the_cause(line):
-    assert not _fires("prose.dataloader_workers_fail", line)
+    assert not fires("prose.dataloader_workers_fail", line)

@@ -8,16 +8,7 @@ The negative cases are the same message with a value a user could have set, and 
 warning: neither says which copy was loaded."""
 import pytest
 
-from envbuild.knowledge.signatures import load_signatures
-
-
-def _sig(sid):
-    return {s.id: s for s in load_signatures()}[sid]
-
-
-def _fires(sid, line):
-    s = _sig(sid)
-    return bool(s.holds_key(line) and s.pattern.search(line))
+from conftest import assert_top, fires
 
 
 @pytest.mark.parametrize("text", [
@@ -36,7 +27,7 @@ def _fires(sid, line):
 def test_an_undefined_blocking_value_rejected_names_a_second_nccl_copy(explain_text, text):
     proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
-    assert data["verdict"] == "explained" and data["top"] == "C3", [(c["id"], c["score"]) for c in data["causes"]]
+    assert_top(data, "C3")
 
 
 @pytest.mark.parametrize("line", [
@@ -46,4 +37,4 @@ def test_an_undefined_blocking_value_rejected_names_a_second_nccl_copy(explain_t
     "NCCL_COMM_BLOCKING=1 NCCL_BLOCKING_WAIT=0",
 ])
 def test_other_blocking_values_and_settings_are_not_read_as_a_second_copy(line):
-    assert not _fires("nccl.config_from_newer_headers", line)
+    assert not fires("nccl.config_from_newer_headers", line)

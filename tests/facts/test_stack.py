@@ -8,7 +8,6 @@ import sys
 from importlib import metadata
 
 import stackfix
-from torch_env import torch_env  # noqa: F401  (session fixture: a python that imports the CPU torch)
 from stackfix import PROBE, clean_env, dist_info, fake_cudart, fake_libcuda, fake_nccl, run_probe
 
 

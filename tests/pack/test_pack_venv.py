@@ -16,7 +16,9 @@ import base64
 import hashlib
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -80,10 +82,17 @@ severity = "warn"
 """
 
 
-def envbuild(*args, env, offline=False):
+def envbuild(*args, env, offline=False, max_file_bytes=None):
+    """`max_file_bytes`: no file the command writes may grow past it (RLIMIT_FSIZE, with SIGXFSZ ignored so the
+    write fails with EFBIG instead of killing the process): a disk that fills up mid-write, without root."""
     full = dict(os.environ, COLUMNS="300", **env, **(OFFLINE if offline else {}))
+
+    def file_size_cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+
     return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, env=full,
-                          timeout=600)
+                          timeout=600, preexec_fn=file_size_cap if max_file_bytes else None)
 
 
 def make_outer_repo(root: Path):
@@ -151,12 +160,19 @@ def world(tmp_path_factory):
         packs = [envbuild("pack", "--profile", "pyonly", "-o", str(root / f"b{i}.tar"), env=env) for i in (1, 2)]
         cold = envbuild("pack", "--profile", "pyonly", "-o", str(root / "cold.tar"), "--wheel-cache",
                         str(root / "empty-wheel-cache"), env=env)
+        (root / "full-disk").mkdir()
+        (root / "full-disk" / "b.tar").write_bytes(b"the bundle written before")
+        full_disk = [envbuild("pack", "--profile", "pyonly", "-o", str(root / "full-disk" / "b.tar"), env=env,
+                              max_file_bytes=cap) for cap in (64 << 10, 6 << 20)]
+        bad_epoch = envbuild("pack", "--profile", "pyonly", "-o", str(root / "full-disk" / "b.tar"),
+                             env=dict(env, SOURCE_DATE_EPOCH="yesterday"))
     for r in packs + [cold]:
         assert r.returncode == 0, r.stderr
     for upstream in (root / "index", root / "w", lib.path, fast.path, outer, inner, damaged, mirror):
         shutil.rmtree(upstream)
     return {"root": root, "env": env, "bundle": root / "b1.tar", "again": root / "b2.tar", "pack": packs[0],
-            "cold": cold, "cold_bundle": root / "cold.tar", "damaged_commit": damaged_commit,
+            "cold": cold, "cold_bundle": root / "cold.tar",
+            "full_disk": full_disk, "bad_epoch": bad_epoch, "damaged_commit": damaged_commit,
             "fast_commit": fast.commits[0]}
 
 
@@ -271,6 +287,27 @@ def test_unlocked_pip_profile_is_told_the_lock_that_works_without_conda(tmp_path
         assert "requirements.lock.txt does not exist" in r.stderr
         assert "run `envbuild lock --profile pyonly --only pip`" in r.stderr, r.stderr
     assert not (tmp_path / "x.tar").exists() and not (tmp_path / "env").exists()
+
+
+def test_a_write_the_disk_refuses_is_one_line_and_leaves_the_old_bundle(world):
+    """A file that cannot grow (a full disk or quota; here RLIMIT_FSIZE), early (64 KiB: the wheels) or late
+    (6 MiB: the tar itself): exit 1, one line saying what the system said of which file, no traceback; the
+    bundle written before is still there and no half bundle or scratch folder is left beside it."""
+    folder = world["root"] / "full-disk"
+    for r in world["full_disk"]:
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
+        assert len(errors) == 1 and "File too large" in errors[0] and str(folder) in errors[0], r.stderr
+    assert "write " + str(folder / "b.tar") in world["full_disk"][1].stderr  # the late cap failed in the tar
+    assert sorted(p.name for p in folder.iterdir()) == ["b.tar"]
+    assert (folder / "b.tar").read_bytes() == b"the bundle written before"
+
+
+def test_a_source_date_epoch_that_is_no_number_is_named(world):
+    r = world["bad_epoch"]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "envbuild: error: SOURCE_DATE_EPOCH='yesterday' is not a whole number of seconds" in r.stderr
+    assert (world["root"] / "full-disk" / "b.tar").read_bytes() == b"the bundle written before"
 
 
 def test_a_git_host_that_cannot_be_reached_is_named_with_the_mirror_option_and_no_bundle(world, tmp_path):
