@@ -107,7 +107,8 @@ def run_uv(args: Sequence[str], cwd: Optional[Path] = None, cache_dir: Optional[
     cmd = [uv_bin(), *args[:2], "--no-config", *args[2:]] if len(args) >= 2 else [uv_bin(), *args]
     run_env = env if env is not None else uv_env(cache_dir)
     if on_line is None:
-        return subprocess.run(cmd, cwd=str(cwd) if cwd else None, capture_output=True, text=True, env=run_env)
+        return _said_how_it_ended(subprocess.run(cmd, cwd=str(cwd) if cwd else None, capture_output=True, text=True,
+                                                 env=run_env))
     import threading
 
     proc = subprocess.Popen(cmd, cwd=str(cwd) if cwd else None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -134,7 +135,22 @@ def run_uv(args: Sequence[str], cwd: Optional[Path] = None, cache_dir: Optional[
         reader.join(timeout=5)
         proc.stdout.close()
         proc.stderr.close()
-    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
+    return _said_how_it_ended(subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err)))
+
+
+def _said_how_it_ended(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """A uv killed by a signal prints nothing; its stderr then says which signal, so the one line the user gets
+    is "uv was killed by SIGXFSZ (file size limit exceeded)", not "uv failed without a message"."""
+    if proc.returncode is not None and proc.returncode < 0:
+        import signal
+
+        try:
+            sig = signal.Signals(-proc.returncode)
+            name = f"{sig.name} ({signal.strsignal(sig)})"
+        except ValueError:
+            name = f"signal {-proc.returncode}"
+        proc.stderr = (proc.stderr or "") + f"error: uv was killed by {name}\n"
+    return proc
 
 
 def progress_lines(phase) -> Optional[Callable[[str], None]]:

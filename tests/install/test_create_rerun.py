@@ -172,3 +172,32 @@ def test_large_kinds_keep_only_the_most_recent_entries(monkeypatch, tmp_path):
     rerun_cache.prune("tree", 2)
     assert sorted(p.name for p in (tmp_path / "cache" / "create-rerun" / "tree").iterdir()) == ["k3.json", "k4.json"]
     assert rerun_cache.get("tree", "k4") == "4" and rerun_cache.get("tree", "k0") is None
+
+
+def test_a_create_the_disk_refuses_leaves_the_env_it_had(world, tmp_path):
+    """A rebuild into a prefix that holds an env, on a disk that fills up (no file may grow past 16 KiB:
+    RLIMIT_FSIZE): one line naming what failed, no traceback, and the env that was there is there as it was.
+    envbuild ignores SIGXFSZ, so its own writes fail with EFBIG; Python restores the signal's default in the
+    processes it starts, so uv, writing its cache first, is killed by it, and the line must say so."""
+    cap = 16 << 10
+    import resource
+    import signal
+
+    target = tmp_path / "env"
+    create(world, target)
+    before = files_of(target)
+
+    def file_size_cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+
+    r = subprocess.run([sys.executable, "-m", "envbuild", "create", "--backend", "venv", "--python", sys.executable,
+                        "--prefix", str(target), "--force"], capture_output=True, text=True, timeout=300, preexec_fn=file_size_cap,
+                       env=dict(os.environ, COLUMNS="300", **{**world["env"], "ENVBUILD_CACHE_DIR": str(tmp_path / "cold")}))
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
+    assert len(errors) == 1 and "uv was killed by SIGXFSZ (File size limit exceeded)" in errors[0], r.stderr
+    assert files_of(target) == before
+    assert_true_hashes(target, before)
+    # no lock file or swapped-out env left; the staging prefix stays for a rerun to resume (envbuild/install/staging.py)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".env.envbuild-staging", "cold", "env"]
