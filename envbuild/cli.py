@@ -118,7 +118,7 @@ def _run(argv: Optional[List[str]]) -> int:
         return 2
     except OSError as exc:  # the machine refused a read or write: a full disk, a quota, a read-only folder
         click.echo(f"envbuild: error: {_os_error_line(exc)}", err=True)
-        return 1
+        return 2  # as for an output path that cannot be written (`--json PATH: cannot write: ...`)
     return rv if isinstance(rv, int) else 0
 
 
@@ -129,8 +129,11 @@ def _os_error_line(exc: OSError) -> str:
     import errno
 
     what = exc.strerror or str(exc)
-    files = " -> ".join(repr(str(f)) for f in (exc.filename, exc.filename2) if f is not None)
-    line = f"{what}: {files}" if files else what
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        line += " (free space on that filesystem, or give a path on another one)"
-    return line
+    files = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    if not files:
+        return what
+    if full or exc.errno == errno.EROFS:
+        line = f"cannot write {files}: {what}"
+        return line + " (free space on that filesystem, or give a path on another one)" if full else line
+    return f"{files}: {what}"
