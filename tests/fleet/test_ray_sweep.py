@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip("ray")
 
 from envbuild.fleet.localray import LocalRayCluster  # noqa: E402
-from torch_env import torch_env  # noqa: F401,E402
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_env import torch_env  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = ["none", "preload", "cumem", "sigstop", "sigkill", "nodeloss"]
 
 
 @pytest.fixture(scope="session")
-def record_env(torch_env):  # noqa: F811
+def record_env(torch_env):
     """The environment the cluster, the driver and the CLI run with: torch and this checkout's envbuild."""
     _, extra = torch_env
     path = os.pathsep.join(p for p in (extra.get("PYTHONPATH"), str(REPO), os.environ.get("PYTHONPATH")) if p)
