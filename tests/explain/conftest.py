@@ -1,12 +1,10 @@
+"""Fixtures of the explain tests: `envbuild explain` run as a user runs it. Shared constants and assertions are in
+explain_helpers.py."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-CORPUS = Path(__file__).parent / "corpus"
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _run(*args: str, stdin: bytes = b"", **kw) -> subprocess.CompletedProcess:
@@ -29,28 +27,3 @@ def explain_text(tmp_path):
         proc = _run(str(log), "--json", "-")
         return proc, json.loads(proc.stdout)
     return run
-
-
-def beyond_the_ranker(data) -> list:
-    """The causes of an answer backed by more than the learned ranker's guess (a signature, a log fact, the node):
-    the house rule "no cause from lines every healthy run prints" is about evidence; the ranker (origin "model")
-    may still guess from the words around a failure, always labelled as its guess."""
-    return [(c["id"], c["score"]) for c in data["causes"]
-            if c["evidence"] or any(a["origin"] != "model" for a in c["adjustments"])]
-
-
-def ranker_only(cause) -> bool:
-    return not cause["evidence"] and all(a["origin"] == "model" for a in cause["adjustments"])
-
-
-def assert_top(data, cause: str) -> None:
-    """The answer is `explained` with `cause` first; a miss shows every cause with its score."""
-    assert data["verdict"] == "explained" and data["top"] == cause, [(c["id"], c["score"]) for c in data["causes"]]
-
-
-def fires(sid: str, line: str) -> bool:
-    """Whether signature `sid` matches `line` as explain reads a log: its literal keys first, then its pattern."""
-    from envbuild.knowledge.signatures import load_signatures
-
-    sig = {s.id: s for s in load_signatures()}[sid]
-    return bool(sig.holds_key(line) and sig.pattern.search(line))

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import CORPUS
+from explain_helpers import CORPUS
 
 
 def _no_traceback(proc):

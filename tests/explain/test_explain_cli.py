@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import CORPUS, FIXTURES, ranker_only
+from explain_helpers import CORPUS, FIXTURES, ranker_only
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "envbuild" / "explain" / "schema.json").read_text())
 

@@ -3,7 +3,7 @@ empty CUDA_VISIBLE_DEVICES is not a code bug, an environment description raises 
 names its cause."""
 import json
 
-from conftest import beyond_the_ranker
+from explain_helpers import beyond_the_ranker
 
 
 def _result(explain, tmp_path, text):

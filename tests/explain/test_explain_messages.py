@@ -4,7 +4,7 @@ cause the message itself states; and the warnings beside them that runs which we
 healthy-lines fixture) stay `ok`."""
 import pytest
 
-from conftest import assert_top
+from explain_helpers import assert_top
 
 
 @pytest.mark.parametrize("text, cause", [

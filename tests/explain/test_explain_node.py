@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jsonschema
 
-from conftest import assert_top
+from explain_helpers import assert_top
 
 BUNDLE = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "h200x2"
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "envbuild" / "explain" / "schema.json").read_text())

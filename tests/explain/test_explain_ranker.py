@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ranker_only
+from explain_helpers import ranker_only
 
 from envbuild.explain import ranker
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import beyond_the_ranker
+from explain_helpers import beyond_the_ranker
 
 from envbuild.errors import InputFileError
 from envbuild.knowledge.signatures import load_signature_file
@@ -21,7 +21,7 @@ def _ranked(data):
 @pytest.mark.parametrize("text, cause", [
     # vLLM's cumem allocator message retyped in lower case in a title
     ("cuda error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n", "U3"),
-    ("RUNTIMEERROR: CUDA ERROR: AN ILLEGAL MEMORY ACCESS WAS ENCOUNTERED\n", "M5"),
+    ("RUNTIMEERROR: CUDA ERROR: AN ILLEGAL MEMORY ACCESS WAS ENCOUNTERED\n", "U2"),  # a bare kernel fault: test_explain_round13.py
     ("Got: No Kernel Image Is Available For Execution On The Device\n", "D10"),
     # the reporter's workaround, written with a space before '=' (an env var cannot hold one: a retyping)
     ("the training froze with 4 GPUs; the model works by setting NCCL_P2P_DISABLE =1 .\n", "N3"),

@@ -10,7 +10,7 @@ Each positive case below was answered otherwise before these entries; each negat
 would fire on text that is not the failure."""
 import pytest
 
-from conftest import assert_top
+from explain_helpers import assert_top
 
 
 def _ids(data):

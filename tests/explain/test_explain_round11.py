@@ -10,7 +10,7 @@ Each positive case below was answered otherwise before these entries; each negat
 read as either (a setting printed, a workaround suggested, the variable merely named)."""
 import pytest
 
-from conftest import assert_top, fires
+from explain_helpers import assert_top, fires
 
 
 @pytest.mark.parametrize("text", [

@@ -8,7 +8,7 @@ The negative cases are the same message with a value a user could have set, and 
 warning: neither says which copy was loaded."""
 import pytest
 
-from conftest import assert_top, fires
+from explain_helpers import assert_top, fires
 
 
 @pytest.mark.parametrize("text", [

@@ -8,7 +8,7 @@ DeepSpeed #3429, vllm #1518, vllm #17295, the three that came out M5 first), and
 U2 first, and M5 comes first only with NCCL's own failing kernel launch (`enqueue.cc ... NCCL WARN Cuda failure`)."""
 import pytest
 
-from conftest import assert_top
+from explain_helpers import assert_top
 
 
 @pytest.mark.parametrize("text", [

@@ -9,7 +9,7 @@
 Each case was `ok` or `unknown` (or O1 for the attach) before these entries."""
 import pytest
 
-from conftest import assert_top, beyond_the_ranker
+from explain_helpers import assert_top, beyond_the_ranker
 
 
 @pytest.mark.parametrize("text", [

@@ -2,7 +2,7 @@
 forward-compatible libcuda first on the library path (tests/explain/fixtures/doctor-compat-first.json)."""
 import json
 
-from conftest import FIXTURES
+from explain_helpers import FIXTURES
 
 from envbuild.doctor.fold import fold_consequences, root_causes
 from envbuild.report.json_report import report_from_dict

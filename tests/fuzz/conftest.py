@@ -1,12 +1,9 @@
 """Fixtures of the fuzz suite: the in-process CLI and one locked fixture world shared by a module's cases."""
-import os
-import shutil
-from contextlib import contextmanager
-
 import pytest
 
 from clirun import run_cli
 from fixturegen.conda_channel import build_channel, write_fixture_profile
+from fuzz_helpers import env_vars
 
 
 @pytest.fixture(scope="session")
@@ -19,24 +16,3 @@ def world(tmp_path_factory):
         res = run_cli(["lock"])
     assert res.code == 0, res.err
     return root
-
-
-@contextmanager
-def env_vars(**values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def fresh_copy(src, dest):
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(src, dest)
-    return dest

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clirun import run_cli
-from conftest import env_vars, fresh_copy
+from fuzz_helpers import env_vars, fresh_copy
 
 FIXTURE_BUNDLE = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / "h200x2"
 PROFILE = Path(__file__).resolve().parent.parent.parent / "lockfiles" / "slime-v0.3.1-cu129" / "profile.toml"

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from clirun import run_cli
-from conftest import env_vars, fresh_copy
+from fuzz_helpers import env_vars, fresh_copy
 
 
 def _dry_run(world, tmp_path, edit):
