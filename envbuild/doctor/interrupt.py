@@ -42,7 +42,10 @@ class StopSignals:
         self.received: List[int] = []
         self.held = False
 
-    def handle(self, signum: int, _frame: Optional[FrameType]) -> None:
+    def handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        if not self.received and not self.held and _inside_import_machinery(frame):
+            _deliver_again(signum)  # raised here, it could leave the import lock held: every thread's import hangs
+            return
         self.received.append(signum)
         if len(self.received) == 1 and not self.held:
             raise Stopped(signum)
@@ -55,6 +58,24 @@ class StopSignals:
     @property
     def first(self) -> Optional[int]:
         return self.received[0] if self.received else None
+
+
+def _inside_import_machinery(frame: Optional[FrameType]) -> bool:
+    """Whether the main thread was stopped inside importlib's own code. There an exception can land between
+    `_imp.acquire_lock()` and the `try:` that releases it (CPython 3.11's _get_module_lock and its weakref
+    callback): the global import lock stays held, and the next import in any thread waits for it forever. Seen:
+    a SIGHUP 0.12 s into a doctor run, while its stack and NVML threads were importing, hung it for good."""
+    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+
+
+def _deliver_again(signum: int) -> None:
+    """The same signal, sent to this process again 10 ms later from a timer thread; Python runs its handler in the
+    main thread at the next bytecode, by then (nearly always) outside the import machinery; if not, it waits again."""
+    import os
+
+    timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
 
 
 @contextmanager

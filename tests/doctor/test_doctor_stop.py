@@ -166,3 +166,22 @@ def test_a_stop_signal_after_the_checks_still_ends_cleanly(tmp_path):
             data = json.loads(report.read_text())
             # stopped during the checks: the interrupted report; stopped after them: the whole report
             assert data.get("interrupted") or data["results"], "a late stop must leave the complete report"
+
+
+def test_a_stop_inside_the_import_machinery_is_raised_just_after_it():
+    """Stopped raised inside importlib's own code can leave the global import lock held (an exception between
+    `_imp.acquire_lock()` and its `try:`): every later import in any thread then hangs, as a doctor did on a SIGHUP
+    0.12 s into its run. A signal that finds the main thread there is delivered again moments later and raised
+    outside it; the first signal still decides the exit code."""
+    from envbuild.doctor.interrupt import Stopped, stop_on_signals
+
+    inside = {"sys": sys}
+    exec(compile("def here():\n    return sys._getframe()\n", "<frozen importlib._bootstrap>", "exec"), inside)
+    with stop_on_signals() as state:
+        state.handle(signal.SIGHUP, inside["here"]())  # as if the signal had landed there: nothing raised yet
+        assert state.received == []
+        with pytest.raises(Stopped) as stopped:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert stopped.value.signum == signal.SIGHUP and state.first == signal.SIGHUP
