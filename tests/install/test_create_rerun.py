@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from diskfull import file_size_cap
 from fixturegen.conda_channel import FIXTURE_PROFILE
 from fixturegen.wheels import make_wheel, serve, write_simple_index
 
@@ -30,9 +31,11 @@ KEPT = "kept from an earlier create with the same inputs"
 ROWS_KEPT = "rows kept from an earlier create with the same inputs"
 
 
-def envbuild(*args, env):
+def envbuild(*args, env, max_file_bytes=None):
+    """`max_file_bytes`: no file the command writes may grow past it (tests/diskfull.py)."""
     return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, COLUMNS="300", **env))
+                          env=dict(os.environ, COLUMNS="300", **env),
+                          preexec_fn=file_size_cap(max_file_bytes) if max_file_bytes else None)
 
 
 @pytest.fixture(scope="module")
@@ -179,22 +182,12 @@ def test_a_create_the_disk_refuses_leaves_the_env_it_had(world, tmp_path):
     RLIMIT_FSIZE): one line naming what failed, no traceback, and the env that was there is there as it was.
     envbuild ignores SIGXFSZ, so its own writes fail with EFBIG; Python restores the signal's default in the
     processes it starts, so uv, writing its cache first, is killed by it, and the line must say so."""
-    cap = 16 << 10
-    import resource
-    import signal
-
     target = tmp_path / "env"
     create(world, target)
     before = files_of(target)
-
-    def file_size_cap():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-
-    r = subprocess.run([sys.executable, "-m", "envbuild", "create", "--backend", "venv", "--python", sys.executable,
-                        "--prefix", str(target), "--force"], capture_output=True, text=True, timeout=300, preexec_fn=file_size_cap,
-                       env=dict(os.environ, COLUMNS="300", **{**world["env"], "ENVBUILD_CACHE_DIR": str(tmp_path / "cold")}))
-    assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+    r = envbuild("create", "--backend", "venv", "--python", sys.executable, "--prefix", str(target), "--force",
+                 env={**world["env"], "ENVBUILD_CACHE_DIR": str(tmp_path / "cold")}, max_file_bytes=16 << 10)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("envbuild: error:")]
     assert len(errors) == 1 and "uv was killed by SIGXFSZ (File size limit exceeded)" in errors[0], r.stderr
     assert files_of(target) == before

@@ -16,9 +16,7 @@ import base64
 import hashlib
 import json
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from diskfull import file_size_cap
 from envbuild.install.bundle import MANIFEST, PARTS
 from fixturegen.conda_channel import FIXTURE_PROFILE
 from fixturegen.gitrepos import commit, git, init_repo, make_c_extension_repo, make_patched_repo
@@ -83,16 +82,10 @@ severity = "warn"
 
 
 def envbuild(*args, env, offline=False, max_file_bytes=None):
-    """`max_file_bytes`: no file the command writes may grow past it (RLIMIT_FSIZE, with SIGXFSZ ignored so the
-    write fails with EFBIG instead of killing the process): a disk that fills up mid-write, without root."""
+    """`max_file_bytes`: no file the command writes may grow past it (tests/diskfull.py)."""
     full = dict(os.environ, COLUMNS="300", **env, **(OFFLINE if offline else {}))
-
-    def file_size_cap():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
-
     return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, env=full,
-                          timeout=600, preexec_fn=file_size_cap if max_file_bytes else None)
+                          timeout=600, preexec_fn=file_size_cap(max_file_bytes) if max_file_bytes else None)
 
 
 def make_outer_repo(root: Path):
