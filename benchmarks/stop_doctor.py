@@ -12,7 +12,9 @@ Each stop starts the doctor (its arguments after `--`) with a marker variable ev
 random time (uniform in --after, seeded), sends the next signal of --signals, and then records: the exit code,
 seconds from the signal to the doctor's exit and to the last marked process's end, the processes still alive
 after --grace seconds, nvidia-smi's compute apps and the GPU memory in use against before the run, and the
-report's `interrupted` entry. Exit 1 when anything was left behind or an exit code was not 128 + the signal.
+report's `interrupted` entry. A doctor that has not ended 120 s after its signal is recorded as hung, with every
+thread's Python stack (it runs under `-X faulthandler`, and gets SIGABRT). Exit 1 when anything was left behind, a
+doctor hung, or an exit code was neither 128 + the signal nor the signal's own default end.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def one_stop(k: int, sig: signal.Signals, after_s: float, doctor_args: List[str]
     report = os.path.join(workdir, f"stop{k}.json")
     env = {**os.environ, "ENVBUILD_TEST_MARK": marker}
     before = gpu_state()
-    argv = [sys.executable, "-m", "envbuild", "doctor", "--json", report] + doctor_args
+    argv = [sys.executable, "-X", "faulthandler", "-m", "envbuild", "doctor", "--json", report] + doctor_args
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -66,7 +68,17 @@ def one_stop(k: int, sig: signal.Signals, after_s: float, doctor_args: List[str]
     t_sig = time.monotonic()
     if not finished_first:
         os.kill(proc.pid, sig)
-    out, err = proc.communicate(timeout=120)
+    hung = False
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # a doctor that hung: SIGABRT makes faulthandler print every thread's stack
+        hung = True
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
     t_exit = time.monotonic()
     end = t_exit + grace_s
     while marked(marker) and time.monotonic() < end:
@@ -88,11 +100,13 @@ def one_stop(k: int, sig: signal.Signals, after_s: float, doctor_args: List[str]
     expected_rc = -int(sig) if sig == signal.SIGKILL else 128 + int(sig)
     row = {"stop": k, "signal": sig.name, "after_s": round(after_s, 2), "finished_before_signal": finished_first,
            "running_at_signal": running, "exit_code": proc.returncode,
-           "exit_code_ok": finished_first or proc.returncode == expected_rc,
+           # -signal: it came before the doctor installed its handlers (the first ~0.1 s) and its default action
+           # ended the process; left_behind still says whether anything it had started survived
+           "exit_code_ok": not hung and (finished_first or proc.returncode in (expected_rc, -int(sig))), "hung": hung,
            "signal_to_exit_s": round(t_exit - t_sig, 2), "signal_to_all_gone_s": round(t_gone - t_sig, 2),
            "left_behind": left, "gpu_before": before, "gpu_after": after,
            "report_interrupted": doc.get("interrupted"), "report_results": len(doc.get("results") or []),
-           "traceback": "Traceback" in err, "stderr_tail": err[-600:]}
+           "traceback": "Traceback" in err, "stderr_tail": err[-(6000 if hung else 600):]}
     return row
 
 
@@ -118,7 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             rows.append(row)
             apps = (row["gpu_after"] or {}).get("compute_apps")
             print(f"stop {k:2d} {row['signal']:<7} at {row['after_s']:5.1f} s: exit {row['exit_code']} "
-                  f"({'ok' if row['exit_code_ok'] else 'WRONG'}), exit {row['signal_to_exit_s']:.2f} s / all gone "
+                  f"({'ok' if row['exit_code_ok'] else 'HUNG' if row['hung'] else 'WRONG'}), exit {row['signal_to_exit_s']:.2f} s / all gone "
                   f"{row['signal_to_all_gone_s']:.2f} s after the signal; left {len(row['left_behind'])}; "
                   f"gpu apps after {apps if apps is not None else 'n/a'}; interrupted "
                   f"{(row['report_interrupted'] or {}).get('where') or '-'}", flush=True)

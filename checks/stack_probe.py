@@ -32,7 +32,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import List, Optional
@@ -859,25 +858,20 @@ def import_torch(result, errors, init_state, gate):
     enter(init_state, "nccl process group")
     import torch.distributed as dist
 
-    fd, store_path = tempfile.mkstemp(prefix="envbuild-stackprobe-")
-    os.close(fd)
-    os.unlink(store_path)
-    try:
-        with native.NcclBanner() as banner:
-            store = dist.FileStore(store_path, 1)
-            torch.cuda.set_device(0)
-            with banner.init_output():
-                dist.init_process_group("nccl", store=store, rank=0, world_size=1)
-                dist.all_reduce(x)
-                torch.cuda.synchronize()
-            init["nccl_group"] = True
-            init.update(banner.found())
+    # The FileStore's file lives in the banner's directory: removed on the way out, or swept by the next probe
+    # when this one is killed inside the init (a file of its own in /tmp would be left behind).
+    with native.NcclBanner() as banner:
+        store = dist.FileStore(os.path.join(banner.dir, "store"), 1)
+        torch.cuda.set_device(0)
+        with banner.init_output():
+            dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
+        init["nccl_group"] = True
+        init.update(banner.found())
         init["method"] = "1-rank NCCL process group over a FileStore + all_reduce"
         enter(init_state, "nccl destroy")
-        dist.destroy_process_group()
-    finally:
-        if os.path.exists(store_path):
-            os.unlink(store_path)
+        dist.destroy_process_group()  # inside the block: the group's store file goes with the directory after it
     return True
 
 

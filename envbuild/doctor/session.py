@@ -171,7 +171,11 @@ class StackAhead:
             self._done.set()  # whatever happened, nobody waits on it for ever
 
     def nvml(self) -> Dict[str, Any]:
-        self._done.wait()
+        from envbuild.facts.nvml import NVML_ANSWER_S, hung
+
+        if not self._done.wait(NVML_ANSWER_S):
+            self.reader.open_gate()  # the probe finds out for itself, under its own deadline
+            raise hung(NVML_ANSWER_S)
         if self._error is not None:
             raise self._error
         return self._snapshot  # type: ignore[return-value]

@@ -20,13 +20,15 @@ Shape (all keys always present; a value NVML could not give is None and the reas
 
 NotSupported / NoPermission (and any other NVML error) on one call is recorded for that field only; the
 snapshot never fails because one reading is missing. No driver or no libnvidia-ml raises FactUnavailable
-with NVML's own reason, which becomes the `skip` reason of every check that needs NVML.
+with NVML's own reason, which becomes the `skip` reason of every check that needs NVML. A driver that does not
+answer at all (take_snapshot_within) raises FactHung: an error of every check that asked, never a skip.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from envbuild.facts.errors import FactUnavailable
+from envbuild.facts.errors import FactHung, FactUnavailable
 
 MIB = 1024 * 1024
 
@@ -73,6 +75,41 @@ def _init_error(nv: Any, exc: Exception) -> FactUnavailable:
     value = getattr(exc, "value", None)
     why = codes.get(value, "NVML could not start")
     return FactUnavailable(f"no NVIDIA driver: {why} (NVML: {exc})")
+
+
+# How long a snapshot may take before the driver is called wedged. nvmlInit on a node without persistence mode
+# initialises every GPU first (seconds on an 8-GPU node); one that has not answered in minutes is blocked in the
+# kernel, as nvidia-smi then is (a GPU fallen off the bus, a driver in a bad state).
+NVML_ANSWER_S = 120.0
+
+
+def hung(seconds: float) -> FactHung:
+    """The error of a snapshot that did not answer in `seconds`: the node's trouble, not a fact to skip."""
+    return FactHung(f"NVML gave no answer in {seconds:.0f} s: nvmlInit or a device query is blocked in the driver "
+                    "(does `nvidia-smi` return? look for `NVRM: Xid` or a GPU fallen off the bus in `dmesg`)")
+
+
+def take_snapshot_within(seconds: Optional[float] = None) -> Dict[str, Any]:
+    """take_snapshot, given up after `seconds` (NVML_ANSWER_S): a call into a wedged driver never returns and cannot
+    be interrupted, so it runs in a daemon thread and the caller gets FactHung instead of waiting with it for ever."""
+    seconds = NVML_ANSWER_S if seconds is None else seconds
+    answer: Dict[str, Any] = {}
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            answer["snapshot"] = take_snapshot()
+        except BaseException as exc:  # handed to the caller as if it had read NVML itself
+            answer["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=read, name="envbuild-nvml", daemon=True).start()
+    if not done.wait(seconds):
+        raise hung(seconds)
+    if "error" in answer:
+        raise answer["error"]
+    return answer["snapshot"]
 
 
 def take_snapshot() -> Dict[str, Any]:

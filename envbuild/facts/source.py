@@ -144,7 +144,7 @@ class LiveSource(FactSource):
         self._stack_reader = stack_reader
         self._command_timeout_s = command_timeout_s
         self._nvml_cache: Optional[Dict[str, Any]] = None
-        self._nvml_error: Optional[str] = None
+        self._nvml_error: Optional[FactUnavailable] = None
         self._stack_cache: Optional[Dict[str, Any]] = None
         self._stack_error: Optional[str] = None
         self._commands: Dict[str, CommandResult] = {}
@@ -209,13 +209,13 @@ class LiveSource(FactSource):
         if self._nvml_cache is None and self._nvml_error is None:
             reader = self._nvml_reader
             if reader is None:
-                from envbuild.facts.nvml import take_snapshot as reader  # lazy: pynvml is not free to import
+                from envbuild.facts.nvml import take_snapshot_within as reader  # lazy: pynvml is not free to import
             try:
                 self._nvml_cache = reader()
             except FactUnavailable as exc:
-                self._nvml_error = str(exc)
-        if self._nvml_error is not None:
-            raise FactUnavailable(self._nvml_error)
+                self._nvml_error = exc
+        if self._nvml_error is not None:  # the same kind each time: a hung driver stays an error, not a skip
+            raise type(self._nvml_error)(str(self._nvml_error))
         return self._nvml_cache  # type: ignore[return-value]
 
     def stack(self) -> Dict[str, Any]:

@@ -11,7 +11,7 @@ from envbuild.doctor.registry import check, verdict
 from envbuild.facts import node_facts as F
 from envbuild.facts import node_parse as P
 from envbuild.facts import stack_view as sv
-from envbuild.facts.source import FactUnavailable
+from envbuild.facts.source import FactHung, FactUnavailable
 from envbuild.report.model import Result, Status
 
 # What CUDA and NVML report in this run's processes when the kernel module and the user-space driver differ
@@ -51,6 +51,8 @@ def driver_version(ctx) -> Result:
     try:
         snap = ctx.facts.nvml()
         nvml_error = None
+    except FactHung:  # a driver that does not answer is this check's error (the runner's), not a missing reading
+        raise
     except FactUnavailable as exc:
         snap, nvml_error = {}, str(exc)
     if module is None and nvml_error is not None:
