@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from envbuild.errors import EnvbuildError, InputFileError, parse_input_json, read_input_text
-from envbuild.explain.rank import Adjustment
+from envbuild.explain.rank import RULED_OUT_FACTOR, Adjustment
 from envbuild.explain.scan import ScanResult
 
 FAILED_RAISE = 3.5  # a failed check found the cause on the node: as strong as a signature that names it
@@ -99,7 +99,7 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if len(majors) > 1:
         out.append(Adjustment("C6", delta=3.0, reason=f"packages built for CUDA {' and '.join(majors)} in one environment "
                               "(their libraries overwrite or shadow each other)", origin="log"))
-    from envbuild.explain.versions import driver_behind, framework_torch_clash, toolkit_clash
+    from envbuild.explain.versions import driver_ahead, driver_behind, framework_torch_clash, toolkit_clash
 
     # Versions the reporter states that cannot go together (a hint: a listing alone is not a failure).
     clash = framework_torch_clash(scan)
@@ -115,6 +115,9 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
         # minor-version compatibility covers every day, so it only weighs in when something failed ("log-hint").
         major = behind[0] == "major"
         out.append(Adjustment("D9", delta=3.0 if major else 1.0, reason=behind[1], origin="log" if major else "log-hint"))
+    ahead = driver_ahead(scan)
+    if ahead:  # the log's own versions clear D9: its score, the learned ranker's share included, is cut
+        out.append(Adjustment("D9", factor=RULED_OUT_FACTOR, reason=ahead, origin="log-hint"))
     return out
 
 

@@ -61,9 +61,9 @@ def driver_cap(scan: ScanResult) -> Optional[Tuple[MM, str]]:
         if mm:
             caps.append((mm, f"nvidia-smi's CUDA Version {v}"))
     for v in scan.facts.get("cuda_driver_version", {}):
-        if v.isdigit() and len(v) >= 4:
-            n = int(v)
-            caps.append(((n // 1000, (n % 1000) // 10), f"NCCL's cudaDriverVersion {v}"))
+        mm = _code_mm(v)
+        if mm:
+            caps.append((mm, f"the driver's CUDA version {v}"))
     for v in scan.facts.get("driver_version", {}):
         mm = cuda_of_driver(v)
         if mm:
@@ -84,12 +84,34 @@ def needed(scan: ScanResult) -> Optional[Tuple[MM, str]]:
             digits = m.group(1)
             mm = (int(digits[:-1]), int(digits[-1]))
             out.append((mm, f"torch {v}"))
-    for fid, what in (("cuda_runtime", "torch built with CUDA"), ("cuda_runtime_wheel", "the cudart wheel")):
+    for fid, what in (("cuda_runtime", "CUDA runtime"), ("cuda_runtime_wheel", "the cudart wheel")):
         for v in scan.facts.get(fid, {}):
             mm = _mm(v)
             if mm:
                 out.append((mm, f"{what} {v}"))
+    for v in scan.facts.get("cuda_runtime_code", {}):
+        mm = _code_mm(v)
+        if mm:
+            out.append((mm, f"CUDA runtime {v}"))
     return max(out) if out else None
+
+
+def _code_mm(v: str) -> Optional[MM]:
+    """CUDA's integer version (12020, 9000) as (major, minor)."""
+    if not v.isdigit() or len(v) < 4:
+        return None
+    n = int(v)
+    return n // 1000, (n % 1000) // 10
+
+
+def driver_ahead(scan: ScanResult) -> Optional[str]:
+    """The sentence when the log shows its driver running every CUDA its software was built for: a driver older
+    than the runtime (D9) is then contradicted by the log itself, whatever its wording suggests."""
+    cap, need = driver_cap(scan), needed(scan)
+    if not cap or not need or need[0] > cap[0]:
+        return None
+    return (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]} and its {cap[1]} runs CUDA up to "
+            f"{cap[0][0]}.{cap[0][1]}: the driver is not behind the runtime")
 
 
 def driver_behind(scan: ScanResult) -> Optional[Tuple[str, str]]:
