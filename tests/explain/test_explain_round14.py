@@ -7,7 +7,9 @@
    cuts D9 as a signature's rules_out does, the ranker's share included; one behind it still raises D9.
 2. GPUs named by their bare number are PCIe GPUs too. "multiple 4090 gpus", "2 or 4 A6000", "4 L4 gpus" (DeepSpeed
    #4433, transformers #28280, verifiers #208) were not read as the PCIe-only hint the hang symptom needs, so a hang
-   on them never reached N3. A bare number counts when it is counted or called a GPU or card, not as a port."""
+   on them never reached N3. A bare number counts when it is counted or called a GPU or card, not as a port.
+3. A library's class built with a keyword it does not take is a version mismatch (U5), not a bug.
+4. A failure after the system's automatic upgrades is a driver upgraded in one half (D2)."""
 import pytest
 
 from explain_helpers import assert_top, fires
@@ -71,3 +73,33 @@ def test_a_hang_on_a_port_numbered_like_a_gpu_is_not_p2p(explain_text):
     proc, data = explain_text("MASTER_PORT=4090 torchrun --nproc_per_node 8 train.py\n"
                               "the job hangs at the first all_reduce\n")
     assert "N3" not in caused(data)[:1], [(c["id"], c["score"]) for c in data["causes"]]
+
+
+@pytest.mark.parametrize("text", [
+    "(TaskRunner pid=109035) TypeError: EngineArgs.__init__() got an unexpected keyword argument 'model_hf_config'\n",
+    "[rank0]: TypeError: Trainer.__init__() got an unexpected keyword argument 'processing_class'\n",
+])
+def test_a_library_class_built_with_a_keyword_it_does_not_take_is_a_version_mismatch(explain_text, text):
+    """3. Five threads in four slices (6, 9, 17, 18) ended a `SomeClass.__init__() got an unexpected keyword argument`
+    with a version pin: the caller was written for another release of the library. A plain function's TypeError
+    stays the code's bug (U2)."""
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, "U5")
+
+
+def test_a_functions_unexpected_keyword_stays_a_bug(explain_text):
+    proc, data = explain_text("TypeError: forward() got an unexpected keyword argument 'packed_seq_params'\n")
+    assert_top(data, "U2")
+
+
+def test_a_failure_after_the_systems_automatic_upgrades_is_a_driver_half_upgraded(explain_text):
+    """4. cuInit's 999 after Ubuntu's automatic upgrades (futhark #1117): the upgraded user-space driver beside the
+    old kernel module until a reboot (D2). The sentence alone is no failure."""
+    proc, data = explain_text("CUDA call cuInit(0) failed with error code 999 (unknown error)\n"
+                              "I'm on UBUNTU 20.04 and i'm now thinking the automatic upgrades may have something to "
+                              "do with it.\n")
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, "D2")
+    proc, data = explain_text("unattended-upgrades ran last night; the job finished fine\n")
+    assert proc.returncode == 0 and data["verdict"] == "ok", data["verdict"]
