@@ -1,4 +1,4 @@
-"""Issue 25, fourteenth round (having read held-out slice 18).
+"""Issue 25, fourteenth round (having read held-out slices 18 and 19).
 
 1. A driver the log shows running the software's CUDA clears D9. caffe #492 printed `CUDA version: 8000` and
    `CUDA driver version: 9000` beside NCCL's unhandled cuda error, and D9 ("driver older than the runtime") still came
@@ -9,7 +9,8 @@
    #4433, transformers #28280, verifiers #208) were not read as the PCIe-only hint the hang symptom needs, so a hang
    on them never reached N3. A bare number counts when it is counted or called a GPU or card, not as a port.
 3. A library's class built with a keyword it does not take is a version mismatch (U5), not a bug.
-4. A failure after the system's automatic upgrades is a driver upgraded in one half (D2)."""
+4. A failure after the system's automatic upgrades is a driver upgraded in one half (D2).
+5. A MIG or GPU UUID read as a device index (C11); a vGPU without its licence (D8)."""
 import pytest
 
 from explain_helpers import assert_top, fires
@@ -103,3 +104,21 @@ def test_a_failure_after_the_systems_automatic_upgrades_is_a_driver_half_upgrade
     assert_top(data, "D2")
     proc, data = explain_text("unattended-upgrades ran last night; the job finished fine\n")
     assert proc.returncode == 0 and data["verdict"] == "ok", data["verdict"]
+
+
+@pytest.mark.parametrize("text, cause", [
+    ("ValueError: invalid literal for int() with base 10: 'MIG-74d68ce8-f74a-5408-a325-06b493f31c14'\n", "C11"),
+    ("ValueError: invalid literal for int() with base 10: 'GPU-5a3e1c2b-0000-1111-2222-333344445555'\n", "C11"),
+    ("CUDA error 102 at ggml-cuda.cu:7100: device doesn't have valid Grid license\ncurrent device: 0\n", "D8"),
+])
+def test_a_device_named_by_uuid_and_an_unlicensed_vgpu_are_named(explain_text, text, cause):
+    """5. From held-out slice 19: a MIG or GPU UUID parsed as a device index (blackfish #108: the process never
+    picks its GPUs, C11), and a vGPU without its licence (llama-cpp-python #904: D8)."""
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, cause)
+
+
+def test_an_index_that_is_just_a_bad_number_is_the_codes_bug(explain_text):
+    proc, data = explain_text("ValueError: invalid literal for int() with base 10: 'abc'\n")
+    assert_top(data, "U2")
