@@ -101,6 +101,24 @@ def print_report(report: Report, quiet: bool = False, strict: bool = False) -> N
             if r.check_id == PROFILE_TABLE_CHECK and r.evidence.get("rows"):
                 console.print(profile_table(r))
     console.print(verdict_line(report, strict=strict))
+    if not quiet:
+        for line in root_cause_lines(report.results):
+            console.print(line, markup=False, highlight=False)
+
+
+def root_cause_lines(results: List[Result]) -> List[str]:
+    """One line per root cause the run folded others under (envbuild/doctor/fold.py): what to fix first, and how
+    many failed or errored results follow from it, so a wedged driver reads as one fault and not ten."""
+    from envbuild.doctor.fold import root_causes
+
+    by_id = {r.check_id: r for r in results}
+    out = []
+    for check_id, causes, consequences in root_causes(results):
+        fix = by_id[check_id].remediation
+        shown = ", ".join(consequences[:4]) + (f" and {len(consequences) - 4} more" if len(consequences) > 4 else "")
+        out.append(f"root cause: {check_id} ({', '.join(causes)}); {len(consequences)} other result(s) follow from it "
+                   f"({shown})" + (f"; fix it first: {fix}" if fix else ""))
+    return out
 
 
 PROFILE_TABLE_CHECK = "stack.profile_match"

@@ -63,10 +63,17 @@ def test_a_driver_that_never_answers_nvml_ends_in_errors_not_a_hang(tmp_path, se
     results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
     hung = {cid: r for cid, r in results.items() if "NVML gave no answer in %d s" % DEADLINE_S in r["summary"]}
     assert "node.driver_version" in hung, {cid: (r["status"], r["summary"][:120]) for cid, r in results.items()}
+    # node.driver_version names the fault (D3: the driver does not answer) and every other check that asked for NVML
+    # is an error folded under it: one root cause, not ten
+    root = hung.pop("node.driver_version")
+    assert root["status"] == "fail" and root["causes"] == ["D3"], root
+    assert "nvidia-smi" in root["summary"] and "dmesg" in root["remediation"]
     node = {cid: r["status"] for cid, r in hung.items() if cid.startswith("node.")}
     assert len(node) >= 5 and set(node.values()) == {"error"}, node
+    assert all(r["summary"].startswith("consequence of node.driver_version (D3)")
+               for cid, r in hung.items() if cid.startswith("node.")), hung
     # the GPU probes need NVML's device list: they say why they did not run, they do not start on a wedged driver
     assert all(r["status"] == "skip" for cid, r in hung.items() if cid.split(".")[0] in ("gpu", "comm")), hung
-    assert "nvidia-smi" in hung["node.driver_version"]["summary"]
+    assert "root cause: node.driver_version (D3);" in proc.stdout, proc.stdout[-1500:]
     # one wait for the whole run: later checks get the same answer at once instead of waiting again
     assert took < 60, took

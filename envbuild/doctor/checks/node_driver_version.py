@@ -18,6 +18,9 @@ from envbuild.report.model import Result, Status
 # (doctor/fold.py folds those failures under this check): 803, "version mismatch", cudaErrorSystemDriverMismatch.
 MISMATCH_EXPLAINS = [r"[Vv]ersion mismatch", r"cudaErrorSystemDriverMismatch", r"Error 803\b",
                      r"unsupported display driver"]
+# A driver that does not answer NVML does not answer CUDA either: the node checks that asked for NVML error, and the
+# stack probe's CUDA/NCCL init hangs until its deadline (docs/gpu-runs/s18/probe-summary.txt).
+HUNG_EXPLAINS = [r"NVML gave no answer", r"did not finish within \d+ s", r"did not answer within \d+ s"]
 
 CAT = "node"
 
@@ -51,8 +54,11 @@ def driver_version(ctx) -> Result:
     try:
         snap = ctx.facts.nvml()
         nvml_error = None
-    except FactHung:  # a driver that does not answer is this check's error (the runner's), not a missing reading
-        raise
+    except FactHung as exc:  # a driver that does not answer: the node's fault, and the root of what hangs after it
+        return verdict(Status.FAIL, str(exc), causes=["D3"], evidence={"nvml": str(exc), "explains": HUNG_EXPLAINS},
+                       remediation="look for `NVRM: Xid`, a GSP timeout or a GPU fallen off the bus in `dmesg`; "
+                                   "`nvidia-smi -q` hanging too confirms it; reset the GPU (`nvidia-smi -r -i N`, "
+                                   "no process on it) or reboot the node, then rerun")
     except FactUnavailable as exc:
         snap, nvml_error = {}, str(exc)
     if module is None and nvml_error is not None:
