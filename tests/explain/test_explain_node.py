@@ -81,3 +81,19 @@ def test_log_stating_the_wheel_and_another_banner_contradicts_itself(explain, tm
                    "all_reduce ok 1.0\n")
     data = _json(explain(str(log), "--json", "-"))
     assert_top(data, "C3")
+
+
+def test_a_doctor_report_of_a_driver_that_never_answered_names_the_driver_fault(explain, tmp_path):
+    """The report of a real run on the lent H100 with NVML made to hang (docs/gpu-runs/s18/nvml-hung-fold.json:
+    node.driver_version failed with D3, stack.torch's init hang folded under it): a training log that died with
+    CUDA's and NCCL's generic errors is then the driver's fault, not the code's or NCCL's."""
+    report = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "s18" / "nvml-hung-fold.json"
+    log = tmp_path / "run.log"
+    log.write_text("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda "
+                   "error\nRuntimeError: CUDA error: unknown error\n")
+    proc = explain(str(log), "--report", str(report), "--json", "-")
+    assert proc.returncode == 1, proc.stderr
+    data = _json(proc)
+    assert_top(data, "D3")
+    top = data["causes"][0]
+    assert any(a["origin"] == "doctor" and "node.driver_version fail" in a["reason"] for a in top["adjustments"]), top
