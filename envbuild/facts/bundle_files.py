@@ -139,8 +139,9 @@ _SHAPES: Dict[str, Tuple[Any, Tuple[str, ...]]] = {
     "bundle.json": ({"format": (int,), "hostname": _OPT_STR, "captured_at": _OPT_STR}, ("format",)),
     "index.json": ({"absent": ("list", (str,)), "unreadable": ("map", (str,)), "dirs": ("map", ("list", (str,))),
                     "links": ("map", (str,))}, ("absent", "unreadable", "dirs", "links")),
-    "commands.json": (("map", {"returncode": (int,), "stdout": (str,), "stderr": (str,), "unavailable": (str,)}), ()),
-    "nvml.json": ({"data": (dict, type(None)), "unavailable": _OPT_STR}, ()),
+    "commands.json": (("map", {"returncode": (int,), "stdout": (str,), "stderr": (str,), "unavailable": (str,),
+                               "hung": (bool,)}), ()),
+    "nvml.json": ({"data": (dict, type(None)), "unavailable": _OPT_STR, "hung": (bool,)}, ()),
     "stack.json": ({"data": (dict, type(None)), "unavailable": _OPT_STR}, ()),
 }
 

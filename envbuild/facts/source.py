@@ -263,6 +263,7 @@ class RecordingSource(FactSource):
         self.commands: Dict[str, Any] = {}
         self.nvml_data: Optional[Dict[str, Any]] = None
         self.nvml_error: Optional[str] = None
+        self.nvml_hung = False  # the driver did not answer: replayed as FactHung (an error), not a skip
         self.stack_data: Optional[Dict[str, Any]] = None
         self.stack_error: Optional[str] = None
 
@@ -306,7 +307,7 @@ class RecordingSource(FactSource):
         try:
             result = self.inner.command(name)
         except FactUnavailable as exc:
-            self.commands[name] = {"unavailable": str(exc)}
+            self.commands[name] = {"unavailable": str(exc), **({"hung": True} if isinstance(exc, FactHung) else {})}
             raise
         self.commands[name] = result.to_dict()
         return result
@@ -315,7 +316,7 @@ class RecordingSource(FactSource):
         try:
             self.nvml_data = self.inner.nvml()
         except FactUnavailable as exc:
-            self.nvml_error = str(exc)
+            self.nvml_error, self.nvml_hung = str(exc), isinstance(exc, FactHung)
             raise
         return self.nvml_data
 
@@ -350,7 +351,7 @@ class RecordingSource(FactSource):
         })
         (meta_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
         (meta_dir / "commands.json").write_text(json.dumps(scrub_json(self.commands), indent=1, sort_keys=True) + "\n")
-        nvml = {"data": self.nvml_data, "unavailable": self.nvml_error}
+        nvml = {"data": self.nvml_data, "unavailable": self.nvml_error, **({"hung": True} if self.nvml_hung else {})}
         (meta_dir / "nvml.json").write_text(json.dumps(scrub_json(nvml), indent=1, sort_keys=True) + "\n")
         stack = {"data": self.stack_data, "unavailable": self.stack_error}
         (meta_dir / "stack.json").write_text(json.dumps(scrub_json(stack), indent=1, sort_keys=True) + "\n")
@@ -424,14 +425,15 @@ class BundleSource(FactSource):
         self.touched.append(".envbuild/commands.json")
         if rec is None:
             raise FactUnavailable(f"output of {name!r} was not captured in the bundle")
-        if "unavailable" in rec:
-            raise FactUnavailable(rec["unavailable"] + " (when captured)")
+        if "unavailable" in rec:  # a command that hung when captured is replayed as hung: the node's trouble
+            raise (FactHung if rec.get("hung") else FactUnavailable)(rec["unavailable"] + " (when captured)")
         return CommandResult(rec["returncode"], rec["stdout"], rec["stderr"])
 
     def nvml(self) -> Dict[str, Any]:
         self.touched.append(".envbuild/nvml.json")
         if self._nvml.get("data") is None:
-            raise FactUnavailable((self._nvml.get("unavailable") or "NVML was not read") + " (when captured)")
+            why = (self._nvml.get("unavailable") or "NVML was not read") + " (when captured)"
+            raise FactHung(why) if self._nvml.get("hung") else FactUnavailable(why)
         return self._nvml["data"]
 
     def stack(self) -> Dict[str, Any]:

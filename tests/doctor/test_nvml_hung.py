@@ -77,3 +77,26 @@ def test_a_driver_that_never_answers_nvml_ends_in_errors_not_a_hang(tmp_path, se
     assert "root cause: node.driver_version (D3);" in proc.stdout, proc.stdout[-1500:]
     # one wait for the whole run: later checks get the same answer at once instead of waiting again
     assert took < 60, took
+
+
+def test_a_capture_of_a_node_whose_nvml_hung_replays_the_same_failure(tmp_path):
+    """`capture --node` on that node, then `doctor --root` anywhere: the same D3 failure and the same errors (the
+    bundle records that NVML hung, not only that it was unavailable), as the doctor's rule of replaying what it saw
+    asks."""
+    lib_dir = hanging_libnvidia_ml(tmp_path)
+    bundle = tmp_path / "bundle"
+    launch = ("import sys, envbuild.facts.nvml as nvml; nvml.NVML_ANSWER_S = %d; "
+              "from envbuild.cli import main; sys.argv[0] = 'envbuild'; main()" % DEADLINE_S)
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{lib_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}", "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", launch, "capture", "--node", str(bundle), "-q"], env=env,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((bundle / ".envbuild" / "nvml.json").read_text())["hung"] is True
+    report = tmp_path / "replay.json"
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--root", str(bundle), "--check", "node.*",
+                           "--json", str(report)], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    assert results["node.driver_version"]["status"] == "fail" and results["node.driver_version"]["causes"] == ["D3"]
+    assert "(when captured)" in results["node.driver_version"]["summary"]
+    assert results["node.ecc"]["status"] == "error", results["node.ecc"]
