@@ -49,6 +49,9 @@ def gpu_state() -> Dict[str, object]:
                                 if "," in ln}}
 
 
+EARLY_S = 1.0  # a signal this early may find the doctor still importing, before its handlers are in place
+
+
 def one_stop(k: int, sig: signal.Signals, after_s: float, doctor_args: List[str], workdir: str,
              grace_s: float) -> Dict[str, object]:
     marker = uuid.uuid4().hex
@@ -100,9 +103,11 @@ def one_stop(k: int, sig: signal.Signals, after_s: float, doctor_args: List[str]
     expected_rc = -int(sig) if sig == signal.SIGKILL else 128 + int(sig)
     row = {"stop": k, "signal": sig.name, "after_s": round(after_s, 2), "finished_before_signal": finished_first,
            "running_at_signal": running, "exit_code": proc.returncode,
-           # -signal: it came before the doctor installed its handlers (the first ~0.1 s) and its default action
-           # ended the process; left_behind still says whether anything it had started survived
-           "exit_code_ok": not hung and (finished_first or proc.returncode in (expected_rc, -int(sig))), "hung": hung,
+           # -signal: it came before the doctor installed its handlers and its default action ended the process,
+           # which only an early signal with no report written yet may do; left_behind says whether anything survived
+           "exit_code_ok": not hung and (finished_first or proc.returncode == expected_rc
+                                         or (proc.returncode == -int(sig) and after_s < EARLY_S and not doc)),
+           "hung": hung,
            "signal_to_exit_s": round(t_exit - t_sig, 2), "signal_to_all_gone_s": round(t_gone - t_sig, 2),
            "left_behind": left, "gpu_before": before, "gpu_after": after,
            "report_interrupted": doc.get("interrupted"), "report_results": len(doc.get("results") or []),

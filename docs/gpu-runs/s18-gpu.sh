@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 18 on the lent GPU, two calls (repo root, $OUT set, no wheels needed: the image has what the doctor imports):
+# Session 18 on the lent GPU, three calls (repo root, $OUT set, no wheels needed: the image has what the doctor imports):
 #   bash docs/gpu-runs/s18-gpu.sh probe     # timeout 420
 #   bash docs/gpu-runs/s18-gpu.sh stops     # timeout 560
 # probe: the stack probe's mends of sessions 16 and 18 (docs/gpu-runs/s16-probe-mends.sh: static x3 with the page

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from envbuild.facts.source import FactSource, FactUnavailable
+from envbuild.facts.source import FactHung, FactSource, FactUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuild.profile import Profile
@@ -45,6 +45,16 @@ class DoctorContext:
 
         opt = declared_options()[key][0]
         return self.options[key] if key in self.options else opt.default
+
+    def nvml_hung(self) -> bool:
+        """Whether NVML's snapshot got no answer by its deadline: a wedged driver, not a missing one."""
+        try:
+            self.facts.nvml()
+        except FactHung:
+            return True
+        except FactUnavailable:
+            pass
+        return False
 
     def nvml_unavailable_reason(self) -> Optional[str]:
         """Why NVML cannot be read here (no driver, a bundle without it), or None: the skip reason of GPU checks."""

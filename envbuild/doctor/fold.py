@@ -77,7 +77,8 @@ def _signature_root(result: "Result", roots: Sequence["Result"],
     return None
 
 
-def _name(r: "Result") -> str:
+def result_name(r: "Result") -> str:
+    """A result as the report names it: the check, and its subject in brackets where it has one."""
     return r.check_id + (f" [{r.subject}]" if r.subject else "")
 
 
@@ -138,7 +139,7 @@ def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Si
                                         "signature": how, "blamed_before": list(r.causes)}
         r.causes = list(root.causes)
         r.summary = f"consequence of {root.check_id} ({', '.join(root.causes)}): {r.summary}"
-        folded.setdefault(id(root), []).append(_name(r))
+        folded.setdefault(id(root), []).append(result_name(r))
     for root in standing:
         if id(root) in folded:
             root.evidence["consequences"] = folded[id(root)]

@@ -55,9 +55,10 @@ def run_check(check: Check, ctx: DoctorContext, behind: Optional[List[ProbeRun]]
     start = time.monotonic()
     reason = unmet_need(check, ctx)
     if reason is not None:
-        # --require-gpu: a node that should have GPUs and shows none fails instead of skipping.
+        # --require-gpu: a node that should have GPUs and shows none fails instead of skipping (not one whose
+        # driver hangs: node.driver_version already fails for that, and "install the driver" would mislead).
         gpu_missing = ctx.require_gpu and ctx.facts.is_live and bool({"gpu", "multi_gpu"} & check.needs) \
-            and not ctx.gpu_indices()
+            and not ctx.gpu_indices() and not ctx.nvml_hung()
         status = Status.FAIL if gpu_missing else Status.SKIP
         results = [verdict(status, reason,
                            remediation="install the NVIDIA driver or run on a GPU node" if gpu_missing else None)]

@@ -116,9 +116,22 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
         major = behind[0] == "major"
         out.append(Adjustment("D9", delta=3.0 if major else 1.0, reason=behind[1], origin="log" if major else "log-hint"))
     ahead = driver_ahead(scan)
-    if ahead:  # the log's own versions clear D9: its score, the learned ranker's share included, is cut
+    if ahead and not _names_itself(scan, "D9"):
+        # the log's own versions clear D9: its score, the learned ranker's share included, is cut. Not where an
+        # error points at D9 itself (222 "PTX ... unsupported toolchain", 35 "insufficient for CUDA runtime"): the
+        # code that failed was built by something the log's version lines do not show (a Triton ptxas, an extension).
         out.append(Adjustment("D9", factor=RULED_OUT_FACTOR, reason=ahead, origin="log-hint"))
     return out
+
+
+def _names_itself(scan: ScanResult, cause: str) -> bool:
+    """Whether a failure line the log holds points at `cause` first among the causes it supports (error 35's "driver
+    is insufficient for the runtime" does for D9, at 2.5 beside C6 and C1), not as one of many."""
+    for h in scan.hits.values():
+        weights = h.signature.supports
+        if h.signature.kind == "failure" and weights.get(cause, 0.0) >= 2.5 and weights[cause] == max(weights.values()):
+            return True
+    return False
 
 
 def contradicts_itself(adjustments: List[Adjustment]) -> bool:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-_FACT_LINE = (("nccl_version", "NCCL"), ("nccl_build_cuda", "NCCL built for CUDA"), ("cuda_driver_version", "libcuda"),
+_FACT_LINE = (("nccl_version", "NCCL"), ("nccl_build_cuda", "NCCL built for CUDA"), ("cuda_driver_version", "libcuda's CUDA"),
               ("driver_version", "driver"), ("driver_cuda", "driver's CUDA"), ("cuda_runtime", "CUDA runtime"),
-              ("cuda_runtime_code", "CUDA runtime (integer)"), ("torch_version", "torch"), ("gpu_model", "GPU"), ("nranks", "ranks"),
+              ("cuda_runtime_code", "CUDA runtime"), ("torch_version", "torch"), ("gpu_model", "GPU"), ("nranks", "ranks"),
               ("framework", "framework"), ("failing_call", "failing NCCL call"), ("cuda_error", "CUDA error"),
               ("transport", "transports"))
 

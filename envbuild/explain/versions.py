@@ -52,9 +52,9 @@ def cuda_of_driver(driver: str) -> Optional[MM]:
     return max(met) if met else None
 
 
-def driver_cap(scan: ScanResult) -> Optional[Tuple[MM, str]]:
-    """The newest CUDA the log's driver runs, and where that was read (the most capable statement wins: a log
-    that names two drivers, host and container, is not judged by the older one)."""
+def driver_caps(scan: ScanResult) -> List[Tuple[MM, str]]:
+    """Every CUDA the log's drivers run, each with where it was read (nvidia-smi, NCCL's cudaDriverVersion, a
+    driver version through NVIDIA's table)."""
     caps: List[Tuple[MM, str]] = []
     for v in scan.facts.get("driver_cuda", {}):
         mm = _mm(v)
@@ -63,11 +63,18 @@ def driver_cap(scan: ScanResult) -> Optional[Tuple[MM, str]]:
     for v in scan.facts.get("cuda_driver_version", {}):
         mm = _code_mm(v)
         if mm:
-            caps.append((mm, f"the driver's CUDA version {v}"))
+            caps.append((mm, f"driver's CUDA {mm[0]}.{mm[1]} ({v})"))
     for v in scan.facts.get("driver_version", {}):
         mm = cuda_of_driver(v)
         if mm:
             caps.append((mm, f"driver {v} (CUDA {mm[0]}.{mm[1]} by NVIDIA's minimum-driver table)"))
+    return caps
+
+
+def driver_cap(scan: ScanResult) -> Optional[Tuple[MM, str]]:
+    """The newest CUDA the log's driver runs (the most capable statement wins: a log that names two drivers, host
+    and container, is not judged behind by the older one)."""
+    caps = driver_caps(scan)
     return max(caps) if caps else None
 
 
@@ -92,7 +99,7 @@ def needed(scan: ScanResult) -> Optional[Tuple[MM, str]]:
     for v in scan.facts.get("cuda_runtime_code", {}):
         mm = _code_mm(v)
         if mm:
-            out.append((mm, f"CUDA runtime {v}"))
+            out.append((mm, f"CUDA runtime {mm[0]}.{mm[1]} ({v})"))
     return max(out) if out else None
 
 
@@ -105,12 +112,17 @@ def _code_mm(v: str) -> Optional[MM]:
 
 
 def driver_ahead(scan: ScanResult) -> Optional[str]:
-    """The sentence when the log shows its driver running every CUDA its software was built for: a driver older
-    than the runtime (D9) is then contradicted by the log itself, whatever its wording suggests."""
-    cap, need = driver_cap(scan), needed(scan)
-    if not cap or not need or need[0] > cap[0]:
+    """The sentence when every driver the log shows runs every CUDA its software was built for: a driver older than
+    the runtime (D9) is then contradicted by the log itself, whatever its wording suggests. The least capable driver
+    decides (the reverse of driver_cap): a log that pastes a working host beside the failing one is not cleared by
+    the better of the two."""
+    caps, need = driver_caps(scan), needed(scan)
+    if not caps or not need:
         return None
-    return (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]} and its {cap[1]} runs CUDA up to "
+    cap = min(caps)
+    if need[0] > cap[0]:
+        return None
+    return (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]}, and the {cap[1]} it shows runs CUDA up to "
             f"{cap[0][0]}.{cap[0][1]}: the driver is not behind the runtime")
 
 
@@ -120,7 +132,7 @@ def driver_behind(scan: ScanResult) -> Optional[Tuple[str, str]]:
     if not cap or not need or need[0] <= cap[0]:
         return None
     kind = "major" if need[0][0] > cap[0][0] else "minor"
-    said = (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]}; its {cap[1]} runs CUDA up to "
+    said = (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]}; the {cap[1]} it shows runs CUDA up to "
             f"{cap[0][0]}.{cap[0][1]}")
     if kind == "major":
         return kind, said + ": a newer CUDA major than the driver's cannot run without a forward-compatible libcuda"

@@ -7,6 +7,6 @@ class FactUnavailable(Exception):
 
 
 class FactHung(FactUnavailable):
-    """A node command that did not answer by its deadline (it was killed with its children). Not a skip: a
-    journalctl or dmesg that hangs is the node's own trouble (a wedged journald, filesystem or driver), so the
-    doctor reports it as an error of the check that asked."""
+    """A reading that did not answer by its deadline: a node command (killed with its children) or NVML's snapshot
+    (its thread left blocked in the driver). Not a skip: a journalctl, dmesg or nvmlInit that hangs is the node's own
+    trouble (a wedged journald, filesystem or driver), so the doctor reports it as an error of the check that asked."""

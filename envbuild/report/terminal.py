@@ -109,15 +109,16 @@ def print_report(report: Report, quiet: bool = False, strict: bool = False) -> N
 def root_cause_lines(results: List[Result]) -> List[str]:
     """One line per root cause the run folded others under (envbuild/doctor/fold.py): what to fix first, and how
     many failed or errored results follow from it, so a wedged driver reads as one fault and not ten."""
-    from envbuild.doctor.fold import root_causes
+    from envbuild.doctor.fold import result_name
 
-    by_id = {r.check_id: r for r in results}
     out = []
-    for check_id, causes, consequences in root_causes(results):
-        fix = by_id[check_id].remediation
+    for root in results:
+        consequences = root.evidence.get("consequences") if isinstance(root.evidence, dict) else None
+        if not consequences:
+            continue
         shown = ", ".join(consequences[:4]) + (f" and {len(consequences) - 4} more" if len(consequences) > 4 else "")
-        out.append(f"root cause: {check_id} ({', '.join(causes)}); {len(consequences)} other result(s) follow from it "
-                   f"({shown})" + (f"; fix it first: {fix}" if fix else ""))
+        out.append(f"root cause: {result_name(root)} ({', '.join(root.causes)}); {len(consequences)} other result(s) "
+                   f"follow from it ({shown})" + (f"; fix it first: {root.remediation}" if root.remediation else ""))
     return out
 
 

@@ -135,3 +135,23 @@ def test_the_recorded_c5_runs_transfer_failure_folds_under_the_finding_that_expl
     fold_consequences([root, transfer])
     assert root_causes([root]) == [("comm.weight_sync", ["C5"], ["weight.sync [transfer]"])]
     assert transfer.summary.startswith("consequence of comm.weight_sync (C5): ") and transfer.causes == ["C5"]
+
+
+def test_the_root_cause_line_names_a_root_with_a_subject_and_its_own_fix():
+    """The terminal's `root cause:` line for a root that has a subject (comm.weight_sync [nccl_env]) beside a later
+    result of the same check that passed: the line names the root's subject and gives the root's own fix (a review
+    found it looked the root up by check id alone and printed the passing row's missing fix)."""
+    from envbuild.doctor.fold import fold_consequences
+    from envbuild.report.json_report import report_from_dict
+    from envbuild.report.model import Result, Status
+    from envbuild.report.terminal import root_cause_lines
+
+    data = json.loads((RUNS / "weightsync-fault-c5-cumem-mismatch.json").read_text())
+    recorded = {r.subject: r for r in report_from_dict(data).results if r.check_id == "weight.sync"}
+    root = compare_comm_env(recorded["nccl_env"].evidence["ranks"])
+    root.check_id, root.category, root.subject = "comm.weight_sync", "comm", "nccl_env"
+    later = Result("comm.weight_sync", "comm", Status.PASS, "timing ok", subject="timing")
+    results = fold_consequences([root, recorded["transfer"], later])
+    lines = root_cause_lines(results)
+    assert len(lines) == 1 and lines[0].startswith("root cause: comm.weight_sync [nccl_env] (C5); 1 other result(s)")
+    assert root.remediation and lines[0].endswith(f"fix it first: {root.remediation}"), lines

@@ -81,14 +81,15 @@ def finish(proc: subprocess.Popen, seconds: float):
         proc.send_signal(signal.SIGABRT)
         try:
             out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            out, err = "", ""
+        except subprocess.TimeoutExpired:  # still there: killed below, and what it wrote by then is read after
+            out, err = None, None
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         proc.kill()
-        proc.communicate()
+        late_out, late_err = proc.communicate()
+        err = err if err is not None else late_err or ""
         pytest.fail(f"the doctor did not end within {seconds:g} s; its threads when it was aborted:\n{err[-6000:]}")
 
 
@@ -157,8 +158,9 @@ def test_progress_prints_one_flushed_line_per_check_in_a_pipe(tmp_path):
     this node's last run (envbuild/doctor/progress_rows.py), which another run — a bundle's two GPUs, say — may have
     left higher, and shrinks as checks print fewer rows (a fixed N failed this test after such a run)."""
     (tmp_path / "cache" / "envbuild").mkdir(parents=True)
+    # more rows than any node prints for these checks (one per GPU at most), so the plan is too high everywhere
     (tmp_path / "cache" / "envbuild" / "doctor-durations.json").write_text(
-        json.dumps({"static.rows": {"node.ecc": 4, "node.pcie_link": 3}}))
+        json.dumps({"static.rows": {"node.ecc": 400, "node.pcie_link": 300}}))
     proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--check", "node.*"],
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
                           env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})

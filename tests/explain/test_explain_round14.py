@@ -65,6 +65,13 @@ def test_a_hang_on_gpus_named_by_their_bare_number_is_pcie_p2p(explain_text, tex
     ("export MASTER_PORT=4090", False),
     ("the L4 load balancer in front of the cluster", False),
     ("in 2080 we will all use NVLink", False),
+    ("4x 4090 on one board", True),
+    ("frames resized to 1920x1080 and 1920 x 1080", False),
+    ("input_ids [151644 8948 198 2610 3090 1050]", False),
+    ("Epoch 3 3090 samples seen", False),
+    ("model.layers.4 2050", False),
+    ("at libfoo.so (+0x1050)", False),
+    ("step 4 L4 loss 0.5", False),
 ])
 def test_the_bare_number_hint_needs_a_count_or_the_word_gpu(line, hint):
     assert fires("topo.pcie_gpus", line) is hint
@@ -106,6 +113,18 @@ def test_a_failure_after_the_systems_automatic_upgrades_is_a_driver_half_upgrade
     assert proc.returncode == 0 and data["verdict"] == "ok", data["verdict"]
 
 
+@pytest.mark.parametrize("line, hit", [
+    ("i'm now thinking the automatic upgrades may have something to do with it.", True),
+    ("It broke after the system update last night", True),
+    ("After the package update (pip install -U vllm) the engine fails", False),
+    ("auto-upgrade pip before installing", False),
+    ("I disabled unattended-upgrades long ago", False),
+])
+def test_only_an_operating_system_upgrade_is_read_as_one(line, hit):
+    """A pip, conda or uv upgrade is a package change (U5's ground), not the driver's halves parting (D2)."""
+    assert fires("prose.system_upgrade", line) is hit
+
+
 @pytest.mark.parametrize("text, cause", [
     ("ValueError: invalid literal for int() with base 10: 'MIG-74d68ce8-f74a-5408-a325-06b493f31c14'\n", "C11"),
     ("ValueError: invalid literal for int() with base 10: 'GPU-5a3e1c2b-0000-1111-2222-333344445555'\n", "C11"),
@@ -119,6 +138,40 @@ def test_a_device_named_by_uuid_and_an_unlicensed_vgpu_are_named(explain_text, t
     assert_top(data, cause)
 
 
+@pytest.mark.parametrize("line, hit", [
+    ("CUDA error 102 at ggml-cuda.cu:7100: device doesn't have valid Grid license", True),
+    ("vGPU license is expired on this VM", True),
+    ("this VM has a valid vGPU license", False),
+    ("a vGPU license is not required for passthrough", False),
+])
+def test_only_a_missing_vgpu_licence_is_read_as_one(line, hit):
+    assert fires("cuda.vgpu_unlicensed", line) is hit
+
+
 def test_an_index_that_is_just_a_bad_number_is_the_codes_bug(explain_text):
     proc, data = explain_text("ValueError: invalid literal for int() with base 10: 'abc'\n")
     assert_top(data, "U2")
+
+
+@pytest.mark.parametrize("error", [
+    "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.\n",
+    "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version\n",
+])
+def test_an_error_that_says_the_driver_is_behind_outweighs_the_logs_version_lines(explain_text, error):
+    """1b. Error 222 or 35 is the driver saying it is behind whatever built the failing code (Triton's ptxas, an
+    extension), which the version lines may not show: D9 stays first and uncut (a review found the cut turned the
+    clearest D9 logs into "unknown")."""
+    proc, data = explain_text("PyTorch version: 2.3.0+cu121\n| NVIDIA-SMI 535.54.03   Driver Version: 535.54.03   "
+                              "CUDA Version: 12.2 |\n" + error)
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, "D9")
+    d9 = data["causes"][0]
+    assert all(a["factor"] == 1 for a in d9["adjustments"]), d9["adjustments"]
+
+
+def test_a_log_naming_two_drivers_is_cleared_only_by_the_older(explain_text):
+    """1c. Two hosts pasted, one driver behind: the least capable driver decides whether D9 is cleared."""
+    proc, data = explain_text(NCCL_FAILS + "  CUDA Driver Version / Runtime Version          12.4 / 12.4\n"
+                              "  CUDA Driver Version / Runtime Version          11.8 / 12.4\n")
+    d9 = [c for c in data["causes"] if c["id"] == "D9"]
+    assert d9 and all(a["factor"] == 1 for a in d9[0]["adjustments"]), d9

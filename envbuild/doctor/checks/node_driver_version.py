@@ -20,7 +20,7 @@ MISMATCH_EXPLAINS = [r"[Vv]ersion mismatch", r"cudaErrorSystemDriverMismatch", r
                      r"unsupported display driver"]
 # A driver that does not answer NVML does not answer CUDA either: the node checks that asked for NVML error, and the
 # stack probe's CUDA/NCCL init hangs until its deadline (docs/gpu-runs/s18/probe-summary.txt).
-HUNG_EXPLAINS = [r"NVML gave no answer", r"did not finish within \d+ s", r"did not answer within \d+ s"]
+HUNG_EXPLAINS = [r"NVML gave no answer", r"did not finish within [\d.]+ s", r"did not answer within [\d.]+ s"]
 
 CAT = "node"
 
@@ -44,7 +44,7 @@ def _stack_libcuda(ctx) -> Dict[str, Any]:
 
 
 @check("node.driver_version", CAT, "One NVIDIA driver version: kernel module = NVML = libnvidia-ml = libcuda",
-       needs=("stack",), causes=("D2", "C1"))
+       needs=("stack",), causes=("D2", "C1", "D3"))
 def driver_version(ctx) -> Result:
     """The kernel module, NVML, the libnvidia-ml this process maps and the installed/mapped libcuda must agree.
 

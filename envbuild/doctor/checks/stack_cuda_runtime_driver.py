@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Tuple
 from envbuild.data.checks._common import cuda_version_string
 from envbuild.doctor.registry import check, verdict
 from envbuild.facts import stack_view as sv
-from envbuild.facts.source import FactUnavailable
+from envbuild.facts.source import FactHung, FactUnavailable
 from envbuild.report.model import Result, Status
 
 
@@ -17,6 +17,8 @@ def _driver_cuda(ctx, stack: Dict[str, Any]) -> Tuple[Optional[str], str]:
         return drv["version"], f"cuDriverGetVersion of mapped {drv.get('path')}"
     try:
         code = ctx.facts.nvml().get("cuda_driver_version")
+    except FactHung:  # a driver that does not answer is not a missing one: the runner's error, folded under D3
+        raise
     except FactUnavailable:
         code = None
     if code:
