@@ -77,11 +77,6 @@ def _signature_root(result: "Result", roots: Sequence["Result"],
     return None
 
 
-def result_name(r: "Result") -> str:
-    """A result as the report names it: the check, and its subject in brackets where it has one."""
-    return r.check_id + (f" [{r.subject}]" if r.subject else "")
-
-
 def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Signature"]] = None) -> List["Result"]:
     """`results` with every consequence annotated (in place, same order): evidence['consequence_of'] names the
     root check, its causes and what tied them (a signature id, or `explains:<pattern>`); the root's
@@ -139,7 +134,7 @@ def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Si
                                         "signature": how, "blamed_before": list(r.causes)}
         r.causes = list(root.causes)
         r.summary = f"consequence of {root.check_id} ({', '.join(root.causes)}): {r.summary}"
-        folded.setdefault(id(root), []).append(result_name(r))
+        folded.setdefault(id(root), []).append(r.label)
     for root in standing:
         if id(root) in folded:
             root.evidence["consequences"] = folded[id(root)]

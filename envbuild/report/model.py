@@ -58,6 +58,11 @@ class Result:
     duration_s: float = 0.0
     subject: Optional[str] = None  # e.g. "gpu0" when one check reports per GPU
 
+    @property
+    def label(self) -> str:
+        """The result as the terminal report and the fold name it: the check, and its subject in brackets."""
+        return self.check_id + (f" [{self.subject}]" if self.subject else "")
+
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value

@@ -92,8 +92,7 @@ def print_report(report: Report, quiet: bool = False, strict: bool = False) -> N
                     text += f"\n[cyan]fix:[/cyan] {r.remediation}"
                 if r.causes:
                     text += f"\n[dim]causes: {', '.join(r.causes)}[/dim]"
-            name = r.check_id + (f" [{r.subject}]" if r.subject else "")
-            table.add_row(f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", name, text)
+            table.add_row(f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", r.label, text)
         console.print(f"[bold]envbuild doctor[/bold] · {report.host.get('hostname')} · {report.host.get('source')}"
                       + (f" · profile {report.profile}" if report.profile else ""))
         console.print(table)
@@ -109,15 +108,13 @@ def print_report(report: Report, quiet: bool = False, strict: bool = False) -> N
 def root_cause_lines(results: List[Result]) -> List[str]:
     """One line per root cause the run folded others under (envbuild/doctor/fold.py): what to fix first, and how
     many failed or errored results follow from it, so a wedged driver reads as one fault and not ten."""
-    from envbuild.doctor.fold import result_name
-
     out = []
     for root in results:
         consequences = root.evidence.get("consequences") if isinstance(root.evidence, dict) else None
         if not consequences:
             continue
         shown = ", ".join(consequences[:4]) + (f" and {len(consequences) - 4} more" if len(consequences) > 4 else "")
-        out.append(f"root cause: {result_name(root)} ({', '.join(root.causes)}); {len(consequences)} other result(s) "
+        out.append(f"root cause: {root.label} ({', '.join(root.causes)}); {len(consequences)} other result(s) "
                    f"follow from it ({shown})" + (f"; fix it first: {root.remediation}" if root.remediation else ""))
     return out
 
