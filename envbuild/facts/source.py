@@ -248,6 +248,17 @@ def redact_environ(text: str) -> str:
     return redact(text)
 
 
+def _unavailable_record(exc: FactUnavailable) -> Dict[str, Any]:
+    """How a capture records a reading it could not take: the reason, and whether it hung (replayed as FactHung,
+    the node's trouble, rather than a skip)."""
+    return {"unavailable": str(exc), **({"hung": True} if isinstance(exc, FactHung) else {})}
+
+
+def _replayed_unavailable(record: Dict[str, Any], why: str) -> FactUnavailable:
+    """The error a bundle replays for a reading recorded by _unavailable_record."""
+    return (FactHung if record.get("hung") else FactUnavailable)(why + " (when captured)")
+
+
 class RecordingSource(FactSource):
     """Wraps a live source and records every answer, for `envbuild capture --node`."""
 
@@ -262,8 +273,7 @@ class RecordingSource(FactSource):
         self.links: Dict[str, str] = {}
         self.commands: Dict[str, Any] = {}
         self.nvml_data: Optional[Dict[str, Any]] = None
-        self.nvml_error: Optional[str] = None
-        self.nvml_hung = False  # the driver did not answer: replayed as FactHung (an error), not a skip
+        self.nvml_error: Optional[FactUnavailable] = None
         self.stack_data: Optional[Dict[str, Any]] = None
         self.stack_error: Optional[str] = None
 
@@ -307,7 +317,7 @@ class RecordingSource(FactSource):
         try:
             result = self.inner.command(name)
         except FactUnavailable as exc:
-            self.commands[name] = {"unavailable": str(exc), **({"hung": True} if isinstance(exc, FactHung) else {})}
+            self.commands[name] = _unavailable_record(exc)
             raise
         self.commands[name] = result.to_dict()
         return result
@@ -316,7 +326,7 @@ class RecordingSource(FactSource):
         try:
             self.nvml_data = self.inner.nvml()
         except FactUnavailable as exc:
-            self.nvml_error, self.nvml_hung = str(exc), isinstance(exc, FactHung)
+            self.nvml_error = exc
             raise
         return self.nvml_data
 
@@ -351,7 +361,8 @@ class RecordingSource(FactSource):
         })
         (meta_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
         (meta_dir / "commands.json").write_text(json.dumps(scrub_json(self.commands), indent=1, sort_keys=True) + "\n")
-        nvml = {"data": self.nvml_data, "unavailable": self.nvml_error, **({"hung": True} if self.nvml_hung else {})}
+        nvml = {"data": self.nvml_data, "unavailable": None,
+                **(_unavailable_record(self.nvml_error) if self.nvml_error is not None else {})}
         (meta_dir / "nvml.json").write_text(json.dumps(scrub_json(nvml), indent=1, sort_keys=True) + "\n")
         stack = {"data": self.stack_data, "unavailable": self.stack_error}
         (meta_dir / "stack.json").write_text(json.dumps(scrub_json(stack), indent=1, sort_keys=True) + "\n")
@@ -425,15 +436,14 @@ class BundleSource(FactSource):
         self.touched.append(".envbuild/commands.json")
         if rec is None:
             raise FactUnavailable(f"output of {name!r} was not captured in the bundle")
-        if "unavailable" in rec:  # a command that hung when captured is replayed as hung: the node's trouble
-            raise (FactHung if rec.get("hung") else FactUnavailable)(rec["unavailable"] + " (when captured)")
+        if "unavailable" in rec:
+            raise _replayed_unavailable(rec, rec["unavailable"])
         return CommandResult(rec["returncode"], rec["stdout"], rec["stderr"])
 
     def nvml(self) -> Dict[str, Any]:
         self.touched.append(".envbuild/nvml.json")
         if self._nvml.get("data") is None:
-            why = (self._nvml.get("unavailable") or "NVML was not read") + " (when captured)"
-            raise FactHung(why) if self._nvml.get("hung") else FactUnavailable(why)
+            raise _replayed_unavailable(self._nvml, self._nvml.get("unavailable") or "NVML was not read")
         return self._nvml["data"]
 
     def stack(self) -> Dict[str, Any]:
