@@ -12,22 +12,20 @@ import pytest
 from explain_helpers import assert_top, fires
 
 
-def test_cuda_error_36_by_its_message_is_a_driver_behind(explain_text):
-    proc, data = explain_text(
-        "RuntimeError: [TM][ERROR] CUDA runtime error: API call is not supported in the installed CUDA driver "
-        "/lmdeploy/src/turbomind/utils/allocator.h:169\n")
+@pytest.mark.parametrize("text, cause", [
+    ("RuntimeError: [TM][ERROR] CUDA runtime error: API call is not supported in the installed CUDA driver "
+     "/lmdeploy/src/turbomind/utils/allocator.h:169\n", "D9"),
+    ("CUDA error at helper_cuda.h:816 code=803(cudaErrorSystemDriverMismatch) \"cudaGetDeviceCount(&device_count)\"\n"
+     " ldconfig -p | grep libcuda.so.1\n"
+     "\tlibcuda.so.1 (libc6,AArch64) => /usr/local/cuda-13.0/compat/libcuda.so.1\n"
+     "\tlibcuda.so.1 (libc6,AArch64) => /usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1\n", "C8"),
+    ("Could not load library libcudnn_cnn_infer.so.8. Error: /usr/local/Cluster-Apps/cuda/8.0/lib64/libnvrtc.so: "
+     "undefined symbol: nvrtcGetCUBIN\n", "C10"),
+], ids=["error-36-by-its-message", "compat-libcuda-beside-803", "older-cuda-library-missing-its-function"])
+def test_the_fifteenth_rounds_readings_name_their_cause(explain_text, text, cause):
+    proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
-    assert_top(data, "D9")
-
-
-def test_a_compat_libcuda_first_in_the_loader_cache_beside_803_is_c8(explain_text):
-    proc, data = explain_text(
-        "CUDA error at helper_cuda.h:816 code=803(cudaErrorSystemDriverMismatch) \"cudaGetDeviceCount(&device_count)\"\n"
-        " ldconfig -p | grep libcuda.so.1\n"
-        "\tlibcuda.so.1 (libc6,AArch64) => /usr/local/cuda-13.0/compat/libcuda.so.1\n"
-        "\tlibcuda.so.1 (libc6,AArch64) => /usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1\n")
-    assert proc.returncode == 1, proc.stderr
-    assert_top(data, "C8")
+    assert_top(data, cause)
 
 
 def test_a_loader_cache_listing_alone_is_no_failure(explain_text):
@@ -43,11 +41,3 @@ def test_a_loader_cache_listing_alone_is_no_failure(explain_text):
 ])
 def test_only_a_cuda_library_missing_its_own_function_is_read_so(line, hit):
     assert fires("py.cuda_library_lacks_own_symbol", line) is hit
-
-
-def test_an_older_cuda_librarys_missing_function_is_c10(explain_text):
-    proc, data = explain_text(
-        "Could not load library libcudnn_cnn_infer.so.8. Error: /usr/local/Cluster-Apps/cuda/8.0/lib64/libnvrtc.so: "
-        "undefined symbol: nvrtcGetCUBIN\n")
-    assert proc.returncode == 1, proc.stderr
-    assert_top(data, "C10")
