@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from envbuild.errors import EnvbuildError, InputFileError, parse_input_json, read_input_text
 from envbuild.explain.rank import RULED_OUT_FACTOR, Adjustment
 from envbuild.explain.scan import ScanResult
+from envbuild.explain.versions import (cuda_code_text, cuda_of_code, driver_ahead, driver_behind, framework_torch_clash,
+                                       toolkit_clash)
 
 FAILED_RAISE = 3.5  # a failed check found the cause on the node: as strong as a signature that names it
 WARNED_RAISE = 1.0
@@ -99,7 +101,6 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if len(majors) > 1:
         out.append(Adjustment("C6", delta=3.0, reason=f"packages built for CUDA {' and '.join(majors)} in one environment "
                               "(their libraries overwrite or shadow each other)", origin="log"))
-    from envbuild.explain.versions import driver_ahead, driver_behind, framework_torch_clash, toolkit_clash
 
     # Versions the reporter states that cannot go together (a hint: a listing alone is not a failure).
     clash = framework_torch_clash(scan)
@@ -186,9 +187,9 @@ def profile_adjustments(profile_name: str, scan: ScanResult) -> Tuple[List[Adjus
     image_cuda = _ver_tuple(profile.cuda)[:2]
     drivers = [int(v) for v in _versions(scan, "cuda_driver_version") if v.isdigit()]
     rows.append({"component": "libcuda (cudaDriverVersion)", "image": profile.cuda,
-                 "log": [f"{d // 1000}.{d % 1000 // 10}" for d in drivers], "verdict": "not in log" if not drivers else
-                 ("older than the image's CUDA" if any((d // 1000, d % 1000 // 10) < image_cuda for d in drivers) else "match")})
-    if any((d // 1000, d % 1000 // 10) < image_cuda for d in drivers):
+                 "log": [cuda_code_text(d) for d in drivers], "verdict": "not in log" if not drivers else
+                 ("older than the image's CUDA" if any(cuda_of_code(d) < image_cuda for d in drivers) else "match")})
+    if any(cuda_of_code(d) < image_cuda for d in drivers):
         adj.append(Adjustment("C1", delta=2.0, reason=f"the libcuda NCCL loaded is CUDA {min(drivers)}, below the image's CUDA "
                               f"{profile.cuda}: the image would run a forward-compat libcuda", origin="profile"))
         adj.append(Adjustment("D9", delta=1.0, reason="driver older than the wheels' CUDA runtime", origin="profile"))

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from envbuild.explain.rank import Adjustment
 from envbuild.explain.scan import ScanResult
+from envbuild.explain.versions import cuda_code_text
 
 MISMATCH_RAISE = 5.0  # a version the run printed that the node contradicts names the cause: as strong as a signature can be
 
@@ -147,11 +148,6 @@ def _release(v: str) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def _cuda(code: str) -> str:
-    c = int(code)
-    return f"{c // 1000}.{c % 1000 // 10}"
-
-
 def cross_check(scan: ScanResult, node: NodeFacts) -> Tuple[List[Dict[str, Any]], List[Adjustment]]:
     """Every fact the log states against the node's; each row says what follows. A version mismatch in NCCL
     or the CUDA driver raises the cause it names by MISMATCH_RAISE (origin "node")."""
@@ -175,10 +171,10 @@ def cross_check(scan: ScanResult, node: NodeFacts) -> Tuple[List[Dict[str, Any]]
         for v in logged_drv:
             if int(v) == int(node_drv):
                 rows.append({"fact": "cuda_driver_version", "log": v, "node": node_drv, "verdict": "match",
-                             "says": f"the run's libcuda reports CUDA {_cuda(v)}, the node's driver CUDA {_cuda(node_drv)}: the same driver"})
+                             "says": f"the run's libcuda reports CUDA {cuda_code_text(int(v))}, the node's driver CUDA {cuda_code_text(int(node_drv))}: the same driver"})
                 continue
             newer = int(v) > int(node_drv)
-            says = (f"the run's libcuda reports CUDA {_cuda(v)}; the node's driver supports CUDA {_cuda(node_drv)}: the run "
+            says = (f"the run's libcuda reports CUDA {cuda_code_text(int(v))}; the node's driver supports CUDA {cuda_code_text(int(node_drv))}: the run "
                     + ("loaded a forward-compatible libcuda (cuda-compat), not the node's driver" if newer
                        else "loaded another, older libcuda than the node's driver"))
             rows.append({"fact": "cuda_driver_version", "log": v, "node": node_drv, "verdict": "differs", "says": says})

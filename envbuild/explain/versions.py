@@ -103,12 +103,25 @@ def needed(scan: ScanResult) -> Optional[Tuple[MM, str]]:
     return max(out) if out else None
 
 
+def cuda_of_code(code: int) -> MM:
+    """CUDA's integer version as (major, minor): 12020 -> (12, 2), the way cudaRuntimeGetVersion, cuDriverGetVersion
+    and NCCL's cudaDriverVersion write it. The one decoder of explain (the doctor's checks run inside the env's own
+    python and keep theirs, envbuild/data/checks/_common.py)."""
+    return code // 1000, (code % 1000) // 10
+
+
+def cuda_code_text(code: int) -> str:
+    """CUDA's integer version as people write it: 12020 -> "12.2"."""
+    major, minor = cuda_of_code(code)
+    return f"{major}.{minor}"
+
+
 def _code_mm(v: str) -> Optional[MM]:
-    """CUDA's integer version (12020, 9000) as (major, minor)."""
+    """A CUDA integer version found in a log's text; fewer than 4 digits is some other number (an error code, a
+    count), not a version."""
     if not v.isdigit() or len(v) < 4:
         return None
-    n = int(v)
-    return n // 1000, (n % 1000) // 10
+    return cuda_of_code(int(v))
 
 
 def driver_ahead(scan: ScanResult) -> Optional[str]:
