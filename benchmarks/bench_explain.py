@@ -13,6 +13,8 @@ Calibration: the top cause's confidence against whether it was right, on the LOR
   expected calibration error (10 equal bins), a reliability table, and the precision of each label.
   `--write-calibration` fits the map on all logs and writes envbuild/knowledge/calibration.toml (thresholds:
   the lowest confidence above which LORO answers were right >= 90 % is "high", >= 60 % "medium").
+First sight: the blind slices as they scored the one time they were unseen, pooled from their docs
+  (benchmarks/first_sight.py): the measure on text nobody tuned on, and what "high", "medium" and "low" meant there.
 Speed: a 10 MB and a 1 GiB log made by repeating the corpus's own text (and a 32 MiB one where no line repeats,
   the worst case, no goal), in a temp dir deleted afterwards, read
   by `envbuild explain` as a child process (wall time and peak RSS from wait4). The anchor is a bare Python loop
@@ -357,6 +359,22 @@ def _print_extra(strict: Dict[str, Any], slice_: Dict[str, Any]) -> None:
                   f"  {r['label_word'] or ''}")
 
 
+def _print_first_sight() -> Dict[str, Any]:
+    """The blind slices as first seen (benchmarks/first_sight.py, from docs/explain-slice*-before.md): the number
+    the in-sample and LORO lines above cannot give once the knowledge has learned those slices."""
+    import first_sight
+
+    s = first_sight.summary(first_sight.read_docs())
+    pooled, high = s["pooled"], s["pooled"]["words"]["high"]
+    mark = lambda v, g: "ok" if v is not None and v >= g else "MISSES"  # noqa: E731
+    print(f"first sight of the blind slices (each scored once, untouched, before anything learned it; "
+          f"{mark(pooled['top1'], GOALS['top1'])} top-1 goal >= 85%, {mark(pooled['top3'], GOALS['top3'])} top-3 "
+          f"goal >= 95%, {mark(high['precision'], 0.9)} 'high' goal >= 90% right):")
+    for line in first_sight.lines(s):
+        print(f"  {line}")
+    return s
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--accuracy-only", action="store_true")
@@ -403,6 +421,7 @@ def main() -> int:
                        "calibration": cal})
         _print_accuracy(loro, insample, cal, args.verbose)
         _print_extra(strict, slice_)
+        report["first_sight"] = _print_first_sight()
     if not args.accuracy_only:
         sp = speed(args.big_mib, args.distinct_mib)
         report["speed"] = sp
