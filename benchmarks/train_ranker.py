@@ -37,11 +37,12 @@ TRAIN_COLLECTIONS = frozenset({
     "held-out-2026-12-07-s11", "held-out-2026-12-07-s12", "held-out-2026-12-07-s13", "held-out-2026-12-08-s14",
     "held-out-2026-12-08-s15", "held-out-2026-12-06-s16", "held-out-2026-12-06-s17", "held-out-2026-12-06-s18",
     "held-out-2026-12-06-s19", "held-out-2026-12-06-s20", "held-out-2026-12-06-s21",
-    "held-out-2026-12-06-s22", "held-out-2026-12-06-s23",
+    "held-out-2026-12-06-s22", "held-out-2026-12-06-s23", "held-out-2026-12-06-s24", "held-out-2026-12-06-s25",
+    "held-out-2026-12-06-s26", "held-out-2026-12-06-s27",
 })
 C = 4.0  # inverse L2 strength: chosen by LORO (docs/explain.md, "learned ranker")
 MIN_DF = 2  # a feature seen in fewer training logs than this is not learned (a single thread's words)
-PRUNE = 0.05  # weights smaller than this are not shipped
+PRUNE = 0.06  # weights smaller than this are not shipped
 USE = {"weight": 3.0, "p_min": 0.1, "top": 3, "gate": 1.5}  # chosen by LORO (docs/explain.md); bench --ranker-weight sweeps it
 
 
