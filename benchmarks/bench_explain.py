@@ -43,6 +43,7 @@ CALIBRATION = REPO / "envbuild" / "knowledge" / "calibration.toml"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 GOALS = {"top1": 0.85, "top3": 0.95, "ece": 0.10}
+HIGH_PRECISION = 0.90  # issue 25: "high" only where measured precision on unseen repositories is >= 90 %
 # Collections left out of every score of this run (`--skip-collection`): an engineer who must stay blind to a slice
 # still runs the whole benchmark without its logs being read, scored or printed.
 SKIP: List[str] = []
@@ -364,12 +365,16 @@ def _print_first_sight() -> Dict[str, Any]:
     the in-sample and LORO lines above cannot give once the knowledge has learned those slices."""
     import first_sight
 
-    s = first_sight.summary(first_sight.read_docs())
+    try:
+        s = first_sight.summary(first_sight.read_docs())
+    except (first_sight.SliceDocError, OSError) as exc:
+        print(f"first sight of the blind slices: not read ({exc})")
+        return {"error": str(exc)}
     pooled, high = s["pooled"], s["pooled"]["words"]["high"]
-    mark = lambda v, g: "ok" if v is not None and v >= g else "MISSES"  # noqa: E731
-    print(f"first sight of the blind slices (each scored once, untouched, before anything learned it; "
-          f"{mark(pooled['top1'], GOALS['top1'])} top-1 goal >= 85%, {mark(pooled['top3'], GOALS['top3'])} top-3 "
-          f"goal >= 95%, {mark(high['precision'], 0.9)} 'high' goal >= 90% right):")
+    mark = lambda v, g: f"{'ok' if v is not None and v >= g else 'MISSES'} goal >= {g:.0%}"  # noqa: E731
+    print(f"first sight of the blind slices (each scored once, untouched, before anything learned it; top-1 "
+          f"{mark(pooled['top1'], GOALS['top1'])}, top-3 {mark(pooled['top3'], GOALS['top3'])}, 'high' right "
+          f"{mark(high['precision'], HIGH_PRECISION)}):")
     for line in first_sight.lines(s):
         print(f"  {line}")
     return s

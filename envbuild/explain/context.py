@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from envbuild.errors import EnvbuildError, InputFileError, parse_input_json, read_input_text
 from envbuild.explain.rank import RULED_OUT_FACTOR, Adjustment
 from envbuild.explain.scan import ScanResult
-from envbuild.explain.versions import (cuda_code_text, cuda_of_code, driver_ahead, driver_behind, framework_torch_clash,
+from envbuild.explain.versions import (cuda_code_text, cuda_code_mm, driver_ahead, driver_behind, framework_torch_clash,
                                        toolkit_clash)
 
 FAILED_RAISE = 3.5  # a failed check found the cause on the node: as strong as a signature that names it
@@ -188,9 +188,9 @@ def profile_adjustments(profile_name: str, scan: ScanResult) -> Tuple[List[Adjus
     drivers = [int(v) for v in _versions(scan, "cuda_driver_version") if v.isdigit()]
     rows.append({"component": "libcuda (cudaDriverVersion)", "image": profile.cuda,
                  "log": [cuda_code_text(d) for d in drivers], "verdict": "not in log" if not drivers else
-                 ("older than the image's CUDA" if any(cuda_of_code(d) < image_cuda for d in drivers) else "match")})
-    if any(cuda_of_code(d) < image_cuda for d in drivers):
-        adj.append(Adjustment("C1", delta=2.0, reason=f"the libcuda NCCL loaded is CUDA {min(drivers)}, below the image's CUDA "
+                 ("older than the image's CUDA" if any(cuda_code_mm(d) < image_cuda for d in drivers) else "match")})
+    if any(cuda_code_mm(d) < image_cuda for d in drivers):
+        adj.append(Adjustment("C1", delta=2.0, reason=f"the libcuda NCCL loaded is CUDA {cuda_code_text(min(drivers))}, below the image's CUDA "
                               f"{profile.cuda}: the image would run a forward-compat libcuda", origin="profile"))
         adj.append(Adjustment("D9", delta=1.0, reason="driver older than the wheels' CUDA runtime", origin="profile"))
     builds = _versions(scan, "nccl_build_cuda")

@@ -170,8 +170,9 @@ def cross_check(scan: ScanResult, node: NodeFacts) -> Tuple[List[Dict[str, Any]]
     if logged_drv and node_drv and node_drv.isdigit():
         for v in logged_drv:
             if int(v) == int(node_drv):
-                rows.append({"fact": "cuda_driver_version", "log": v, "node": node_drv, "verdict": "match",
-                             "says": f"the run's libcuda reports CUDA {cuda_code_text(int(v))}, the node's driver CUDA {cuda_code_text(int(node_drv))}: the same driver"})
+                says = (f"the run's libcuda reports CUDA {cuda_code_text(int(v))}, the node's driver CUDA "
+                        f"{cuda_code_text(int(node_drv))}: the same driver")
+                rows.append({"fact": "cuda_driver_version", "log": v, "node": node_drv, "verdict": "match", "says": says})
                 continue
             newer = int(v) > int(node_drv)
             says = (f"the run's libcuda reports CUDA {cuda_code_text(int(v))}; the node's driver supports CUDA {cuda_code_text(int(node_drv))}: the run "

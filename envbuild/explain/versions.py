@@ -61,7 +61,7 @@ def driver_caps(scan: ScanResult) -> List[Tuple[MM, str]]:
         if mm:
             caps.append((mm, f"nvidia-smi's CUDA Version {v}"))
     for v in scan.facts.get("cuda_driver_version", {}):
-        mm = _code_mm(v)
+        mm = _logged_code_mm(v)
         if mm:
             caps.append((mm, f"driver's CUDA {mm[0]}.{mm[1]} ({v})"))
     for v in scan.facts.get("driver_version", {}):
@@ -97,13 +97,13 @@ def needed(scan: ScanResult) -> Optional[Tuple[MM, str]]:
             if mm:
                 out.append((mm, f"{what} {v}"))
     for v in scan.facts.get("cuda_runtime_code", {}):
-        mm = _code_mm(v)
+        mm = _logged_code_mm(v)
         if mm:
             out.append((mm, f"CUDA runtime {mm[0]}.{mm[1]} ({v})"))
     return max(out) if out else None
 
 
-def cuda_of_code(code: int) -> MM:
+def cuda_code_mm(code: int) -> MM:
     """CUDA's integer version as (major, minor): 12020 -> (12, 2), the way cudaRuntimeGetVersion, cuDriverGetVersion
     and NCCL's cudaDriverVersion write it. The one decoder of explain (the doctor's checks run inside the env's own
     python and keep theirs, envbuild/data/checks/_common.py)."""
@@ -112,16 +112,16 @@ def cuda_of_code(code: int) -> MM:
 
 def cuda_code_text(code: int) -> str:
     """CUDA's integer version as people write it: 12020 -> "12.2"."""
-    major, minor = cuda_of_code(code)
+    major, minor = cuda_code_mm(code)
     return f"{major}.{minor}"
 
 
-def _code_mm(v: str) -> Optional[MM]:
+def _logged_code_mm(v: str) -> Optional[MM]:
     """A CUDA integer version found in a log's text; fewer than 4 digits is some other number (an error code, a
     count), not a version."""
     if not v.isdigit() or len(v) < 4:
         return None
-    return cuda_of_code(int(v))
+    return cuda_code_mm(int(v))
 
 
 def driver_ahead(scan: ScanResult) -> Optional[str]:

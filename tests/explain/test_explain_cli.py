@@ -56,6 +56,20 @@ def test_profile_compares_the_log_nccl_with_the_image(explain, tmp_path):
     assert same == data
 
 
+def test_profile_names_the_logs_libcuda_as_a_cuda_version_in_its_row_and_its_reason(explain, tmp_path):
+    """NCCL prints cudaDriverVersion as CUDA's integer (12020); the row and the C1 reason both say 12.2."""
+    log = tmp_path / "drv.log"
+    log.write_text("node1:1:1 [0] NCCL INFO cudaDriverVersion 12020\n"
+                   "RuntimeError: NCCL error: unhandled cuda error, NCCL version 2.27.5\n")
+    data = _json(explain(str(log), "--profile", "slime-v0.3.1-cu130", "--json", "-"))
+    row = next(r for r in data["profile"] if r["component"].startswith("libcuda"))
+    assert row["log"] == ["12.2"] and row["verdict"] == "older than the image's CUDA"
+    c1 = next(c for c in data["causes"] if c["id"] == "C1")
+    reasons = [a["reason"] for a in c1["adjustments"] if a["reason"].startswith("the libcuda NCCL loaded")]
+    assert reasons == ["the libcuda NCCL loaded is CUDA 12.2, below the image's CUDA 13.0: the image would run a "
+                       "forward-compat libcuda"]
+
+
 def test_healthy_log_exits_0_and_says_nothing_recognised(explain, tmp_path):
     log = tmp_path / "ok.log"
     log.write_text("step 1 loss 0.5\nnode1:1:1 [0] NCCL INFO NCCL version 2.28.3+cuda12.9\nstep 2 loss 0.4\n")
