@@ -130,6 +130,7 @@ class Scanner:
         self.facts = list(facts)
         prep = _prepared(self.signatures, self.facts)
         self._prefilter, self.engine, self._keys, self._closure = prep
+        self._match = self._match_fn()
         self._cache: Dict[bytes, Any] = {}
         self.hits: Dict[str, Hit] = {}
         self.fact_values: Dict[str, Dict[str, FactValue]] = {}
@@ -152,7 +153,7 @@ class Scanner:
 
     def feed_source(self, name: str, chunks: Iterable[bytes]) -> None:
         self.sources.append(name)
-        match = self._match_fn()
+        match = self._match
         self._inert.clear()
         for chunk in self._unknown_parts(self._keep_head(chunks), match):
             if chunk is None:  # a part bulk-counted by _unknown_parts
@@ -331,27 +332,15 @@ class Scanner:
 
     def _keys_in(self, raw: bytes) -> List[bytes]:
         """The keys a line holds, the longest at each place, overlapping ones included: "Error 802" holds the
-        structural key "Error" and the signature key "rror 802", which starts one byte later."""
-        regexp = getattr(self._prefilter, "_regexp", None)
-        out, pos, n = [], 0, len(raw)
-        if regexp is None or not hasattr(regexp, "Match"):
-            search = self._prefilter.search
-            while pos < n:
-                m = search(raw, pos)
-                if m is None:
-                    break
-                out.append(m.group(0))
-                pos = m.start() + 1
-            return out
-        import re2  # type: ignore[import-not-found]
-
-        anchor = re2._Anchor.UNANCHORED  # noqa: SLF001 - see _match_fn
+        structural key "Error" and the signature key "rror 802", which starts one byte later. The pre-filter is
+        the alternation of the keys, so its match function (_match_fn) finds them."""
+        out, pos, n, match = [], 0, len(raw), self._match
         while pos < n:
-            (s, e), = regexp.Match(anchor, raw, pos, n)[:1]
-            if s < 0:
+            span = match(raw, pos, n)
+            if span is None:
                 break
-            out.append(raw[s:e])
-            pos = s + 1
+            out.append(raw[span[0]:span[1]])
+            pos = span[0] + 1
         return out
 
     def _line(self, raw: bytes, source: str, line_no: int) -> None:
