@@ -143,5 +143,4 @@ def fold_consequences(results: List["Result"], signatures: Optional[Sequence["Si
 
 def root_causes(results: Sequence["Result"]) -> List[Tuple[str, List[str], List[str]]]:
     """(root check id, its causes, the checks folded under it) for every root that has consequences."""
-    return [(r.check_id, list(r.causes), list(r.evidence["consequences"]))
-            for r in results if isinstance(r.evidence, dict) and r.evidence.get("consequences")]
+    return [(r.check_id, list(r.causes), r.consequences) for r in results if r.consequences]

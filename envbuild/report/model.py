@@ -63,6 +63,13 @@ class Result:
         """The result as the terminal report and the fold name it: the check, and its subject in brackets."""
         return self.check_id + (f" [{self.subject}]" if self.subject else "")
 
+    @property
+    def consequences(self) -> List[str]:
+        """The results the doctor's fold put under this one as their root cause (evidence['consequences'], by
+        label); empty for any other result."""
+        found = self.evidence.get("consequences") if isinstance(self.evidence, dict) else None
+        return list(found or [])
+
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value

@@ -110,7 +110,7 @@ def root_cause_lines(results: List[Result]) -> List[str]:
     many failed or errored results follow from it, so a wedged driver reads as one fault and not ten."""
     out = []
     for root in results:
-        consequences = root.evidence.get("consequences") if isinstance(root.evidence, dict) else None
+        consequences = root.consequences
         if not consequences:
             continue
         shown = ", ".join(consequences[:4]) + (f" and {len(consequences) - 4} more" if len(consequences) > 4 else "")
