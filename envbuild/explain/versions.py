@@ -63,11 +63,11 @@ def driver_caps(scan: ScanResult) -> List[Tuple[MM, str]]:
     for v in scan.facts.get("cuda_driver_version", {}):
         mm = _logged_code_mm(v)
         if mm:
-            caps.append((mm, f"driver's CUDA {mm[0]}.{mm[1]} ({v})"))
+            caps.append((mm, f"driver's CUDA {mm_text(mm)} ({v})"))
     for v in scan.facts.get("driver_version", {}):
         mm = cuda_of_driver(v)
         if mm:
-            caps.append((mm, f"driver {v} (CUDA {mm[0]}.{mm[1]} by NVIDIA's minimum-driver table)"))
+            caps.append((mm, f"driver {v} (CUDA {mm_text(mm)} by NVIDIA's minimum-driver table)"))
     return caps
 
 
@@ -99,8 +99,13 @@ def needed(scan: ScanResult) -> Optional[Tuple[MM, str]]:
     for v in scan.facts.get("cuda_runtime_code", {}):
         mm = _logged_code_mm(v)
         if mm:
-            out.append((mm, f"CUDA runtime {mm[0]}.{mm[1]} ({v})"))
+            out.append((mm, f"CUDA runtime {mm_text(mm)} ({v})"))
     return max(out) if out else None
+
+
+def mm_text(mm: MM) -> str:
+    """A (major, minor) pair as people write it: (12, 2) -> "12.2"."""
+    return f"{mm[0]}.{mm[1]}"
 
 
 def cuda_code_mm(code: int) -> MM:
@@ -112,8 +117,7 @@ def cuda_code_mm(code: int) -> MM:
 
 def cuda_code_text(code: int) -> str:
     """CUDA's integer version as people write it: 12020 -> "12.2"."""
-    major, minor = cuda_code_mm(code)
-    return f"{major}.{minor}"
+    return mm_text(cuda_code_mm(code))
 
 
 def _logged_code_mm(v: str) -> Optional[MM]:
@@ -135,8 +139,8 @@ def driver_ahead(scan: ScanResult) -> Optional[str]:
     cap = min(caps)
     if need[0] > cap[0]:
         return None
-    return (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]}, and the {cap[1]} it shows runs CUDA up to "
-            f"{cap[0][0]}.{cap[0][1]}: the driver is not behind the runtime")
+    return (f"the log's {need[1]} needs CUDA {mm_text(need[0])}, and the {cap[1]} it shows runs CUDA up to "
+            f"{mm_text(cap[0])}: the driver is not behind the runtime")
 
 
 def driver_behind(scan: ScanResult) -> Optional[Tuple[str, str]]:
@@ -145,8 +149,7 @@ def driver_behind(scan: ScanResult) -> Optional[Tuple[str, str]]:
     if not cap or not need or need[0] <= cap[0]:
         return None
     kind = "major" if need[0][0] > cap[0][0] else "minor"
-    said = (f"the log's {need[1]} needs CUDA {need[0][0]}.{need[0][1]}; the {cap[1]} it shows runs CUDA up to "
-            f"{cap[0][0]}.{cap[0][1]}")
+    said = f"the log's {need[1]} needs CUDA {mm_text(need[0])}; the {cap[1]} it shows runs CUDA up to {mm_text(cap[0])}"
     if kind == "major":
         return kind, said + ": a newer CUDA major than the driver's cannot run without a forward-compatible libcuda"
     return kind, said + " (minor-version compatibility usually covers it; a hint only because something failed)"
@@ -191,7 +194,7 @@ def framework_torch_clash(scan: ScanResult) -> Optional[str]:
         want = vllm_torch(v)
         if want and want not in torches:
             stated = ", ".join(sorted(scan.facts["torch_version"]))
-            return (f"the log's vllm {v} was built against torch {want[0]}.{want[1]} (its release's requirements pin "
+            return (f"the log's vllm {v} was built against torch {mm_text(want)} (its release's requirements pin "
                     f"it); the log's torch is {stated}: vLLM's compiled ops do not load against another torch minor")
     return None
 
@@ -215,6 +218,6 @@ def toolkit_clash(scan: ScanResult) -> Optional[str]:
     for major, what in built:
         if all(n[0] != major for n in nvcc):
             n = nvcc[0]
-            return (f"the log's nvcc is CUDA {n[0]}.{n[1]}; its {what} is CUDA {major}: torch's cpp_extension will not "
+            return (f"the log's nvcc is CUDA {mm_text(n)}; its {what} is CUDA {major}: torch's cpp_extension will not "
                     "build a CUDA extension across majors")
     return None
