@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass
@@ -162,9 +163,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"first_sight: no explain-slice<N>-before.md under {args.docs}", file=sys.stderr)
         return 2
     s = summary(rows, args.last)
-    print("\n".join(lines(s)))
+    try:
+        print("\n".join(lines(s)), flush=True)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if args.json:
-        args.json.write_text(json.dumps({**s, "rows": [asdict(r) for r in rows]}, indent=1, default=str) + "\n")
+        try:
+            args.json.write_text(json.dumps({**s, "rows": [asdict(r) for r in rows]}, indent=1, default=str) + "\n")
+        except OSError as exc:
+            print(f"first_sight: --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 

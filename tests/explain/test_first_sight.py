@@ -54,6 +54,13 @@ def test_a_verdict_it_does_not_know_is_refused(tmp_path):
     assert proc.returncode == 2 and "verdict 'maybe' is not explained, unknown or ok" in proc.stderr
 
 
+def test_a_json_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_path):
+    _doc(tmp_path, 7, "| a.log | u | C1 | explained, C1 | high | ok |\n")
+    proc = _run("--docs", str(tmp_path), "--json", str(tmp_path / "missing" / "out.json"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"first_sight: --json {tmp_path / 'missing' / 'out.json'}: No such file or directory"
+
+
 def test_no_slice_doc_is_exit_2(tmp_path):
     proc = _run("--docs", str(tmp_path))
     assert proc.returncode == 2 and "no explain-slice<N>-before.md under" in proc.stderr
