@@ -1,7 +1,10 @@
-"""Add the logs of a docs/gpu-runs/s6-explain-logs.sh run to the corpus, and keep README.md's counts in step.
+"""Add the logs of a docs/gpu-runs/s6- or s20-explain-logs.sh run to the corpus, and keep README.md's counts in step.
 
     python tests/explain/corpus/add_run.py PATH/TO/s6-explain-logs.tar.gz   # copy the logs, append cases.toml
+    python tests/explain/corpus/add_run.py RUN.tar.gz --collection NAME     # the same, each entry in that collection
     python tests/explain/corpus/add_run.py --recount                        # only regenerate the counts table
+
+A run scored blind, apart from the headline, goes in with `--collection held-out-...` (as a held-out slice).
 
 A case whose program did not fail as planned keeps the cause the script planned: read the run's summary.txt
 (printed at the end) and edit that entry's `cause` (a run that came out healthy is `none`) before committing.
@@ -22,10 +25,10 @@ else:  # pragma: no cover
 
 CORPUS = Path(__file__).resolve().parent
 CAUSES = CORPUS.parents[2] / "envbuild" / "knowledge" / "causes.toml"
-NAME = re.compile(r"^h200-s6-\d+\.log$")
+NAME = re.compile(r"^(?:h200-s6|gpu-s\d+)-\d+\.log$")
 
 
-def add(tarball: Path) -> int:
+def add(tarball: Path, collection: str = "") -> int:
     manifest = CORPUS / "manifest.toml"
     listed = {e["file"] for e in tomllib.loads(manifest.read_text(encoding="utf-8"))["log"]}
     with tarfile.open(tarball) as tar:
@@ -41,7 +44,10 @@ def add(tarball: Path) -> int:
             if name in listed or not NAME.match(name) or name not in members:
                 continue
             (CORPUS / name).write_bytes(tar.extractfile(members[name]).read())
-            added.append("\n[[log]]\n" + block.lstrip().removeprefix("[[log]]\n").rstrip("\n") + "\n")
+            body = block.lstrip().removeprefix("[[log]]\n").rstrip("\n")
+            if collection:
+                body += f'\ncollection = "{collection}"'
+            added.append("\n[[log]]\n" + body + "\n")
     if added:
         manifest.write_text(manifest.read_text(encoding="utf-8").rstrip("\n") + "\n" + "".join(added), encoding="utf-8")
     recount()
@@ -69,6 +75,9 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--recount"]:
         recount()
         sys.exit(0)
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    if len(args) == 3 and args[1] == "--collection":
+        sys.exit(add(Path(args[0]), args[2]))
+    if len(args) != 1:
         raise SystemExit(__doc__)
-    sys.exit(add(Path(sys.argv[1])))
+    sys.exit(add(Path(args[0])))
