@@ -8,6 +8,7 @@ banner, not what pip says).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -110,6 +111,10 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if clash:
         out.append(Adjustment("C9", delta=1.5, reason=clash, origin="log-hint"))
 
+    inside = _raised_inside_packages(scan)
+    if inside:
+        out.append(Adjustment("U5", delta=2.5, reason=inside, origin="log-hint"))
+
     behind = driver_behind(scan)
     if behind:
         # A newer CUDA major than the driver runs is a contradiction in the log itself ("log"); a newer minor is what
@@ -123,6 +128,42 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
         # code that failed was built by something the log's version lines do not show (a Triton ptxas, an extension).
         out.append(Adjustment("D9", factor=RULED_OUT_FACTOR, reason=ahead, origin="log-hint"))
     return out
+
+
+def _raised_inside_packages(scan: ScanResult) -> Optional[str]:
+    """An API exception (a wrong number of arguments, a missing attribute or name, no dispatch for a type) whose
+    traceback frames are all inside installed packages, none in the user's own code: one package called another
+    that is not the version it was written for (U5), not a bug in code the user wrote (issue 25, round eighteen:
+    unsloth #2148, #741; in the corpus of round eighteen it reads 7 logs: U5 6 times, C7 once (numba #8985,
+    still C7 first), U2 never, while logs whose last frame is user code are not U2-specific either). A hint: it weighs 2.5, above the 2.0 the exception line gives U2, so U5 leads
+    only where no frame is the user's."""
+    package = _versions(scan, "frame_in_package")
+    first = _first_value(scan, "exception_type")
+    if not package or first is None or scan.facts.get("frame_in_user_code"):
+        return None
+    if first.rsplit(".", 1)[-1] not in _API_EXCEPTIONS:  # what failed first is another kind (a CUDA check, an OOM)
+        return None
+    return (f"{first} raised with every traceback frame inside installed packages "
+            f"({_package_of(package[0])}{' ...' if len(package) > 1 else ''}), none in the user's code: "
+            "one package calls another of another version")
+
+
+_API_EXCEPTIONS = ("TypeError", "AttributeError", "NameError")
+
+
+def _first_value(scan: ScanResult, fact: str) -> Optional[str]:
+    """The value of `fact` the log shows first (by source, then line)."""
+    values = scan.facts.get(fact, {})
+    order = {s: i for i, s in enumerate(scan.sources)}
+    firsts = sorted(values.values(), key=lambda v: (order.get(v.first.source, len(order)), v.first.line))
+    return firsts[0].value if firsts else None
+
+
+def _package_of(path: str) -> str:
+    """The package a frame's file belongs to: the folder after site-packages / dist-packages, else after the Python
+    library's lib/pythonX.Y (a standard module), else the file."""
+    m = re.search(r"(?:site|dist)-packages[/\\]([^/\\]+)", path) or re.search(r"python\d\.\d+[/\\]([^/\\]+)", path)
+    return m.group(1) if m else re.split(r"[/\\]", path)[-1]
 
 
 def _names_itself(scan: ScanResult, cause: str) -> bool:
