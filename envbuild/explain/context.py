@@ -110,6 +110,11 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     if clash:
         out.append(Adjustment("C9", delta=1.5, reason=clash, origin="log-hint"))
 
+    held = memory_held_elsewhere(scan)
+    if held:
+        out.append(Adjustment("D7", delta=3.0, reason=held, origin="log-hint"))
+        out.append(Adjustment("U3", factor=0.5, reason=held, origin="log-hint"))
+
     behind = driver_behind(scan)
     if behind:
         # A newer CUDA major than the driver runs is a contradiction in the log itself ("log"); a newer minor is what
@@ -123,6 +128,30 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
         # code that failed was built by something the log's version lines do not show (a Triton ptxas, an extension).
         out.append(Adjustment("D9", factor=RULED_OUT_FACTOR, reason=ahead, origin="log-hint"))
     return out
+
+
+_UNITS = {"KiB": 1 / (1 << 20), "MiB": 1 / 1024, "GiB": 1.0}
+HELD_ELSEWHERE_GIB = 8.0  # another process's share that is more than a CUDA context or a small neighbour
+
+
+def _gib(v: str) -> float:
+    amount, unit = v.split()
+    return float(amount) * _UNITS[unit]
+
+
+def memory_held_elsewhere(scan: ScanResult) -> Optional[str]:
+    """torch's out-of-memory message lists every process on the GPU: when another one holds several times what the
+    failing process holds, the memory was taken before this run asked for it (a process left from an earlier run,
+    or a neighbour on a shared GPU: D7), not used up by this run (U3)."""
+    others = [(_gib(v), v) for v in scan.facts.get("oom_other_process_memory", {})]
+    own = [(_gib(v), v) for v in scan.facts.get("oom_own_memory", {})]
+    if not others or not own:
+        return None
+    other, own_ = max(others), max(own)
+    if other[0] < HELD_ELSEWHERE_GIB or other[0] < 4 * own_[0]:
+        return None
+    return (f"another process held {other[1]} of the GPU when this one, holding {own_[1]}, ran out of memory: free it "
+            "(nvidia-smi --query-compute-apps=pid,used_memory) before looking at this run's batch size")
 
 
 def _names_itself(scan: ScanResult, cause: str) -> bool:
