@@ -5,6 +5,8 @@ score: each on the run's own log and on a second text, with a twin that must not
   holds is memory taken before the run asked for it (D7 first, U3 halved);
 - torch 2.11's "unable to allocate shared memory(shm)" from DataLoader workers is a full /dev/shm (O1);
 - gloo's "Unable to find address for: <name>" is GLOO_SOCKET_IFNAME naming no interface (U4);
+- torchrun failing to end a worker with SIGTERM ("Unable to shutdown process N via 15") is a rank that hung or
+  stopped first (U6);
 - TORCH_DISTRIBUTED_DEBUG=DETAIL's "Running collective: CollectiveFingerPrint(...)" at INFO is what every collective
   of a healthy run prints: no desync (it was U1 "high" on a healthy run).
 """
@@ -65,3 +67,20 @@ def test_the_detail_wrapper_printing_a_fingerprint_is_healthy(explain_text):
     assert fires("torch.collective_mismatch", "Detected mismatch between collectives on ranks. Rank 0 is running "
                  "collective: CollectiveFingerPrint(SequenceNumber=10, OpType=ALLREDUCE), but Rank 1 is running "
                  "collective: CollectiveFingerPrint(SequenceNumber=10, OpType=BROADCAST).")
+
+
+@pytest.mark.parametrize("text", [
+    _corpus("gpu-s20-14.log"),
+    "[rank0]: RuntimeError: Timed out waiting 1800000ms for recv operation to complete\n"
+    "W0101 torch/distributed/elastic/multiprocessing/api.py:1031] Unable to shutdown process 4411 via 15, forcefully exiting via 9\n",
+])
+def test_a_worker_that_outlives_sigterm_is_u6(explain_text, text):
+    proc, data = explain_text(text)
+    assert proc.returncode == 1
+    assert_top(data, "U6")
+
+
+def test_a_worker_that_ends_on_sigterm_is_no_u6(explain_text):
+    _, data = explain_text("[rank0]: RuntimeError: Timed out waiting 1800000ms for recv operation to complete\n"
+                           "W0101 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 4411 closing signal SIGTERM\n")
+    assert "U6" not in [c["id"] for c in data["causes"]][:1]
