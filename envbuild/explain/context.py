@@ -114,6 +114,10 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
     inside = _raised_inside_packages(scan)
     if inside:
         out.append(Adjustment("U5", delta=2.5, reason=inside, origin="log-hint"))
+    held = memory_held_elsewhere(scan)
+    if held:
+        out.append(Adjustment("D7", delta=3.0, reason=held, origin="log-hint"))
+        out.append(Adjustment("U3", factor=0.5, reason=held, origin="log-hint"))
 
     behind = driver_behind(scan)
     if behind:
@@ -135,8 +139,8 @@ def _raised_inside_packages(scan: ScanResult) -> Optional[str]:
     traceback frames are all inside installed packages, none in the user's own code: one package called another
     that is not the version it was written for (U5), not a bug in code the user wrote (issue 25, round eighteen:
     unsloth #2148, #741; in the corpus of round eighteen it reads 7 logs: U5 6 times, C7 once (numba #8985,
-    still C7 first), U2 never, while logs whose last frame is user code are not U2-specific either). A hint: it weighs 2.5, above the 2.0 the exception line gives U2, so U5 leads
-    only where no frame is the user's."""
+    still C7 first), U2 never, while logs whose last frame is user code are not U2-specific either). A hint: it
+    weighs 2.5, above the 2.0 the exception line gives U2, so U5 leads only where no frame is the user's."""
     package = _versions(scan, "frame_in_package")
     first = _first_value(scan, "exception_type")
     if not package or first is None or scan.facts.get("frame_in_user_code"):
@@ -164,6 +168,30 @@ def _package_of(path: str) -> str:
     library's lib/pythonX.Y (a standard module), else the file."""
     m = re.search(r"(?:site|dist)-packages[/\\]([^/\\]+)", path) or re.search(r"python\d\.\d+[/\\]([^/\\]+)", path)
     return m.group(1) if m else re.split(r"[/\\]", path)[-1]
+
+
+_UNITS = {"KiB": 1 / (1 << 20), "MiB": 1 / 1024, "GiB": 1.0}
+HELD_ELSEWHERE_GIB = 8.0  # another process's share that is more than a CUDA context or a small neighbour
+
+
+def _gib(v: str) -> float:
+    amount, unit = v.split()
+    return float(amount) * _UNITS[unit]
+
+
+def memory_held_elsewhere(scan: ScanResult) -> Optional[str]:
+    """torch's out-of-memory message lists every process on the GPU: when another one holds several times what the
+    failing process holds, the memory was taken before this run asked for it (a process left from an earlier run,
+    or a neighbour on a shared GPU: D7), not used up by this run (U3)."""
+    others = [(_gib(v), v) for v in scan.facts.get("oom_other_process_memory", {})]
+    own = [(_gib(v), v) for v in scan.facts.get("oom_own_memory", {})]
+    if not others or not own:
+        return None
+    other, own_ = max(others), max(own)
+    if other[0] < HELD_ELSEWHERE_GIB or other[0] < 4 * own_[0]:
+        return None
+    return (f"another process held {other[1]} of the GPU when this one, holding {own_[1]}, ran out of memory: free it "
+            "(nvidia-smi --query-compute-apps=pid,used_memory) before looking at this run's batch size")
 
 
 def _names_itself(scan: ScanResult, cause: str) -> bool:

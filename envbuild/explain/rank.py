@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from envbuild.explain.scan import Hit, ScanResult
 
 UNEXPLAINED = 1.0  # the score of "none of these": the softmax's floor
-MIN_CAUSE_SCORE = 1.5  # a best cause below this is not named; the verdict is "unknown"
+MIN_CAUSE_SCORE = UNEXPLAINED  # a best cause below "none of these" is not named; the verdict is "unknown"
 RULED_OUT_FACTOR = 0.25
 SHOWN = 6  # causes listed
 NAMES_IT = 3.5  # a weight from which one piece of evidence names its cause ("4-5 names it", docs/explain.md)
