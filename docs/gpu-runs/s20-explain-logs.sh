@@ -11,47 +11,8 @@
 #   result: $OUT/s20-explain-logs.tar.gz = s20-explain-logs/{gpu-s20-NN.log, cases.toml, summary.txt, node.txt}
 #   tests/explain/corpus/add_run.py takes the tarball (tests/explain/corpus/README.md, "H200 fault logs").
 set -u
-OUT=${OUT:?set OUT}
-LIMIT=${LIMIT:-480}            # seconds for the whole script (the call is limited to 10 min)
-PY=${PYTHON:-python3}
 RUN=s20
-W=/tmp/$RUN-explain-logs; rm -rf "$W"; mkdir -p "$W"
-cp -r "$(dirname "$0")/explain-progs" "$W/prog"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-start=$SECONDS
-STUB=$(ls /usr/local/cuda/lib64/stubs/libcuda.so /usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so 2>/dev/null | head -1)
-COMPAT=$(ls /usr/local/cuda/compat/libcuda.so.1 /usr/local/cuda-*/compat/libcuda.so.1 2>/dev/null | head -1)
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-
-: > "$W/cases.toml"; : > "$W/summary.txt"; n=0
-case_() {  # case_ NAME CAUSE TIMEOUT "what it is" -- command...   (environment set with env inside the command)
-  local name=$1 cause=$2 limit=$3 what=$4; shift 5
-  local left=$(( LIMIT - (SECONDS - start) ))
-  if [ "$left" -lt $(( limit + 5 )) ]; then echo "$name: not run, $left s left" | tee -a "$W/summary.txt"; return; fi
-  local t0=$SECONDS; n=$((n + 1)); local file; file=$(printf "gpu-$RUN-%02d.log" "$n")
-  # the log holds only what the programs print: the case and its command are in cases.toml, not in the text
-  # explain reads (a header naming the fault would hand it the answer)
-  ( cd "$W" && timeout -k 5 "$limit" "$@" ) > "$W/$file" 2>&1
-  local rc=$?
-  pkill -9 -f "$W/prog/|prog/gloo2.py|prog/hold_gpu.py" 2>/dev/null
-  echo "$file $name: exit $rc after $(( SECONDS - t0 )) s (expected cause $cause)" | tee -a "$W/summary.txt"
-  cat >> "$W/cases.toml" <<EOT
-
-[[log]]
-file = "$file"
-source = "docs/gpu-runs/$RUN-explain-logs.sh"
-repository = "envbuild/gpu-$RUN"
-project = "envbuild-gpu"
-cause = "$cause"
-established_by = "made on purpose on a lent 1x$GPU node by docs/gpu-runs/$RUN-explain-logs.sh: $what (exit $rc)"
-confidence = "high"
-notes = "case $name; a real run; command: $(printf '%s ' "$@" | sed 's/\\/\\\\/g; s/"/\\"/g')"
-EOT
-}
-N="env NCCL_DEBUG=INFO"
-TR="$PY -m torch.distributed.run --standalone --nproc-per-node 2"
-{ nvidia-smi; $PY -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())"
-  echo "stub libcuda: ${STUB:-none}"; echo "compat libcuda: ${COMPAT:-none}"; ulimit -a; df -h /dev/shm; } > "$W/node.txt" 2>&1
+source "$(dirname "$0")/explain-logs-lib.sh"
 
 # healthy runs: the verdict must be ok, no cause above "low"
 case_ healthy-train none 90 "an MLP trained 20 steps from a DataLoader with 2 workers, bf16 autocast" -- $PY prog/train.py
@@ -79,7 +40,4 @@ fi
 case_ cvd-minus-one C11 60 "CUDA_VISIBLE_DEVICES=-1 and init_process_group(device_id=cuda:0)" -- env NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=-1 $PY prog/pg1.py
 case_ oom-growing U3 90 "a training step whose batch doubles until the GPU is out of memory (expandable segments)" -- env GROW=1 STEPS=40 WORKERS=0 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $PY prog/train.py
 
-{ echo "## GPU processes left"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv; echo "## processes left"; pgrep -af "prog/" || echo none; } >> "$W/summary.txt" 2>&1
-tar -czf "$OUT/$RUN-explain-logs.tar.gz" -C /tmp "$RUN-explain-logs"
-tail -6 "$W/node.txt"; cat "$W/summary.txt"
-echo "elapsed $(( SECONDS - start )) s"
+finish_

@@ -1,4 +1,4 @@
-# Two gloo ranks on the CPU (run under torchrun); MODE picks the fault.
+# Two gloo ranks on the CPU (run under torchrun); MODE picks the fault (ok, stop, kill, skip, mismatch, order).
 import datetime
 import os
 import signal
@@ -13,9 +13,14 @@ r = dist.get_rank()
 if mode == "stop" and r == 1:
     print(f"[rank{r}] stopping myself with SIGSTOP before the all_reduce", flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)
+if mode == "kill" and r == 1:
+    print(f"[rank{r}] leaving with SIGKILL before the all_reduce", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 if mode == "skip" and r == 1:
     time.sleep(40)
 x = torch.ones(3 if (mode == "mismatch" and r == 1) else 2)
+if mode == "order" and r == 1:
+    dist.barrier()  # rank 1 calls the collectives in another order than rank 0
 dist.all_reduce(x)
 print(f"[rank{r}] all_reduce ok {x.tolist()}", flush=True)
 dist.barrier()
