@@ -13,6 +13,7 @@ STUB=$(ls /usr/local/cuda/lib64/stubs/libcuda.so /usr/local/cuda/targets/x86_64-
 COMPAT=$(ls /usr/local/cuda/compat/libcuda.so.1 /usr/local/cuda-*/compat/libcuda.so.1 2>/dev/null | head -1)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
+_toml() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }  # the inside of a TOML basic string
 : > "$W/cases.toml"; : > "$W/summary.txt"; n=0
 case_() {  # case_ NAME CAUSE TIMEOUT "what it is" -- command...   (environment set with env inside the command)
   local name=$1 cause=$2 limit=$3 what=$4; shift 5
@@ -21,9 +22,14 @@ case_() {  # case_ NAME CAUSE TIMEOUT "what it is" -- command...   (environment 
   local t0=$SECONDS; n=$((n + 1)); local file; file=$(printf "gpu-$RUN-%02d.log" "$n")
   # the log holds only what the programs print: the case and its command are in cases.toml, not in the text
   # explain reads (a header naming the fault would hand it the answer)
-  ( cd "$W" && timeout -k 5 "$limit" "$@" ) > "$W/$file" 2>&1
+  # each case in a session of its own, so that whatever it left behind goes with its process group; torchrun's
+  # workers start sessions of their own, so the programs are also ended by name
+  ( cd "$W" && exec setsid timeout -k 5 "$limit" "$@" ) > "$W/$file" 2>&1 &
+  local pgid=$!
+  wait "$pgid"
   local rc=$?
-  pkill -9 -f "$W/prog/|prog/gloo2.py|prog/hold_gpu.py" 2>/dev/null
+  kill -9 -- "-$pgid" 2>/dev/null
+  pkill -9 -f " prog/[a-z0-9_]+\.py" 2>/dev/null
   echo "$file $name: exit $rc after $(( SECONDS - t0 )) s (expected cause $cause)" | tee -a "$W/summary.txt"
   cat >> "$W/cases.toml" <<EOT
 
@@ -33,9 +39,9 @@ source = "docs/gpu-runs/$RUN-explain-logs.sh"
 repository = "envbuild/gpu-$RUN"
 project = "envbuild-gpu"
 cause = "$cause"
-established_by = "made on purpose on a lent 1x$GPU node by docs/gpu-runs/$RUN-explain-logs.sh: $what (exit $rc)"
+established_by = "made on purpose on a lent 1x$(_toml "$GPU") node by docs/gpu-runs/$RUN-explain-logs.sh: $(_toml "$what") (exit $rc)"
 confidence = "high"
-notes = "case $name; a real run; command: $(printf '%s ' "$@" | sed 's/\\/\\\\/g; s/"/\\"/g')"
+notes = "case $name; a real run; command: $(_toml "$(printf '%s ' "$@")")"
 EOT
 }
 N="env NCCL_DEBUG=INFO"

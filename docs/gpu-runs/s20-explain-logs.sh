@@ -29,7 +29,7 @@ if [ -n "$STUB" ]; then
   case_ stub-libcuda C7 60 "LD_PRELOAD=$STUB (the toolkit's stub libcuda)" -- env NCCL_DEBUG=INFO LD_PRELOAD="$STUB" $PY prog/tensor.py
 fi
 # new faults
-case_ shm-full O1 90 "a 1 MiB tmpfs over /dev/shm (private mount namespace) and DataLoader workers sending 4 MiB samples" -- unshare -m bash -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && SAMPLE_MIB=4 STEPS=5 $PY prog/train.py"
+case_ shm-full O1 90 "a 1 MiB tmpfs over /dev/shm (private mount namespace) and DataLoader workers sending 4 MiB samples" -- unshare -m --propagation private bash -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && SAMPLE_MIB=4 STEPS=5 $PY prog/train.py"
 case_ nofile-low O2 90 "ulimit -n 64 and DataLoader workers (file_descriptor sharing)" -- bash -c "ulimit -n 64; SAMPLE_MIB=0.5 STEPS=10 WORKERS=4 $PY -c 'import torch.multiprocessing as m; m.set_sharing_strategy(\"file_descriptor\"); import runpy; runpy.run_path(\"prog/train.py\", run_name=\"__main__\")'"
 case_ gpu-held D7 120 "another process holds 95 % of the GPU's memory while training doubles its batch" -- bash -c "$PY prog/hold_gpu.py 0.95 100 & sleep 12; nvidia-smi; GROW=1 STEPS=30 WORKERS=0 $PY prog/train.py; rc=\$?; kill %1; exit \$rc"
 case_ gloo-ifname-bad U4 60 "GLOO_SOCKET_IFNAME=nonexistent0 (two gloo ranks)" -- env MODE=ok GLOO_SOCKET_IFNAME=nonexistent0 $TR prog/gloo2.py

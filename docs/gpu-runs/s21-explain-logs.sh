@@ -21,7 +21,7 @@ case_ healthy-gloo2-nccl-warn none 60 "two gloo ranks all_reduce with NCCL_DEBUG
 case_ healthy-pip-then-train none 90 "pip list of the env, then the MLP trained with 0 workers" -- bash -c "$PY -m pip list 2>/dev/null | head -60; WORKERS=0 STEPS=10 $PY prog/train.py"
 
 # faults
-case_ device-node-hidden D5 60 "/dev/nvidia0 replaced by /dev/null in a private mount namespace, then a CUDA tensor" -- unshare -m bash -c "mount --bind /dev/null /dev/nvidia0 && $PY prog/tensor.py"
+case_ device-node-hidden D5 60 "/dev/nvidia0 replaced by /dev/null in a private mount namespace, then a CUDA tensor" -- unshare -m --propagation private bash -c "mount --bind /dev/null /dev/nvidia0 && $PY prog/tensor.py"
 case_ ulimit-v O2 60 "ulimit -v 16 GiB (virtual memory), then a CUDA tensor" -- bash -c "ulimit -v 16777216; $PY prog/tensor.py"
 case_ shadowed-module U5 60 "an old typing_extensions first on PYTHONPATH, then import torch" -- env PYTHONPATH=$W/shadow $PY prog/tensor.py
 case_ rank-killed U6 75 "rank 1 SIGKILLs itself before the all_reduce; rank 0 fails after it (gloo)" -- env MODE=kill PG_TIMEOUT=20 $TR prog/gloo2.py

@@ -143,8 +143,8 @@ def _raised_inside_packages(scan: ScanResult) -> Optional[str]:
     weighs 2.5, above the 2.0 the exception line gives U2, so U5 leads only where no frame is the user's."""
     package = _versions(scan, "frame_in_package")
     first = _first_value(scan, "exception_type")
-    if not package or first is None or scan.facts.get("frame_in_user_code"):
-        return None
+    if not package or first is None or scan.facts.get("frame_in_user_code") or not scan.facts.get("api_mismatch"):
+        return None  # a data or configuration error raised inside a framework's CLI is no API mismatch
     if first.rsplit(".", 1)[-1] not in _API_EXCEPTIONS:  # what failed first is another kind (a CUDA check, an OOM)
         return None
     return (f"{first} raised with every traceback frame inside installed packages "
@@ -170,28 +170,35 @@ def _package_of(path: str) -> str:
     return m.group(1) if m else re.split(r"[/\\]", path)[-1]
 
 
-_UNITS = {"KiB": 1 / (1 << 20), "MiB": 1 / 1024, "GiB": 1.0}
-HELD_ELSEWHERE_GIB = 8.0  # another process's share that is more than a CUDA context or a small neighbour
-
-
-def _gib(v: str) -> float:
-    amount, unit = v.split()
-    return float(amount) * _UNITS[unit]
-
-
 def memory_held_elsewhere(scan: ScanResult) -> Optional[str]:
-    """torch's out-of-memory message lists every process on the GPU: when another one holds several times what the
-    failing process holds, the memory was taken before this run asked for it (a process left from an earlier run,
-    or a neighbour on a shared GPU: D7), not used up by this run (U3)."""
-    others = [(_gib(v), v) for v in scan.facts.get("oom_other_process_memory", {})]
-    own = [(_gib(v), v) for v in scan.facts.get("oom_own_memory", {})]
-    if not others or not own:
+    """torch's out-of-memory message lists every process on the GPU: when one other process holds several times what
+    the failing process holds, the memory was taken before this run asked for it, by a process left from an earlier
+    run (D7) or another job on the same GPU, whose fix is the same (free the GPU, not a smaller batch), and not used
+    up by this run (U3). Not where the log names an inference engine (vLLM, SGLang): a colocated rollout engine's
+    share is the run's own memory (U3); nor where several other processes hold memory (a shared GPU, not one
+    holder)."""
+    if {"vllm", "sglang"} & set(scan.facts.get("framework", {})) or scan.facts.get("vllm_version"):
         return None
-    other, own_ = max(others), max(own)
-    if other[0] < HELD_ELSEWHERE_GIB or other[0] < 4 * own_[0]:
+    held = [_held_pair(v) for v in scan.facts.get("oom_memory_held", {})]
+    others = [f for f in scan.facts.get("oom_other_process", {})]
+    if not held or len(others) > 1:
         return None
-    return (f"another process held {other[1]} of the GPU when this one, holding {own_[1]}, ran out of memory: free it "
-            "(nvidia-smi --query-compute-apps=pid,used_memory) before looking at this run's batch size")
+    other, own = max(held)
+    if other < HELD_ELSEWHERE_GIB or other < 4 * own:
+        return None
+    return (f"another process held {other:.2f} GiB of the GPU when this one, holding {own:.2f} GiB, ran out of memory: "
+            "free it (nvidia-smi --query-compute-apps=pid,used_memory) before looking at this run's batch size")
+
+
+HELD_ELSEWHERE_GIB = 8.0  # another process's share that is more than a CUDA context or a small neighbour
+_AMOUNT = re.compile(r"(\d+(?:\.\d+)?) ([KMG])iB")
+_GIB = {"K": 1 / (1 << 20), "M": 1 / 1024, "G": 1.0}
+
+
+def _held_pair(value: str) -> Tuple[float, float]:
+    """(the other process's GiB, this process's GiB) from one message's oom_memory_held value."""
+    (a, ua), (b, ub) = _AMOUNT.findall(value)
+    return float(a) * _GIB[ua], float(b) * _GIB[ub]
 
 
 def _names_itself(scan: ScanResult, cause: str) -> bool:

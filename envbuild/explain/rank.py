@@ -6,8 +6,8 @@ score by four; doctor results and profile comparisons add or divide the same way
 A cause's share is a softmax over the scores with an "unexplained" score of 1.0 beside them; its confidence is
 the calibrated probability that it is the right cause (explain/calibrate.py: fitted on the corpus scored
 leave-one-repository-out), and its label says how often answers at that confidence were right. No failure
-signature at all means nothing is wrong in the log; a failure whose best cause scores below 1.5 is reported as
-unknown — the honest answer when the log does not say.
+signature at all means nothing is wrong in the log; a failure whose best cause scores below "none of these"
+(UNEXPLAINED) is reported as unknown — the honest answer when the log does not say.
 """
 from __future__ import annotations
 

@@ -49,3 +49,19 @@ def test_a_run_enters_once_with_its_collection(tmp_path, monkeypatch):
     assert entries[1]["collection"] == "held-out-x" and "collection" not in entries[0]
     assert (corpus / "gpu-s99-01.log").read_text() == "bus error\n"
     assert "## Per-class counts (2 logs)" in (corpus / "README.md").read_text(encoding="utf-8")
+
+
+def test_an_entry_that_names_a_collection_gets_the_one_asked_for_once(tmp_path, monkeypatch):
+    mod, corpus = _module(tmp_path, monkeypatch)
+    tarball = _tarball(tmp_path)
+    with tarfile.open(tarball) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    members["run/cases.toml"] = members["run/cases.toml"].replace(b'cause = "O1"', b'cause = "O1"\ncollection = "old"')
+    with tarfile.open(tarball, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert mod.add(tarball, 'held-out-"q"') == 0
+    entries = tomllib.loads((corpus / "manifest.toml").read_text(encoding="utf-8"))["log"]
+    assert entries[1]["collection"] == 'held-out-"q"'

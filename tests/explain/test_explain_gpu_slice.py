@@ -32,7 +32,8 @@ def test_memory_held_by_another_process_is_d7(explain_text, text):
     assert "U3" in [c["id"] for c in data["causes"]]  # still listed: the run may also need more than was left
 
 
-@pytest.mark.parametrize("other, own", [("456.00 MiB", "14.33 GiB"), ("30.00 GiB", "60.00 GiB"), ("6.00 GiB", "0.50 GiB")])
+@pytest.mark.parametrize("other, own", [("456.00 MiB", "14.33 GiB"), ("30.00 GiB", "60.00 GiB"),
+                                        ("6.00 GiB", "0.50 GiB")])
 def test_an_oom_where_this_process_holds_the_memory_stays_u3(explain_text, other, own):
     _, data = explain_text(OOM.format(other=other, own=own))
     assert_top(data, "U3")
@@ -40,7 +41,8 @@ def test_an_oom_where_this_process_holds_the_memory_stays_u3(explain_text, other
 
 @pytest.mark.parametrize("text", [
     _corpus("gpu-s20-10.log"),
-    "RuntimeError: unable to allocate shared memory(shm) for file </torch_1234_567_0>: Resource temporarily unavailable (11)\n",
+    "RuntimeError: unable to allocate shared memory(shm) for file </torch_1234_567_0>: "
+    "Resource temporarily unavailable (11)\n",
 ])
 def test_a_shared_memory_segment_that_cannot_be_allocated_is_o1(explain_text, text):
     proc, data = explain_text(text)
@@ -50,7 +52,8 @@ def test_a_shared_memory_segment_that_cannot_be_allocated_is_o1(explain_text, te
 
 @pytest.mark.parametrize("text", [
     _corpus("gpu-s20-13.log"),
-    "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: ib0\n",
+    "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. "
+    "Unable to find address for: ib0\n",
 ])
 def test_gloo_finding_no_interface_is_u4(explain_text, text):
     proc, data = explain_text(text)
@@ -72,7 +75,8 @@ def test_the_detail_wrapper_printing_a_fingerprint_is_healthy(explain_text):
 @pytest.mark.parametrize("text", [
     _corpus("gpu-s20-14.log"),
     "[rank0]: RuntimeError: Timed out waiting 1800000ms for recv operation to complete\n"
-    "W0101 torch/distributed/elastic/multiprocessing/api.py:1031] Unable to shutdown process 4411 via 15, forcefully exiting via 9\n",
+    "W0101 torch/distributed/elastic/multiprocessing/api.py:1031] Unable to shutdown process 4411 via 15, "
+    "forcefully exiting via 9\n",
 ])
 def test_a_worker_that_outlives_sigterm_is_u6(explain_text, text):
     proc, data = explain_text(text)
@@ -82,5 +86,18 @@ def test_a_worker_that_outlives_sigterm_is_u6(explain_text, text):
 
 def test_a_worker_that_ends_on_sigterm_is_no_u6(explain_text):
     _, data = explain_text("[rank0]: RuntimeError: Timed out waiting 1800000ms for recv operation to complete\n"
-                           "W0101 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 4411 closing signal SIGTERM\n")
-    assert "U6" not in [c["id"] for c in data["causes"]][:1]
+                           "W0101 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 4411 closing "
+                           "signal SIGTERM\n")
+    assert "U6" not in [c["id"] for c in data["causes"]]
+
+
+@pytest.mark.parametrize("text", [
+    # a colocated rollout engine's share is the run's own memory
+    "vllm 0.8.5\n" + OOM.format(other="60.00 GiB", own="10.00 GiB"),
+    # two other processes: a shared GPU, not one holder
+    OOM.format(other="60.00 GiB", own="10.00 GiB").replace(
+        "Including", "Process 77 has 20.00 GiB memory in use. Including"),
+])
+def test_memory_elsewhere_only_with_one_holder_and_no_engine(explain_text, text):
+    _, data = explain_text(text)
+    assert_top(data, "U3")

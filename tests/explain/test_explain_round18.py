@@ -269,3 +269,14 @@ def test_a_real_failure_beside_a_finished_table_still_counts(explain_text):
 ])
 def test_what_each_new_reading_does_and_does_not_read(sid, line, hit):
     assert fires(sid, line) is hit
+
+
+def test_a_data_error_raised_inside_a_frameworks_cli_stays_u2(explain_text):
+    """A framework run through its installed CLI has no frame of the user's code either; a TypeError whose message
+    is no API mismatch (a None where data was meant) is a bug or a bad config, not two package versions (review of
+    session 20)."""
+    text = ('Traceback (most recent call last):\n  File "/usr/local/bin/llamafactory-cli", line 8, in <module>\n'
+            '  File "/usr/local/lib/python3.10/dist-packages/llamafactory/data/loader.py", line 52, in load\n'
+            "    x = cfg['a'][0]\nTypeError: 'NoneType' object is not subscriptable\n")
+    _, data = explain_text(text)
+    assert_top(data, "U2")

@@ -1,4 +1,4 @@
-"""Add the logs of a docs/gpu-runs/s6- or s20-explain-logs.sh run to the corpus, and keep README.md's counts in step.
+"""Add the logs of a docs/gpu-runs/*-explain-logs.sh run to the corpus, and keep README.md's counts in step.
 
     python tests/explain/corpus/add_run.py PATH/TO/s6-explain-logs.tar.gz   # copy the logs, append cases.toml
     python tests/explain/corpus/add_run.py RUN.tar.gz --collection NAME     # the same, each entry in that collection
@@ -12,6 +12,8 @@ Entries already in the manifest are left as they are, so running it twice adds n
 """
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import sys
 import tarfile
@@ -34,7 +36,7 @@ def add(tarball: Path, collection: str = "") -> int:
     with tarfile.open(tarball) as tar:
         members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
         if "cases.toml" not in members:
-            raise SystemExit(f"{tarball}: no cases.toml (not an s6-explain-logs tarball)")
+            raise SystemExit(f"{tarball}: no cases.toml (not the tarball of a docs/gpu-runs/*-explain-logs.sh run)")
         cases_text = tar.extractfile(members["cases.toml"]).read().decode("utf-8")
         blocks = [b for b in cases_text.split("\n[[log]]\n") if b.strip()]
         added = []
@@ -46,7 +48,8 @@ def add(tarball: Path, collection: str = "") -> int:
             (CORPUS / name).write_bytes(tar.extractfile(members[name]).read())
             body = block.lstrip().removeprefix("[[log]]\n").rstrip("\n")
             if collection:
-                body += f'\ncollection = "{collection}"'
+                body = re.sub(r"(?m)^collection = .*\n?", "", body).rstrip("\n")
+                body += f"\ncollection = {json.dumps(collection)}"
             added.append("\n[[log]]\n" + body + "\n")
     if added:
         manifest.write_text(manifest.read_text(encoding="utf-8").rstrip("\n") + "\n" + "".join(added), encoding="utf-8")
@@ -72,12 +75,14 @@ def recount() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--recount"]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tarball", nargs="?", type=Path, help="the run's RUN-explain-logs.tar.gz")
+    ap.add_argument("--collection", default="", help="put every added entry in this collection (a held-out slice)")
+    ap.add_argument("--recount", action="store_true", help="only regenerate README.md's counts table")
+    args = ap.parse_args()
+    if args.recount:
         recount()
         sys.exit(0)
-    args = sys.argv[1:]
-    if len(args) == 3 and args[1] == "--collection":
-        sys.exit(add(Path(args[0]), args[2]))
-    if len(args) != 1:
-        raise SystemExit(__doc__)
-    sys.exit(add(Path(args[0])))
+    if args.tarball is None:
+        ap.error("a tarball, or --recount")
+    sys.exit(add(args.tarball, args.collection))
