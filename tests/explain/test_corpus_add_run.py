@@ -65,3 +65,14 @@ def test_an_entry_that_names_a_collection_gets_the_one_asked_for_once(tmp_path, 
     assert mod.add(tarball, 'held-out-"q"') == 0
     entries = tomllib.loads((corpus / "manifest.toml").read_text(encoding="utf-8"))["log"]
     assert entries[1]["collection"] == 'held-out-"q"'
+
+
+def test_a_tarball_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    mod, corpus = _module(tmp_path, monkeypatch)
+    before = (corpus / "manifest.toml").read_text(encoding="utf-8")
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"x")
+    for path in (bad, tmp_path / "missing.tar.gz"):
+        assert mod.add(path) == 2
+        assert "not a readable tarball" in capsys.readouterr().err
+    assert (corpus / "manifest.toml").read_text(encoding="utf-8") == before

@@ -33,7 +33,12 @@ NAME = re.compile(r"^(?:h200-s6|gpu-s\d+)-\d+\.log$")
 def add(tarball: Path, collection: str = "") -> int:
     manifest = CORPUS / "manifest.toml"
     listed = {e["file"] for e in tomllib.loads(manifest.read_text(encoding="utf-8"))["log"]}
-    with tarfile.open(tarball) as tar:
+    try:
+        tar_file = tarfile.open(tarball)
+    except (OSError, tarfile.TarError) as e:
+        print(f"{tarball}: not a readable tarball ({str(e).splitlines()[0].rstrip(':')})", file=sys.stderr)
+        return 2
+    with tar_file as tar:
         members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
         if "cases.toml" not in members:
             raise SystemExit(f"{tarball}: no cases.toml (not the tarball of a docs/gpu-runs/*-explain-logs.sh run)")
