@@ -180,8 +180,7 @@ def memory_held_elsewhere(scan: ScanResult) -> Optional[str]:
     if {"vllm", "sglang"} & set(scan.facts.get("framework", {})) or scan.facts.get("vllm_version"):
         return None
     held = [_held_pair(v) for v in scan.facts.get("oom_memory_held", {})]
-    others = [f for f in scan.facts.get("oom_other_process", {})]
-    if not held or len(others) > 1:
+    if not held or len(scan.facts.get("oom_other_process", {})) > 1:
         return None
     other, own = max(held)
     if other < HELD_ELSEWHERE_GIB or other < 4 * own:
