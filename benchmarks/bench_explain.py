@@ -67,13 +67,42 @@ def _fitted(repo: Optional[str]) -> Any:
     """The ranker retrained without `repo`'s logs (None: on every training log, the shipped model's data).
     Cached per repository: LORO, strict and the slices of one repository share one fold."""
     if repo not in _FOLDS:
-        from train_ranker import train, training_entries
+        from train_ranker import fit_without
 
-        _FOLDS[repo] = train([e for e in training_entries() if e["repository"] != repo])
+        _FOLDS[repo] = fit_without(repo)
     return _FOLDS[repo]
 
 
 _FOLDS: Dict[Optional[str], Any] = {}
+
+
+def _workers() -> int:
+    """Processes for fitting folds: the CPUs this process may use (ENVBUILD_BENCH_WORKERS overrides; 1: serial)."""
+    env = os.environ.get("ENVBUILD_BENCH_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def prefit(repos: Any) -> None:
+    """Fit the folds of `repos` not yet cached, across processes. Why: one fold is a fresh logistic regression on
+    ~800 logs (about a second), a run needs one per repository (over 300), and they are independent; fitting them
+    serially was most of this benchmark's time and of CI's. The workers are forked after the training logs'
+    features are read here, so each inherits them instead of scanning the corpus again."""
+    missing = sorted((r for r in set(repos) if r not in _FOLDS), key=str)
+    workers = min(_workers(), len(missing))
+    if workers < 2:
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from train_ranker import doc_features, fit_without, training_entries
+
+    for e in training_entries():
+        doc_features(e["file"], e["repository"])
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        for repo, model in zip(missing, pool.map(fit_without, missing, chunksize=4)):
+            _FOLDS[repo] = model
 
 
 def fold_model(repo: Optional[str]) -> Any:
@@ -88,6 +117,15 @@ def fold_model(repo: Optional[str]) -> Any:
     if use.weight <= 0:
         return dataclasses.replace(shipped, use=use) if shipped else None
     return dataclasses.replace(_fitted(repo), use=use)
+
+
+def _ranker_refitted() -> bool:
+    """Whether LORO scores retrain the ranker per repository (not when this run uses no ranker: weight 0)."""
+    from envbuild.explain.ranker import load_model
+
+    shipped = load_model()
+    weight = RANKER_USE["weight"] if RANKER_USE is not None else (shipped.use.weight if shipped else 0.0)
+    return weight > 0
 
 
 def predict(path: Path, held_out: Optional[str] = None, strict: bool = False, model: Any = None) -> Dict[str, Any]:
@@ -147,6 +185,8 @@ def accuracy(loro: bool = True, strict: bool = False, held_out: bool = False) ->
     """Top-1/top-3 on the corpus (`held_out`: on the held-out slices only); with `loro`, each log without its own
     repository's signatures (`strict`: without any signature its repository helped write)."""
     manifest = [e for e in load_manifest() if held_out_slice(e) == held_out]
+    if loro and _ranker_refitted():
+        prefit(e["repository"] for e in manifest)
     rows = [_row(e, predict(CORPUS / e["file"], e["repository"] if loro else None, strict,
                             fold_model(e["repository"] if loro else None))) for e in manifest]
     out = _summary(rows)

@@ -140,6 +140,12 @@ def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[st
                   "corpus_sha256": corpus_hash(entries)})
 
 
+def fit_without(repository: Optional[str]) -> Any:
+    """The model of a leave-one-repository-out fold: trained on every training log but `repository`'s (a
+    module-level function so benchmarks/bench_explain.py can fit folds in worker processes)."""
+    return train([e for e in training_entries() if e["repository"] != repository])
+
+
 def main() -> int:
     from envbuild.explain.ranker import MODEL_FILE
 

@@ -4,6 +4,8 @@ a topology error, a TE without its torch extension. And the other side: lines th
 runs (a retry after 1.5 seconds, NCCL falling back from IB to sockets, an NCCL timeout setting) raise nothing."""
 import json
 
+import re
+
 import pytest
 
 
@@ -39,7 +41,8 @@ def test_the_cause_is_named_first(explain, tmp_path, text, cause):
     proc, data = _run(explain, tmp_path, text)
     assert proc.returncode == 1, proc.stderr
     assert data["top"] == cause, [(c["id"], c["score"]) for c in data["causes"]]
-    assert f"verdict: most likely {cause}" in proc.stdout.decode()
+    # a weak answer is worded as a guess ("low"); either way the verdict line names the cause
+    assert re.search(rf"^verdict: (most likely|a guess, check it first:) {cause} ", proc.stdout.decode(), re.M)
 
 
 @pytest.mark.parametrize("text, cause", [
