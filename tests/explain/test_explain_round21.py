@@ -1,0 +1,69 @@
+"""Readings from held-out slices 34 and 35, written after their untouched scores (docs/explain-slice34-before.md,
+docs/explain-slice35-before.md); each with a twin that must not change.
+
+- Python's resource tracker (multiprocessing's, or joblib loky's) printing a KeyError traceback while it unregisters
+  a shared-memory name is a known bookkeeping error beside runs that finish: it is no evidence of a code bug (U2 was
+  "medium" on vllm #5468, a healthy run).
+- A zero error counter ("errors: 0", gpu_burn's progress line) is not a failure.
+- Error 500 "named symbol not found" while CUDA initialises (cudaGetDeviceCount, cuInit) is the container's user-mode
+  driver missing a piece of the host's (WSL2 driver 555+ without libnvdxgdmal.so.1): C1, not the missing NCCL kernel
+  image that the same words mean when NCCL launches (D10).
+"""
+import pytest
+
+from explain_helpers import CORPUS, assert_top, fires
+
+TRACKER = ('Traceback (most recent call last):\n'
+           '  File "/usr/lib/python3.10/multiprocessing/resource_tracker.py", line 209, in main\n'
+           '    cache[rtype].remove(name)\n'
+           "KeyError: '/psm_10b3d52e'\n")
+USER_KEYERROR = ('Traceback (most recent call last):\n'
+                 '  File "/work/train.py", line 88, in collate\n'
+                 '    batch["input_ids"] = [s[key] for s in samples]\n'
+                 "KeyError: 'input_ids'\n")
+
+
+@pytest.mark.parametrize("text", [TRACKER, TRACKER.replace("multiprocessing/", "joblib/externals/loky/backend/")])
+def test_the_resource_trackers_keyerror_is_no_code_bug(explain_text, text):
+    proc, data = explain_text(text * 3)
+    assert data["verdict"] != "explained" or data["top"] != "U2", [(c["id"], c["score"]) for c in data["causes"]]
+    assert all(c["label"] == "low" for c in data["causes"][:1])
+
+
+def test_the_healthy_vllm_run_with_the_tracker_noise_names_nothing_above_low(explain_text):
+    proc, data = explain_text((CORPUS / "vllm-5468.log").read_text(encoding="utf-8"))
+    assert data["verdict"] != "explained" or data["causes"][0]["label"] == "low", data["causes"][:2]
+
+
+def test_a_keyerror_in_the_users_code_is_still_u2(explain_text):
+    proc, data = explain_text(USER_KEYERROR)
+    assert_top(data, "U2")
+
+
+@pytest.mark.parametrize("line, failure", [
+    ("50.0%  proc'd: 636 (2085 Gflop/s)   errors: 0   temps: 64 C", False),
+    ("errors = 0, warnings = 2", False),
+    ("100.0%  proc'd: 1908 (2273 Gflop/s)   errors: 12 (WARNING!)  temps: 66 C", True),
+])
+def test_a_zero_error_counter_is_no_failure(line, failure):
+    assert fires("prose.failure", line) is failure
+
+
+INIT_500 = ("/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:118: UserWarning: CUDA initialization: "
+            "Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+            "NumCudaDevices() that might have already set an error? Error 500: named symbol not found\n")
+
+
+@pytest.mark.parametrize("text", [INIT_500, "failed call to cuInit: CUDA_ERROR_NOT_FOUND: named symbol not found\n",
+                                  "ggml_cuda_init: failed to initialize CUDA: named symbol not found\n" + INIT_500])
+def test_named_symbol_at_cuda_initialisation_is_the_user_mode_driver(explain_text, text):
+    proc, data = explain_text(text)
+    assert_top(data, "C1")
+    assert "D10" not in [c["id"] for c in data["causes"][:1]]
+
+
+def test_named_symbol_from_an_nccl_launch_is_still_d10(explain_text):
+    proc, data = explain_text("enqueue.cc:42 NCCL WARN Cuda failure 'named symbol not found'\n"
+                              "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error\n")
+    assert_top(data, "D10")
+    assert not fires("cuda.init_symbol_not_found", "enqueue.cc:42 NCCL WARN Cuda failure 'named symbol not found'")
