@@ -67,3 +67,23 @@ def test_named_symbol_from_an_nccl_launch_is_still_d10(explain_text):
                               "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error\n")
     assert_top(data, "D10")
     assert not fires("cuda.init_symbol_not_found", "enqueue.cc:42 NCCL WARN Cuda failure 'named symbol not found'")
+
+
+def test_an_uncaught_cpp_exception_with_invalid_device_ids_is_c11(explain_text):
+    proc, data = explain_text("terminate called after throwing an instance of 'std::runtime_error'\n"
+                              "  what():  Invalid device ids\n")
+    assert proc.returncode == 1
+    assert_top(data, "C11")
+    assert fires("cpp.terminate", "terminate called after throwing an instance of 'c10::Error'")
+    assert not fires("cuda.invalid_device_ids", "CUDA error: invalid device ordinal")
+
+
+@pytest.mark.parametrize("line, oom", [
+    ("When I use vllm 0.8.0, it will prompt that there is not enough memory, and the program will exit.", True),
+    ("insufficient GPU memory to load the model", True),
+    ("There is enough GPU memory for the KV cache on every rank", False),
+    ("Memory profiling takes 5.1 seconds, not enough samples yet", False),
+    ("insufficient memory warnings: 0", False),
+])
+def test_not_enough_memory_in_the_reporters_words_is_oom(line, oom):
+    assert fires("prose.oom", line) is oom
