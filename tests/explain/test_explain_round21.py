@@ -87,3 +87,26 @@ def test_an_uncaught_cpp_exception_with_invalid_device_ids_is_c11(explain_text):
 ])
 def test_not_enough_memory_in_the_reporters_words_is_oom(line, oom):
     assert fires("prose.oom", line) is oom
+
+
+def test_the_runtimes_out_of_memory_code_is_no_proof_of_a_full_gpu(explain_text):
+    """cudaErrorMemoryAllocation on the first one-element tensor was `ulimit -v` (gpu-s21-06, made on purpose):
+    U3 may lead, but no longer at "high"; the caching allocator's own message still names U3."""
+    proc, data = explain_text((CORPUS / "gpu-s21-06.log").read_text(encoding="utf-8"))
+    assert data["causes"][0]["label"] != "high" and "O2" in [c["id"] for c in data["causes"][:3]]
+    proc, data = explain_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                              "total capacity of 79.11 GiB of which 1.06 GiB is free.\n")
+    assert_top(data, "U3")
+    assert data["causes"][0]["named"]
+
+
+@pytest.mark.parametrize("log", ["gpu-s21-08.log", "h200-s6-17.log"])
+def test_a_sigkilled_worker_is_a_process_killed_first(explain_text, log):
+    """torchrun's 'exitcode: -9' with the surviving rank's 'Connection reset by peer' after it: U6 (a rank SIGKILLed
+    on purpose, docs/gpu-runs), not the network (U4) nor GPU memory (U3)."""
+    proc, data = explain_text((CORPUS / log).read_text(encoding="utf-8"))
+    assert_top(data, "U6")
+
+
+def test_a_worker_ended_by_sigterm_is_not_read_as_sigkill():
+    assert not fires("torch.sigkill", "failed (exitcode: -15) local_rank: 0 (pid: 4327) of binary: /usr/bin/python3")
