@@ -110,3 +110,13 @@ def test_a_sigkilled_worker_is_a_process_killed_first(explain_text, log):
 
 def test_a_worker_ended_by_sigterm_is_not_read_as_sigkill():
     assert not fires("torch.sigkill", "failed (exitcode: -15) local_rank: 0 (pid: 4327) of binary: /usr/bin/python3")
+
+
+@pytest.mark.parametrize("line, killed", [
+    ("[launch.py:315:sigkill_handler] Killing subprocess 4023 ... exits with return code = -9", True),
+    ("command terminated with exit code 137", True),
+    ("Process 4023 exits with return code = 1", False),
+    ("exit status 1370", False),
+])
+def test_other_launchers_reports_of_a_sigkill(line, killed):
+    assert fires("torch.sigkill", line) is killed
