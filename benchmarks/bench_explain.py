@@ -110,22 +110,20 @@ def fold_model(repo: Optional[str]) -> Any:
     or as RANKER_USE says."""
     import dataclasses
 
-    from envbuild.explain.ranker import Use, load_model
+    from envbuild.explain.ranker import load_model
 
-    shipped = load_model()
-    use = Use(**RANKER_USE) if RANKER_USE is not None else (shipped.use if shipped else Use())
+    shipped, use = load_model(), _use()
     if use.weight <= 0:
         return dataclasses.replace(shipped, use=use) if shipped else None
     return dataclasses.replace(_fitted(repo), use=use)
 
 
-def _ranker_refitted() -> bool:
-    """Whether LORO scores retrain the ranker per repository (not when this run uses no ranker: weight 0)."""
-    from envbuild.explain.ranker import load_model
+def _use() -> Any:
+    """How this run uses the ranker: RANKER_USE when given, else as shipped (weight 0 where no model ships)."""
+    from envbuild.explain.ranker import Use, load_model
 
     shipped = load_model()
-    weight = RANKER_USE["weight"] if RANKER_USE is not None else (shipped.use.weight if shipped else 0.0)
-    return weight > 0
+    return Use(**RANKER_USE) if RANKER_USE is not None else (shipped.use if shipped else Use())
 
 
 def predict(path: Path, held_out: Optional[str] = None, strict: bool = False, model: Any = None) -> Dict[str, Any]:
@@ -185,7 +183,7 @@ def accuracy(loro: bool = True, strict: bool = False, held_out: bool = False) ->
     """Top-1/top-3 on the corpus (`held_out`: on the held-out slices only); with `loro`, each log without its own
     repository's signatures (`strict`: without any signature its repository helped write)."""
     manifest = [e for e in load_manifest() if held_out_slice(e) == held_out]
-    if loro and _ranker_refitted():
+    if loro and _use().weight > 0:  # LORO retrains the ranker per repository only where the run uses one
         prefit(e["repository"] for e in manifest)
     rows = [_row(e, predict(CORPUS / e["file"], e["repository"] if loro else None, strict,
                             fold_model(e["repository"] if loro else None))) for e in manifest]

@@ -66,8 +66,8 @@ def render(result: Dict[str, Any]) -> str:
     else:
         top = result["causes"][0]
         why = " — no single line names it" if top["label"] == "medium" and top["probability"] >= 0.9 else ""
-        # A "low" answer is the best of weak evidence (right about half the time or less where it was measured): say
-        # it is a guess, so nobody acts on it before its check confirms it.
+        # A "low" answer is the best of weak evidence (right about half the time on the corpus, about one time in ten
+        # on blind slices at first sight): say it is a guess, so nobody acts on it before its check confirms it.
         lead = "a guess, check it first:" if top["label"] == "low" else "most likely"
         out.append(f"verdict: {lead} {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
         if run and not run.get("failed", True):
