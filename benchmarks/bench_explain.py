@@ -94,15 +94,23 @@ def prefit(repos: Any) -> None:
     if workers < 2:
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    import signal
 
     from train_ranker import doc_features, fit_without, training_entries
 
     for e in training_entries():
         doc_features(e["file"], e["repository"])
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        for repo, model in zip(missing, pool.map(fit_without, missing, chunksize=4)):
+    # The workers ignore Ctrl-C, which the terminal sends to the whole group: this process takes it and ends them.
+    pool = multiprocessing.get_context("fork").Pool(workers, signal.signal, (signal.SIGINT, signal.SIG_IGN))
+    try:
+        for repo, model in zip(missing, pool.imap(fit_without, missing, chunksize=4)):
             _FOLDS[repo] = model
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
 
 
 def fold_model(repo: Optional[str]) -> Any:
@@ -484,4 +492,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from train_ranker import guarded
+
+    sys.exit(guarded(main))
