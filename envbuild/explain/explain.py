@@ -92,7 +92,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     if run_section is not None:
         # Whether anything in the run failed: recorded facts alone (two libnccl copies in one communicator) name a
         # cause's mechanism even in a run that went through, and the reader must be told which of the two it is.
-        run_section["failed"] = bool(run_section["first_failures"]) or rank.failure_seen(rank.counted_hits(scan)) \
+        run_section["failed"] = bool(run_section["first_failures"]) or rank.failing(scan) \
             or doctor_failed
         result["run"] = run_section
         result["missing"] = run_section["missing"]
@@ -238,6 +238,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         "causes": entries,
         "next_steps": _next_steps(entries) if verdict == "explained" else [],
         "failures_without_cause": unexplained,
+        "recovered": {"episodes": scan.recovered, "shown": [r.to_dict() for r in scan.recoveries]},
         "timeline": timeline(scan),
         "profile": profile_rows,
     }

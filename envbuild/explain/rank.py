@@ -6,7 +6,7 @@ score by four; doctor results and profile comparisons add or divide the same way
 A cause's share is a softmax over the scores with an "unexplained" score of 1.0 beside them; its confidence is
 the calibrated probability that it is the right cause (explain/calibrate.py: fitted on the corpus scored
 leave-one-repository-out), and its label says how often answers at that confidence were right. No failure
-signature at all means nothing is wrong in the log; a failure with a cause that anything scored is explained by its
+signature at all, or only failures the run got past (a completion after them), means nothing is wrong in the log; a failure with a cause that anything scored is explained by its
 best cause, however weak (its label, often "low", says how often such answers were right); a failure that nothing
 points at is reported as unknown — the honest answer when the log does not say.
 """
@@ -60,8 +60,10 @@ def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
     return {sid: h for sid, h in scan.hits.items() if all(r in scan.hits for r in h.signature.requires)}
 
 
-def failure_seen(hits: Dict[str, Hit]) -> bool:
-    return any(h.signature.kind == "failure" for h in hits.values())
+def failing(scan: ScanResult) -> bool:
+    """Whether the log shows a failure the run did not get past: a counted failure signature in an episode that no
+    later completion closed (a caught out-of-memory error before "training done" is not one)."""
+    return any(h.signature.kind == "failure" and sid in scan.open_failures for sid, h in counted_hits(scan).items())
 
 
 def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]) -> List[RankedCause]:
@@ -107,7 +109,7 @@ def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]
 
 def verdict(scan: ScanResult, ranked: List[RankedCause], doctor_failed: bool = False) -> str:
     """'ok' (no failure in the log), 'explained' (a cause named) or 'unknown' (a failure, no cause that fits)."""
-    if not failure_seen(counted_hits(scan)) and not doctor_failed:
+    if not failing(scan) and not doctor_failed:
         return "ok"
     if not ranked or ranked[0].score <= MIN_CAUSE_SCORE:
         return "unknown"

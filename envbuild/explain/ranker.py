@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from envbuild.explain.rank import Adjustment, counted_hits
+from envbuild.explain.rank import Adjustment, counted_hits, failing
 from envbuild.explain.scan import ScanResult
 
 MODEL_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "ranker.json"
@@ -146,9 +146,9 @@ def adjustments(scan: ScanResult, model: Optional[Model] = None) -> List[Adjustm
     """Score adjustments (origin "model") for the causes the model ranks highest, only when the log shows a
     failure: the model says which cause a failure is, never whether there is one. `model`: the shipped one when
     None, read only once the log shows a failure (a healthy log never pays for reading it)."""
-    hits = counted_hits(scan)
-    if not any(h.signature.kind == "failure" for h in hits.values()):
+    if not failing(scan):
         return []
+    hits = counted_hits(scan)
     model = model if model is not None else load_model()
     if model is None or model.use.weight <= 0:
         return []

@@ -55,8 +55,14 @@ def render(result: Dict[str, Any]) -> str:
     for m in result.get("missing") or []:
         out.append(f"missing: {m['file']}: {m['message']}")
     verdict = result["verdict"]
+    recovered = result.get("recovered") or {"episodes": 0, "shown": []}
     if verdict == "ok":
-        out.append("verdict: no failure recognised in the logs (nothing recognised as an error)")
+        if recovered["episodes"]:
+            out.append(f"verdict: no failure left — the run got past each of the {recovered['episodes']} failure "
+                       "episode(s) it printed")
+            out.extend(_recoveries(recovered))
+        else:
+            out.append("verdict: no failure recognised in the logs (nothing recognised as an error)")
         return "\n".join(out) + "\n"
     if verdict == "unknown":
         out.append("verdict: a failure, cause unknown — no known signature explains it")
@@ -105,6 +111,10 @@ def render(result: Dict[str, Any]) -> str:
         out.append("log vs image:")
         for r in result["profile"]:
             out.append(f"  {r['component']:<28} image {r['image'] or '-':<12} log {', '.join(r['log']) or '-':<16} {r['verdict']}")
+    if recovered["episodes"]:
+        out.append("")
+        out.append(f"failures the run got past ({recovered['episodes']}), not counted against it:")
+        out.extend(_recoveries(recovered))
     if result["timeline"]:
         out.append("")
         out.append("first failure per process (earliest first):")
@@ -115,6 +125,18 @@ def render(result: Dict[str, Any]) -> str:
             if t["first"] and t["exception"]:
                 out.append(f"      raised: {t['exception'][:160]}" + (f"  at {t['frame']}" if t["frame"] else ""))
     return "\n".join(out) + "\n"
+
+
+def _recoveries(recovered: Dict[str, Any]) -> List[str]:
+    """Each failure episode the run got past, with the later line that shows it did."""
+    out = []
+    for r in recovered["shown"][:4]:
+        f, c = r["failure"], r["completion"]
+        out.append(f"  - {', '.join(r['signatures'][:3])}  [{_where(f)}]: {f['text'][:120]}")
+        out.append(f"    then {r['completion_signature']}  [{_where(c)}]: {c['text'][:120]}")
+    if recovered["episodes"] > 4:
+        out.append(f"  - and {recovered['episodes'] - 4} more")
+    return out
 
 
 def _clock(t: float) -> str:

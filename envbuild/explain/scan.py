@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from envbuild.knowledge.signatures import Fact, Signature, case_free
 
@@ -21,6 +21,9 @@ MAX_LINE = 8192  # characters of a line the patterns see (a longer line is cut a
 MAX_LOCATIONS = 3  # log lines kept per signature
 MAX_VALUES = 16  # distinct values kept per fact
 MAX_WHO = 512  # processes tracked for the timeline
+EPISODE_GAP = 12  # lines between two failure lines of one episode (an error, its traceback, its retries)
+MAX_EPISODES = 64  # open episodes kept per source (older ones are merged into the oldest)
+MAX_RECOVERIES = 16  # recoveries kept for the report
 _CACHE_LIMIT = 20000
 HEAD_BYTES = 64 * 1024  # bytes of text kept from the start of the input for the learned ranker (explain/ranker.py)
 
@@ -111,6 +114,30 @@ class Process:
 
 
 @dataclass
+class Episode:
+    """Failure lines of one source that lie close together: an error with its traceback, or the tries of one
+    retried connect. A later completion in the same source closes it (the run got past it)."""
+
+    first: Location
+    last_line: int
+    signatures: Dict[str, None]  # ordered set
+
+
+@dataclass
+class Recovery:
+    """A failure episode the run got past: the completion line after it says so."""
+
+    failure: Location  # the episode's first line
+    signatures: Tuple[str, ...]
+    completion: Location
+    completion_signature: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"failure": self.failure.to_dict(), "signatures": list(self.signatures),
+                "completion": self.completion.to_dict(), "completion_signature": self.completion_signature}
+
+
+@dataclass
 class ScanResult:
     hits: Dict[str, Hit]
     facts: Dict[str, Dict[str, FactValue]]
@@ -120,6 +147,10 @@ class ScanResult:
     sources: List[str]
     engine: str
     head: str = ""  # the first HEAD_BYTES of the input, sources in order: what the reporter pasted at the top
+    # failure signatures seen in an episode no later completion closed: those say the run failed
+    open_failures: FrozenSet[str] = frozenset()
+    recoveries: List[Recovery] = field(default_factory=list)  # the first MAX_RECOVERIES episodes closed
+    recovered: int = 0  # episodes closed in all
 
 
 class Scanner:
@@ -148,6 +179,9 @@ class Scanner:
         self._part_start = 0  # newlines before the part being scanned line by line
         self._head: List[bytes] = []
         self._head_left = HEAD_BYTES
+        self._episodes: Dict[str, List[Episode]] = {}  # per source, the failure episodes no completion closed yet
+        self.recoveries: List[Recovery] = []
+        self.recovered = 0
 
     # ------------------------------------------------------------------ input
 
@@ -278,6 +312,8 @@ class Scanner:
                 return False
             if entry.kind == "failure" and proc.first_failure is None:
                 return False
+            if entry.kind == "completion":  # it closes what came before it: each occurrence counts
+                return False
         return True
 
     def _match_fn(self) -> Any:
@@ -373,11 +409,18 @@ class Scanner:
 
         if info.struct is not None:
             self._structure(proc, info.struct)
+        failures: List[str] = []
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 self._fact(entry, value or "", location, proc)
-            else:
-                self._hit(entry, info.times, location, proc)
+                continue
+            self._hit(entry, info.times, location, proc)
+            if entry.kind == "completion":
+                self._complete(entry, source, location())
+            elif entry.kind == "failure":
+                failures.append(entry.id)
+        if failures:
+            self._failed(failures, source, line_no, location)
         if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
             best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
             proc.failure_signature = best.id  # name its most telling signature, not the first one tried
@@ -385,6 +428,35 @@ class Scanner:
             if len(self._inert) >= _CACHE_LIMIT:
                 self._inert.clear()
             self._inert[raw] = (info, proc)
+
+    def _failed(self, ids: List[str], source: str, line_no: int, location: Any) -> None:
+        """Add a failure line to its source's open episodes: to the last one when it lies within EPISODE_GAP lines."""
+        episodes = self._episodes.setdefault(source, [])
+        if episodes and 0 <= line_no - episodes[-1].last_line <= EPISODE_GAP:
+            last = episodes[-1]
+        else:
+            if len(episodes) >= MAX_EPISODES:  # bounded: the two oldest become one
+                merged = episodes.pop(1)
+                episodes[0].signatures.update(merged.signatures)
+            last = Episode(location(), line_no, {})
+            episodes.append(last)
+        last.last_line = line_no
+        last.signatures.update(dict.fromkeys(ids))
+
+    def _complete(self, sig: Signature, source: str, where: Location) -> None:
+        """A completion closes the open episodes of its source that it shows were overcome: all of them for a
+        run's end, those holding one of its `closes` signatures otherwise. Lines cached as inert are forgotten, so
+        that a failure printed again after this line opens a new episode."""
+        episodes = self._episodes.get(source, [])
+        closed = [e for e in episodes if not sig.closes or any(c in e.signatures for c in sig.closes)]
+        if not closed:
+            return
+        self._episodes[source] = [e for e in episodes if e not in closed]
+        for e in closed:
+            self.recovered += 1
+            if len(self.recoveries) < MAX_RECOVERIES:
+                self.recoveries.append(Recovery(e.first, tuple(e.signatures), where, sig.id))
+        self._inert.clear()
 
     def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
         """Track tracebacks: the innermost frame and the exception line that ends the first one."""
@@ -431,8 +503,9 @@ class Scanner:
 
     def result(self) -> ScanResult:
         head = b"\n".join(self._head).decode("utf-8", "replace")
+        still_open = frozenset(sid for eps in self._episodes.values() for e in eps for sid in e.signatures)
         return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine,
-                          head)
+                          head, still_open, self.recoveries, self.recovered)
 
 
 _MISSING = object()

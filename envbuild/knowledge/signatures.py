@@ -21,11 +21,14 @@ KNOWLEDGE_DIR = Path(__file__).parent
 SIGNATURES_DIR = KNOWLEDGE_DIR / "signatures"
 FACTS_FILE = KNOWLEDGE_DIR / "facts.toml"
 
-KINDS = ("failure", "context")  # failure: the log shows something broke; context: it only shifts the odds
+# failure: the log shows something broke; context: it only shifts the odds; completion: the run reached a point it
+# reaches only when what failed before it was overcome (its end, or a step past a retried connect), so failures
+# printed earlier in the same source were recovered from (explain/scan.py keeps which)
+KINDS = ("failure", "context", "completion")
 FACT_KINDS = ("value", "phase")  # phase: the last one seen before a failure is the phase it failed in
 MAX_WEIGHT = 5.0
 _SIG_KEYS = {"id", "pattern", "key", "kind", "means", "supports", "rules_out", "consequence_of", "requires",
-             "source", "example", "flip", "written_from"}
+             "source", "example", "flip", "written_from", "closes"}
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$|^[a-z0-9-]+(\.[a-z0-9-]+)+$")
 _FACT_KEYS = {"id", "pattern", "key", "kind", "source", "example", "expect", "means"}
 
@@ -50,6 +53,9 @@ class Signature:
     # empty: written from documentation or the message's own format. The benchmark does not credit a signature
     # on a repository's logs when that repository is the only one it was written from (leave-one-repository-out).
     written_from: Tuple[str, ...] = ()
+    # A completion's reach: the failure signatures it shows were overcome (a communicator that finished its set-up
+    # after connects were retried); empty: every failure before it in its source (the run's own end)
+    closes: Tuple[str, ...] = ()
 
     def credited_on(self, repository: Optional[str], strict: bool = False) -> bool:
         """Whether this signature would exist had `repository`'s logs been held out. By default a signature written
@@ -151,7 +157,7 @@ def _signature(entry: Dict[str, Any], path: Path, line: int, causes: Dict[str, A
             raise ValueError(f"weight of {cid} must be a number in (0, {MAX_WEIGHT:g}]")
         weights[cid] = float(w)
     lists = {}
-    for name in ("rules_out", "consequence_of", "requires", "written_from"):
+    for name in ("rules_out", "consequence_of", "requires", "written_from", "closes"):
         value = entry.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{name} must be a list of ids")
@@ -159,16 +165,20 @@ def _signature(entry: Dict[str, Any], path: Path, line: int, causes: Dict[str, A
             bad = [v for v in value if not _REPO.match(v)]
             if bad:
                 raise ValueError(f"written_from holds {', '.join(bad)}: each must be owner/name or a site's host name")
-        elif name != "requires":
+        elif name not in ("requires", "closes"):
             bad = [v for v in value if v not in causes]
             if bad:
                 raise ValueError(f"{name} names unknown cause(s) {', '.join(bad)}")
         lists[name] = tuple(value)
+    if kind == "completion" and (weights or lists["rules_out"]):
+        raise ValueError("a completion supports and rules out nothing: it only says what was overcome")
+    if lists["closes"] and kind != "completion":
+        raise ValueError("only a completion closes failures")
     return Signature(
         id=entry["id"], pattern=pattern, keys=keys, kind=kind, means=entry["means"], supports=weights,
         rules_out=lists["rules_out"], consequence_of=lists["consequence_of"], requires=lists["requires"],
         source=entry["source"], example=_check_example(pattern, keys, entry["example"]),
-        flip=entry.get("flip"), file=path, line=line, written_from=lists["written_from"],
+        flip=entry.get("flip"), file=path, line=line, written_from=lists["written_from"], closes=lists["closes"],
     )
 
 
@@ -220,7 +230,7 @@ def load_signature_file(path: Path) -> List[Signature]:
 
 @lru_cache(maxsize=None)
 def load_signatures(directory: Path = SIGNATURES_DIR) -> Tuple[Signature, ...]:
-    """Every signature in `directory`/*.toml, ids unique across files, `requires` resolved."""
+    """Every signature in `directory`/*.toml, ids unique across files, `requires` and `closes` resolved."""
     sigs: List[Signature] = []
     seen: Dict[str, Signature] = {}
     for path in sorted(directory.glob("*.toml")):
@@ -234,6 +244,10 @@ def load_signatures(directory: Path = SIGNATURES_DIR) -> Tuple[Signature, ...]:
         for req in sig.requires:
             if req not in seen:
                 raise InputFileError(sig.file, f"signature {sig.id} requires unknown signature {req!r}", sig.line)
+        for closed in sig.closes:
+            if closed not in seen or seen[closed].kind != "failure":
+                raise InputFileError(sig.file, f"signature {sig.id} closes {closed!r}, which is no failure signature",
+                                     sig.line)
     return tuple(sigs)
 
 
