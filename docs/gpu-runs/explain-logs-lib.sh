@@ -52,7 +52,9 @@ TR="$PY -m torch.distributed.run --standalone --nproc-per-node 2"
 
 finish_() {
   { echo "## GPU processes left"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv; echo "## processes left"; pgrep -af "prog/" || echo none; } >> "$W/summary.txt" 2>&1
-  tar -czf "$OUT/$RUN-explain-logs.tar.gz" -C /tmp "$RUN-explain-logs"
+  # only what the corpus takes: the programs' own files (checkpoints, outputs) can be larger than a call brings back
+  ( cd /tmp && tar -czf "$OUT/$RUN-explain-logs.tar.gz" "$RUN-explain-logs"/gpu-"$RUN"-*.log \
+      "$RUN-explain-logs"/{cases.toml,summary.txt,node.txt} )
   tail -6 "$W/node.txt"; cat "$W/summary.txt"
   echo "elapsed $(( SECONDS - start )) s"
 }
