@@ -4,7 +4,9 @@ Healthy runs print failures they handle: a batch-size finder catches out-of-memo
 rank retries its store connect until the master is up, an fp16 run skips overflowing steps. The third GPU slice's
 healthy runs (gpu-s22-01..03) read as failures (U3 at high, U4 at medium) before this. A failure episode that a
 completion follows is recovered from; one printed after the last completion, in another log, or of a kind the
-completion does not close still makes the log a failure.
+completion does not close still makes the log a failure. Training that goes on (a step with a finite loss) is a
+completion too: the fourth GPU slice's healthy runs (gpu-s23-01..10) end in their own ways, and only one of the ten
+was `ok` with run ends alone.
 """
 import json
 
@@ -23,7 +25,7 @@ STORE = ("[E1206 17:21:00.045415329 socket.cpp:1028] [c10d] The client socket ha
          "to connect to (127.0.0.1, 41453).\n")
 INIT = ("vm:536:536 [0] NCCL INFO ncclCommInitRankConfig comm 0x245c78c0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 "
         "commId 0x86a12c5bf7b34927 - Init COMPLETE\n")
-STEPS = "".join(f"step {i} loss 0.04\n" for i in range(5))
+STEPS = "".join(f"step {i} done\n" for i in range(5))  # no loss printed: not progress by itself
 
 
 def _scan(*texts: str):
@@ -103,6 +105,34 @@ def test_the_terminal_says_what_was_got_past(explain, tmp_path):
     assert proc.returncode == 0
     assert "verdict: no failure left — the run got past each of the 1 failure episode(s) it printed" in out
     assert f"then run.training_finished  [{log}:7]: training done" in out
+
+
+@pytest.mark.parametrize("progress", [
+    "step 30 loss 4.6022\n",
+    "iter 6 mean reward -0.3867 loss 0.0050\n",
+    "{'loss': 0.4123, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.5}\n",
+    "Epoch 19: 100%|##########| 782/782 [00:05<00:00, 152.93it/s, val_loss=1.080, train_loss=0.452]\n",
+    " iteration      100/  500000 | elapsed time per iteration (ms): 512.3 | lm loss: 7.123456E+00 |\n",
+])
+def test_training_that_goes_on_after_a_failure_got_past_it(explain_text, progress):
+    proc, data = explain_text(OOM + "halving the batch\n" + progress)
+    assert proc.returncode == 0 and data["verdict"] == "ok"
+    assert data["recovered"]["shown"][0]["completion_signature"] == "run.training_progress"
+
+
+@pytest.mark.parametrize("after", ["step 11 loss nan\n", "WARNING step 29: non-finite loss nan; batch skipped\n",
+                                   "epoch 1 done: 40 steps\n", "step 5: loss spikes to 100%\n"])
+def test_a_nan_loss_or_a_step_without_a_loss_is_no_progress(explain_text, after):
+    proc, data = explain_text(OOM + after)
+    assert proc.returncode == 1 and data["top"] == "U3"
+
+
+def test_a_warning_that_something_can_hang_is_no_hang(explain_text):
+    proc, data = explain_text("[rank0]:[W1206 19:39:31.554003320 ProcessGroupNCCL.cpp:5188] Guessing device ID based on "
+                              "global rank. This can cause a hang if rank to GPU mapping is heterogeneous.\n")
+    assert proc.returncode == 0 and data["verdict"] == "ok"
+    proc, data = explain_text("the job hangs after step 3\n")
+    assert proc.returncode == 1
 
 
 @pytest.mark.parametrize("name", ["gpu-s22-01.log", "gpu-s22-02.log", "gpu-s22-03.log"])
