@@ -47,6 +47,8 @@ HIGH_PRECISION = 0.90  # issue 25: "high" only where measured precision on unsee
 # Collections left out of every score of this run (`--skip-collection`): an engineer who must stay blind to a slice
 # still runs the whole benchmark without its logs being read, scored or printed.
 SKIP: List[str] = []
+# `--collection`: score only these held-out collections (a new slice's first score, in seconds instead of minutes)
+ONLY: List[str] = []
 
 
 def load_manifest() -> List[Dict[str, Any]]:
@@ -54,7 +56,8 @@ def load_manifest() -> List[Dict[str, Any]]:
     from envbuild.tomlcompat import toml
 
     logs = toml.loads((CORPUS / "manifest.toml").read_text())["log"]
-    return [e for e in logs if not any(str(e.get("collection", "")).startswith(s) for s in SKIP)]
+    return [e for e in logs if not any(str(e.get("collection", "")).startswith(s) for s in SKIP)
+            and (not ONLY or e.get("collection") in ONLY)]
 
 
 # How the learned ranker is used in this run: None = as shipped (envbuild/knowledge/ranker.json's `use`), else
@@ -388,6 +391,10 @@ def _print_extra(strict: Dict[str, Any], slice_: Dict[str, Any]) -> None:
     print(f"strict leave-one-repository-out (no signature credited on any repository it was written from, even with "
           f"others; issue 25's wording reads this way): top-1 {strict['top1']:.1%} ({ok(strict['top1'], GOALS['top1'])} "
           f"goal >= 85%)  top-3 {strict['top3']:.1%} ({ok(strict['top3'], GOALS['top3'])} goal >= 95%)")
+    _print_slices(slice_)
+
+
+def _print_slices(slice_: Dict[str, Any]) -> None:
     if not slice_["rows"]:
         return
     # Each held-out collection apart: they were frozen at different commits, so one number would hide which
@@ -437,6 +444,8 @@ def main() -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="list every log's prediction")
     ap.add_argument("--skip-collection", action="append", default=[], metavar="NAME",
                     help="leave out the logs of this collection (or every collection starting so); repeatable")
+    ap.add_argument("--collection", action="append", default=[], metavar="NAME",
+                    help="score only this held-out collection, as the full run scores it (repeatable); nothing else")
     ap.add_argument("--ranker-weight", type=float, metavar="W",
                     help="use the learned ranker with this weight instead of the shipped one's (0: signatures alone)")
     ap.add_argument("--ranker-p-min", type=float, metavar="P", help="the learned ranker's p_min instead of the shipped one's")
@@ -444,6 +453,7 @@ def main() -> int:
                     help="the learned ranker's gate instead of the shipped one's (a signature score at which it is not used)")
     args = ap.parse_args()
     SKIP.extend(args.skip_collection)
+    ONLY.extend(args.collection)
     global RANKER_USE
     overrides = {k: v for k, v in (("weight", args.ranker_weight), ("p_min", args.ranker_p_min),
                                    ("gate", args.ranker_gate)) if v is not None}
@@ -457,8 +467,11 @@ def main() -> int:
     report: Dict[str, Any] = {}
     # Speed first, while this process is small: a child's peak RSS (wait4) counts the pages of the parent it was
     # forked from until it execs, and the accuracy part grows this process past 1 GiB (every LORO fold's model).
-    sp = None if args.accuracy_only else speed(args.big_mib, args.distinct_mib)
-    if not args.speed_only:
+    sp = None if args.accuracy_only or ONLY else speed(args.big_mib, args.distinct_mib)
+    if ONLY:
+        report["held_out_slice"] = slice_ = accuracy(loro=True, held_out=True)
+        _print_slices(slice_)
+    elif not args.speed_only:
         loro = accuracy(loro=True)
         if args.write_calibration:
             report["written_calibration"] = write_calibration(loro["rows"])
