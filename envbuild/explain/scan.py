@@ -448,7 +448,10 @@ class Scanner:
         run's end, those holding one of its `closes` signatures otherwise. Lines cached as inert are forgotten, so
         that a failure printed again after this line opens a new episode."""
         episodes = self._episodes.get(source, [])
-        closed = [e for e in episodes if not sig.closes or any(c in e.signatures for c in sig.closes)]
+        # An episode on a source's first line is not closed: a pasted report's first line is its title, the outcome
+        # the report is about ("axolotl hanging during training"), and what follows is the run that led to it.
+        closed = [e for e in episodes if e.first.line > 1
+                  and (not sig.closes or any(c in e.signatures for c in sig.closes))]
         if not closed:
             return
         self._episodes[source] = [e for e in episodes if e not in closed]

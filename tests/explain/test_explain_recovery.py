@@ -19,9 +19,11 @@ from envbuild.knowledge.signatures import load_signature_file, load_signatures
 from explain_helpers import CORPUS
 from test_explain_cli import SCHEMA
 
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB. GPU 0 has a total capacity of "
+# Each failure comes after a first line of the run's own: a report's first line is its title, never closed
+OOM = ("torch 2.11.0+cu130 on NVIDIA H100 80GB HBM3\n"
+       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB. GPU 0 has a total capacity of "
        "79.18 GiB of which 14.54 GiB is free.\n")
-STORE = ("[E1206 17:21:00.045415329 socket.cpp:1028] [c10d] The client socket has timed out after 2000ms while trying "
+STORE = ("torch 2.11.0+cu130\n[E1206 17:21:00.045415329 socket.cpp:1028] [c10d] The client socket has timed out after 2000ms while trying "
          "to connect to (127.0.0.1, 41453).\n")
 INIT = ("vm:536:536 [0] NCCL INFO ncclCommInitRankConfig comm 0x245c78c0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 "
         "commId 0x86a12c5bf7b34927 - Init COMPLETE\n")
@@ -49,7 +51,7 @@ def test_a_caught_oom_before_the_end_of_training_is_no_failure(explain_text, end
     assert proc.returncode == 0 and data["verdict"] == "ok" and data["causes"] == []
     assert data["recovered"]["episodes"] == 1
     shown = data["recovered"]["shown"][0]
-    assert "cuda.oom" in shown["signatures"] and shown["failure"]["line"] == 1
+    assert "cuda.oom" in shown["signatures"] and shown["failure"]["line"] == 2
     jsonschema.validate(data, SCHEMA)
 
 
@@ -79,7 +81,7 @@ def test_a_failure_repeated_after_the_end_is_seen_again():
 def test_a_store_connect_retried_until_nccl_is_up_is_no_failure(explain_text):
     tries = (STORE + "Exception raised from throwTimeoutError at socket.cpp:1030 (most recent call first):\n"
              "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d\n" + "\n" * 20) * 3
-    proc, data = explain_text("torch 2.11.0+cu130\n" + tries + INIT + "all_reduce ok 1.0\n")
+    proc, data = explain_text(tries + INIT + "all_reduce ok 1.0\n")
     assert proc.returncode == 0 and data["verdict"] == "ok" and data["recovered"]["episodes"] == 3
     assert {r["completion_signature"] for r in data["recovered"]["shown"]} == {"nccl.comm_init_complete"}
 
@@ -104,7 +106,7 @@ def test_the_terminal_says_what_was_got_past(explain, tmp_path):
     out = proc.stdout.decode()
     assert proc.returncode == 0
     assert "verdict: no failure left — the run got past each of the 1 failure episode(s) it printed" in out
-    assert f"then run.training_finished  [{log}:7]: training done" in out
+    assert f"then run.training_finished  [{log}:8]: training done" in out
 
 
 @pytest.mark.parametrize("progress", [
@@ -162,3 +164,13 @@ def test_a_completion_that_closes_no_failure_signature_is_refused(tmp_path):
                                      'closes = ["x.ctx"]\nmeans = "m"\nsource = "s"\nexample = "foo"\n')
     with pytest.raises(InputFileError, match="closes 'x.ctx', which is no failure signature"):
         load_signatures(tmp_path)
+
+
+def test_a_title_that_names_the_failure_is_not_undone_by_the_run_it_introduces(explain_text):
+    # axolotl #592's report: the title says the run hung; the progress lines after it are the run before the hang
+    title = "axolotl hanging during training on custom dataset (ran for 30 minutes before timing out)\n"
+    progress = "{'loss': 1.0132, 'learning_rate': 0.000139, 'epoch': 0.94}\n"
+    proc, data = explain_text(title + progress * 3)
+    assert proc.returncode == 1 and data["verdict"] != "ok"
+    proc, data = explain_text("starting\n" + title + progress)  # the same words inside a log are got past
+    assert proc.returncode == 0 and data["verdict"] == "ok"
