@@ -24,3 +24,13 @@ from explain_helpers import fires
 ])
 def test_what_did_not_happen_in_this_run_is_no_failure(line, sid, expected):
     assert fires(sid, line) is expected
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("RuntimeError: reward worker pid 1570 exited with code -9 (0 of 0 respawns used)", True),
+    ("<Process name='reward-0' pid=12 parent=1 stopped exitcode=-SIGKILL>", True),
+    ("exited with code -90", False),
+])
+def test_a_child_killed_by_sigkill_as_multiprocessing_reports_it(line, expected):
+    # slice 42's reward helper SIGKILLed from outside read U4 at low: the program printed Process.exitcode
+    assert fires("torch.sigkill", line) is expected
