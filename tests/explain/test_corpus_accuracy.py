@@ -25,6 +25,11 @@ def loro(bench):
     return bench.accuracy(loro=True)
 
 
+@pytest.fixture(scope="module")
+def held(bench):
+    return bench.accuracy(loro=True, held_out=True)
+
+
 def test_leave_one_repository_out_top1_meets_the_goal(loro):
     assert loro["scored"] >= 200 and loro["repositories"] >= 100
     assert loro["top1"] >= 0.85, [r["file"] for r in loro["rows"] if not r["top1"]]
@@ -35,6 +40,17 @@ def test_healthy_logs_raise_no_cause(loro):
     healthy = [r for r in loro["rows"] if r["label"] == "none"]
     assert len(healthy) >= 10
     assert all(r["verdict"] == "ok" for r in healthy), [r["file"] for r in healthy if r["verdict"] != "ok"]
+
+
+def test_no_healthy_log_anywhere_gets_a_cause_above_low(loro, held):
+    """Issue 25: "healthy logs (your H200 runs and public ones): no cause above low", over the held-out slices too:
+    our GPU runs that catch an out-of-memory error or retry a connect and finish, and public threads that asked
+    whether a warning was harmful."""
+    healthy = [r for r in loro["rows"] + held["rows"] if r["label"] == "none"]
+    assert len(healthy) >= 80
+    loud = [(r["file"], r["predicted"][:1], r["label_word"]) for r in healthy
+            if r["verdict"] != "ok" and r["label_word"] in ("high", "medium")]
+    assert not loud
 
 
 def test_confidence_is_calibrated_and_high_means_right(bench, loro):
@@ -58,16 +74,16 @@ def test_held_out_repository_loses_only_its_own_signatures(bench):
     assert all(a["origin"] != "model" or "learned ranker" in a["reason"] for c in gone["causes"] for a in c["adjustments"])
 
 
-def test_the_held_out_slice_is_scored_apart_from_the_headline(bench, loro):
+def test_the_held_out_slice_is_scored_apart_from_the_headline(bench, loro, held):
     """Folding the held-out logs into the headline would let the next edit tune on them without anyone noticing."""
-    held = [e["file"] for e in bench.load_manifest() if bench.held_out_slice(e)]
-    assert len(held) >= 10
-    assert not set(held) & {r["file"] for r in loro["rows"]}
-    slice_ = bench.accuracy(loro=True, held_out=True)
-    assert {r["file"] for r in slice_["rows"]} == set(held)
+    held_files = [e["file"] for e in bench.load_manifest() if bench.held_out_slice(e)]
+    assert len(held_files) >= 10
+    assert not set(held_files) & {r["file"] for r in loro["rows"]}
+    slice_ = held
+    assert {r["file"] for r in slice_["rows"]} == set(held_files)
     # Each collection is reported apart (frozen at different commits): together they cover the slice exactly.
     names = {e["collection"] for e in bench.load_manifest() if bench.held_out_slice(e)}
     assert set(slice_["collections"]) == names and len(names) >= 2
-    assert sum(c["logs"] for c in slice_["collections"].values()) == len(held)
+    assert sum(c["logs"] for c in slice_["collections"].values()) == len(held_files)
     for c in slice_["collections"].values():
         assert c["top1_n"] <= c["top3_n"] <= c["scored"] <= c["logs"]
