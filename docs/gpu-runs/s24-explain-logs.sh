@@ -18,8 +18,8 @@
 # Programs in docs/gpu-runs/explain-progs/, harness in explain-logs-lib.sh; needs only python3 with torch.
 # NVLink multicast stays off; the one mount (a 1 MiB tmpfs over the case's own scratch folder) is made in a private
 # mount namespace (unshare -m); /dev/shm and device nodes are not touched; nothing is left running (the harness
-# kills each case's session and the programs by name). No packet leaves the node: the unreachable rendezvous host is
-# 192.0.2.10 (TEST-NET-1, RFC 5737).
+# kills each case's session and the programs by name). No host is contacted: the unreachable rendezvous host is
+# 192.0.2.10 (TEST-NET-1, RFC 5737, held by no host), and every other connection stays on the node.
 #
 #   run (repo root, $OUT set by the device tool):  bash docs/gpu-runs/s24-explain-logs.sh
 #   result: $OUT/s24-explain-logs.tar.gz = s24-explain-logs/{gpu-s24-NN.log, cases.toml, summary.txt, node.txt}
