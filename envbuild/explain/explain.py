@@ -238,7 +238,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         "causes": entries,
         "next_steps": _next_steps(entries) if verdict == "explained" else [],
         "failures_without_cause": unexplained,
-        "recovered": {"episodes": scan.recovered, "shown": [r.to_dict() for r in scan.recoveries]},
+        "recovered": {"failures": scan.recovered, "shown": [r.to_dict() for r in scan.recoveries]},
         "timeline": timeline(scan),
         "profile": profile_rows,
     }

@@ -61,7 +61,7 @@ def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
 
 
 def failing(scan: ScanResult) -> bool:
-    """Whether the log shows a failure the run did not get past: a counted failure signature in an episode that no
+    """Whether the log shows a failure the run did not get past: a counted failure signature that, in some source, no
     later completion closed (a caught out-of-memory error before "training done" is not one)."""
     return any(h.signature.kind == "failure" and sid in scan.open_failures for sid, h in counted_hits(scan).items())
 

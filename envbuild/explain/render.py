@@ -55,11 +55,11 @@ def render(result: Dict[str, Any]) -> str:
     for m in result.get("missing") or []:
         out.append(f"missing: {m['file']}: {m['message']}")
     verdict = result["verdict"]
-    recovered = result.get("recovered") or {"episodes": 0, "shown": []}
+    recovered = result.get("recovered") or {"failures": 0, "shown": []}
     if verdict == "ok":
-        if recovered["episodes"]:
-            out.append(f"verdict: no failure left — the run got past each of the {recovered['episodes']} failure "
-                       "episode(s) it printed")
+        if recovered["failures"]:
+            out.append(f"verdict: no failure left — the run got past each failure it printed ({recovered['failures']} "
+                       "signature(s))")
             out.extend(_recoveries(recovered))
         else:
             out.append("verdict: no failure recognised in the logs (nothing recognised as an error)")
@@ -111,9 +111,9 @@ def render(result: Dict[str, Any]) -> str:
         out.append("log vs image:")
         for r in result["profile"]:
             out.append(f"  {r['component']:<28} image {r['image'] or '-':<12} log {', '.join(r['log']) or '-':<16} {r['verdict']}")
-    if recovered["episodes"]:
+    if recovered["failures"]:
         out.append("")
-        out.append(f"failures the run got past ({recovered['episodes']}), not counted against it:")
+        out.append(f"failures the run got past ({recovered['failures']}), not counted against it:")
         out.extend(_recoveries(recovered))
     if result["timeline"]:
         out.append("")
@@ -128,14 +128,16 @@ def render(result: Dict[str, Any]) -> str:
 
 
 def _recoveries(recovered: Dict[str, Any]) -> List[str]:
-    """Each failure episode the run got past, with the later line that shows it did."""
+    """Each failure the run got past (its first line and the last line it was printed on), with the later line that
+    shows it did."""
     out = []
     for r in recovered["shown"][:4]:
         f, c = r["failure"], r["completion"]
-        out.append(f"  - {', '.join(r['signatures'][:3])}  [{_where(f)}]: {f['text'][:120]}")
-        out.append(f"    then {r['completion_signature']}  [{_where(c)}]: {c['text'][:120]}")
-    if recovered["episodes"] > 4:
-        out.append(f"  - and {recovered['episodes'] - 4} more")
+        last = f" (last on line {r['last_line']})" if r["last_line"] != f["line"] else ""
+        out.append(f"  - {r['signature']}  [{_where(f)}]{last}: {f['text'][:120]}")
+        out.append(f"    then {r['completion_signature']}  [{c['source']}:{r['completion_line']}]: {c['text'][:120]}")
+    if recovered["failures"] > 4:
+        out.append(f"  - and {recovered['failures'] - 4} more")
     return out
 
 

@@ -21,9 +21,10 @@ MAX_LINE = 8192  # characters of a line the patterns see (a longer line is cut a
 MAX_LOCATIONS = 3  # log lines kept per signature
 MAX_VALUES = 16  # distinct values kept per fact
 MAX_WHO = 512  # processes tracked for the timeline
-EPISODE_GAP = 12  # lines between two failure lines of one episode (an error, its traceback, its retries)
-MAX_EPISODES = 64  # open episodes kept per source (older ones are merged into the oldest)
 MAX_RECOVERIES = 16  # recoveries kept for the report
+# Lines around a retried connect that a completion with `closes` also closes: the traceback, the retry's warning and
+# the words on them ("timed out", "failed") end within this many lines of the connect's last failure
+NEAR = 12
 _CACHE_LIMIT = 20000
 HEAD_BYTES = 64 * 1024  # bytes of text kept from the start of the input for the learned ranker (explain/ranker.py)
 
@@ -114,27 +115,31 @@ class Process:
 
 
 @dataclass
-class Episode:
-    """Failure lines of one source that lie close together: an error with its traceback, or the tries of one
-    retried connect. A later completion in the same source closes it (the run got past it)."""
+class Recovery:
+    """A failure the run got past in one source: a completion that closes it came after its last occurrence."""
 
-    first: Location
-    last_line: int
-    signatures: Dict[str, None]  # ordered set
+    signature: str
+    failure: Location  # its first occurrence in the source
+    last_line: int  # its last occurrence
+    completion_signature: str
+    completion: Location  # the closing completion's last occurrence read line by line
+    completion_line: int  # its last occurrence
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"signature": self.signature, "failure": self.failure.to_dict(), "last_line": self.last_line,
+                "completion_signature": self.completion_signature, "completion": self.completion.to_dict(),
+                "completion_line": self.completion_line}
 
 
 @dataclass
-class Recovery:
-    """A failure episode the run got past: the completion line after it says so."""
+class _Seen:
+    """Where one failure or completion signature was seen in one source: its first and last line. Why lines and
+    not an event list: byte-identical repeats are counted in bulk, and a bulk-counted block still tells the last
+    line it holds, so the order of last occurrences survives without a line-by-line pass."""
 
-    failure: Location  # the episode's first line
-    signatures: Tuple[str, ...]
-    completion: Location
-    completion_signature: str
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"failure": self.failure.to_dict(), "signatures": list(self.signatures),
-                "completion": self.completion.to_dict(), "completion_signature": self.completion_signature}
+    first: Location
+    last_line: int
+    last: Location  # the last occurrence read line by line (bulk-counted repeats have no Location)
 
 
 @dataclass
@@ -147,10 +152,10 @@ class ScanResult:
     sources: List[str]
     engine: str
     head: str = ""  # the first HEAD_BYTES of the input, sources in order: what the reporter pasted at the top
-    # failure signatures seen in an episode no later completion closed: those say the run failed
+    # failure signatures that, in some source, no completion that closes them followed: those say the run failed
     open_failures: FrozenSet[str] = frozenset()
-    recoveries: List[Recovery] = field(default_factory=list)  # the first MAX_RECOVERIES episodes closed
-    recovered: int = 0  # episodes closed in all
+    recoveries: List[Recovery] = field(default_factory=list)  # the first MAX_RECOVERIES failures closed
+    recovered: int = 0  # failures closed in all (a signature once per source)
 
 
 class Scanner:
@@ -179,14 +184,15 @@ class Scanner:
         self._part_start = 0  # newlines before the part being scanned line by line
         self._head: List[bytes] = []
         self._head_left = HEAD_BYTES
-        self._episodes: Dict[str, List[Episode]] = {}  # per source, the failure episodes no completion closed yet
-        self.recoveries: List[Recovery] = []
-        self.recovered = 0
+        # per source: failure and completion signatures with the lines they were seen on (see _Seen, result())
+        self._failures: Dict[str, Dict[str, _Seen]] = {}
+        self._completions: Dict[str, Dict[str, _Seen]] = {}
 
     # ------------------------------------------------------------------ input
 
     def feed_source(self, name: str, chunks: Iterable[bytes]) -> None:
         self.sources.append(name)
+        self._source = name
         match = self._match
         self._inert.clear()
         for chunk in self._unknown_parts(self._keep_head(chunks), match):
@@ -215,7 +221,7 @@ class Scanner:
                 raw = chunk[lo:hi]
                 known = self._inert.get(raw)
                 if known is not None:  # a repeat that can only add counts: no per-line bookkeeping
-                    self._count_inert(known[0], 1)
+                    self._count_inert(known[0], 1, line_no)
                 else:
                     self._line(raw, name, line_no)
                 pos = end + 1
@@ -280,12 +286,15 @@ class Scanner:
                     plain[line] = None
                 else:
                     return False
+        last_line = self._newlines + len(lines) - 1  # the block ends with a newline: its last line's number
         for line in pending:
-            self._count_inert(inert[line][0], counts[line])
+            self._count_inert(inert[line][0], counts[line], last_line)
         return True
 
-    def _count_inert(self, info: "_LineInfo", k: int) -> None:
-        """Add `k` more occurrences of a line known to change nothing but counts."""
+    def _count_inert(self, info: "_LineInfo", k: int, line_no: int) -> None:
+        """Add `k` more occurrences of a line known to change nothing but counts, the last of them on `line_no` (for
+        a bulk-counted block: its last line, so a failure and a completion repeated in one block tie, and a tie
+        leaves the failure open)."""
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 if entry.kind != "phase":
@@ -294,6 +303,9 @@ class Scanner:
                         fv.count += k
             else:
                 self.hits[entry.id].count += info.times * k
+                if entry.kind != "context":
+                    seen = (self._failures if entry.kind == "failure" else self._completions)[self._source][entry.id]
+                    seen.last_line = max(seen.last_line, line_no)
 
     def _is_inert(self, info: _LineInfo, proc: Process) -> bool:
         """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
@@ -311,8 +323,6 @@ class Scanner:
             if hit is None or len(hit.locations) < MAX_LOCATIONS or (proc.who not in hit.whos and len(hit.whos) < 64):
                 return False
             if entry.kind == "failure" and proc.first_failure is None:
-                return False
-            if entry.kind == "completion":  # it closes what came before it: each occurrence counts
                 return False
         return True
 
@@ -409,18 +419,13 @@ class Scanner:
 
         if info.struct is not None:
             self._structure(proc, info.struct)
-        failures: List[str] = []
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 self._fact(entry, value or "", location, proc)
                 continue
             self._hit(entry, info.times, location, proc)
-            if entry.kind == "completion":
-                self._complete(entry, source, location())
-            elif entry.kind == "failure":
-                failures.append(entry.id)
-        if failures:
-            self._failed(failures, source, line_no, location)
+            if entry.kind != "context":
+                self._seen(entry, source, line_no, location())
         if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
             best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
             proc.failure_signature = best.id  # name its most telling signature, not the first one tried
@@ -429,37 +434,13 @@ class Scanner:
                 self._inert.clear()
             self._inert[raw] = (info, proc)
 
-    def _failed(self, ids: List[str], source: str, line_no: int, location: Any) -> None:
-        """Add a failure line to its source's open episodes: to the last one when it lies within EPISODE_GAP lines."""
-        episodes = self._episodes.setdefault(source, [])
-        if episodes and 0 <= line_no - episodes[-1].last_line <= EPISODE_GAP:
-            last = episodes[-1]
-        else:
-            if len(episodes) >= MAX_EPISODES:  # bounded: the two oldest become one
-                merged = episodes.pop(1)
-                episodes[0].signatures.update(merged.signatures)
-            last = Episode(location(), line_no, {})
-            episodes.append(last)
-        last.last_line = line_no
-        last.signatures.update(dict.fromkeys(ids))
-
-    def _complete(self, sig: Signature, source: str, where: Location) -> None:
-        """A completion closes the open episodes of its source that it shows were overcome: all of them for a
-        run's end, those holding one of its `closes` signatures otherwise. Lines cached as inert are forgotten, so
-        that a failure printed again after this line opens a new episode."""
-        episodes = self._episodes.get(source, [])
-        # An episode on a source's first line is not closed: a pasted report's first line is its title, the outcome
-        # the report is about ("axolotl hanging during training"), and what follows is the run that led to it.
-        closed = [e for e in episodes if e.first.line > 1
-                  and (not sig.closes or any(c in e.signatures for c in sig.closes))]
-        if not closed:
-            return
-        self._episodes[source] = [e for e in episodes if e not in closed]
-        for e in closed:
-            self.recovered += 1
-            if len(self.recoveries) < MAX_RECOVERIES:
-                self.recoveries.append(Recovery(e.first, tuple(e.signatures), where, sig.id))
-        self._inert.clear()
+    def _seen(self, sig: Signature, source: str, line_no: int, where: Location) -> None:
+        table = (self._failures if sig.kind == "failure" else self._completions).setdefault(source, {})
+        seen = table.get(sig.id)
+        if seen is None:
+            table[sig.id] = _Seen(where, line_no, where)
+        elif line_no >= seen.last_line:
+            seen.last_line, seen.last = line_no, where
 
     def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
         """Track tracebacks: the innermost frame and the exception line that ends the first one."""
@@ -506,9 +487,34 @@ class Scanner:
 
     def result(self) -> ScanResult:
         head = b"\n".join(self._head).decode("utf-8", "replace")
-        still_open = frozenset(sid for eps in self._episodes.values() for e in eps for sid in e.signatures)
+        still_open, recoveries, recovered = self._recoveries()
         return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine,
-                          head, still_open, self.recoveries, self.recovered)
+                          head, still_open, recoveries, recovered)
+
+    def _recoveries(self) -> Tuple[FrozenSet[str], List[Recovery], int]:
+        """Per source, a failure is closed when a completion that closes it was last seen after the failure's last
+        line: a completion without `closes` closes every failure; one with `closes` the failures it names and what
+        was printed with them (every failure whose last line is within NEAR lines of theirs). A failure seen on a source's first line is never closed: a
+        pasted report's first line is its title, the outcome the report is about ("axolotl hanging during
+        training"), and what follows is the run that led to it."""
+        by_id = {s.id: s for s in self.signatures}
+        still_open, recoveries, recovered = set(), [], 0
+        for source, failures in self._failures.items():
+            completions = self._completions.get(source, {})
+            # how far each completion with `closes` reaches: its failures' last line, and NEAR lines after it
+            reach = {cid: max((failures[c].last_line + NEAR for c in by_id[cid].closes if c in failures), default=0)
+                     for cid in completions if by_id[cid].closes}
+            for sid, f in failures.items():
+                closers = [(c.last_line, cid, c) for cid, c in completions.items()
+                           if not by_id[cid].closes or sid in by_id[cid].closes or f.last_line <= reach[cid]]
+                best = max(closers, key=lambda t: t[0], default=None)
+                if f.first.line == 1 or best is None or best[0] <= f.last_line:
+                    still_open.add(sid)
+                    continue
+                recovered += 1
+                if len(recoveries) < MAX_RECOVERIES:
+                    recoveries.append(Recovery(sid, f.first, f.last_line, best[1], best[2].last, best[0]))
+        return frozenset(still_open), recoveries, recovered
 
 
 _MISSING = object()
