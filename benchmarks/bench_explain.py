@@ -469,6 +469,12 @@ def main() -> int:
     # forked from until it execs, and the accuracy part grows this process past 1 GiB (every LORO fold's model).
     sp = None if args.accuracy_only or ONLY else speed(args.big_mib, args.distinct_mib)
     if ONLY:
+        known = {e.get("collection") for e in load_manifest() if held_out_slice(e)}
+        for name in ONLY:
+            if name not in known:
+                print(f"bench_explain: --collection {name}: no held-out log of {CORPUS / 'manifest.toml'} is in it",
+                      file=sys.stderr)
+                return 2
         report["held_out_slice"] = slice_ = accuracy(loro=True, held_out=True)
         _print_slices(slice_)
     elif not args.speed_only:

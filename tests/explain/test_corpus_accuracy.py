@@ -87,3 +87,16 @@ def test_the_held_out_slice_is_scored_apart_from_the_headline(bench, loro, held)
     assert sum(c["logs"] for c in slice_["collections"].values()) == len(held_files)
     for c in slice_["collections"].values():
         assert c["top1_n"] <= c["top3_n"] <= c["scored"] <= c["logs"]
+
+
+def test_a_collection_that_holds_no_held_out_log_is_one_line_and_exit_2():
+    """`--collection` with a name no held-out log carries (a typo, or the main corpus) must not print nothing and
+    pass as a score of zero logs."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(BENCH), "--collection", "held-out-no-such-slice"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("bench_explain: --collection held-out-no-such-slice: no held-out log of ")
+
