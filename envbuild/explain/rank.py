@@ -6,9 +6,10 @@ score by four; doctor results and profile comparisons add or divide the same way
 A cause's share is a softmax over the scores with an "unexplained" score of 1.0 beside them; its confidence is
 the calibrated probability that it is the right cause (explain/calibrate.py: fitted on the corpus scored
 leave-one-repository-out), and its label says how often answers at that confidence were right. No failure
-signature at all, or only failures the run got past (a completion after them), means nothing is wrong in the log; a failure with a cause that anything scored is explained by its
-best cause, however weak (its label, often "low", says how often such answers were right); a failure that nothing
-points at is reported as unknown — the honest answer when the log does not say.
+signature at all, or only failures the run got past (a completion after them), means nothing is wrong in the log;
+a failure with a cause that anything scored is explained by its best cause, however weak (its label, often "low",
+says how often such answers were right); a failure that nothing points at is reported as unknown — the honest
+answer when the log does not say.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
 def failing(scan: ScanResult) -> bool:
     """Whether the log shows a failure the run did not get past: a counted failure signature that, in some source, no
     later completion closed (a caught out-of-memory error before "training done" is not one)."""
-    return any(h.signature.kind == "failure" and sid in scan.open_failures for sid, h in counted_hits(scan).items())
+    return any(sid in scan.open_failures for sid in counted_hits(scan))  # open_failures holds failures only
 
 
 def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]) -> List[RankedCause]:

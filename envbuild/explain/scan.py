@@ -187,6 +187,7 @@ class Scanner:
         # per source: failure and completion signatures with the lines they were seen on (see _Seen, result())
         self._failures: Dict[str, Dict[str, _Seen]] = {}
         self._completions: Dict[str, Dict[str, _Seen]] = {}
+        self._source = ""  # the source being fed (its repeats counted in bulk update its tables)
 
     # ------------------------------------------------------------------ input
 
@@ -494,9 +495,9 @@ class Scanner:
     def _recoveries(self) -> Tuple[FrozenSet[str], List[Recovery], int]:
         """Per source, a failure is closed when a completion that closes it was last seen after the failure's last
         line: a completion without `closes` closes every failure; one with `closes` the failures it names and what
-        was printed with them (every failure whose last line is within NEAR lines of theirs). A failure seen on a source's first line is never closed: a
-        pasted report's first line is its title, the outcome the report is about ("axolotl hanging during
-        training"), and what follows is the run that led to it."""
+        was printed with them (every failure whose last line is within NEAR lines of theirs). A failure seen on a
+        source's first line is never closed: a pasted report's first line is its title, the outcome the report is
+        about ("axolotl hanging during training"), and what follows is the run that led to it."""
         by_id = {s.id: s for s in self.signatures}
         still_open, recoveries, recovered = set(), [], 0
         for source, failures in self._failures.items():
