@@ -164,7 +164,17 @@ def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
             "label_word": result["causes"][0]["label"] if result["causes"] and verdict != "ok" else None,
             "confidence": result["causes"][0]["probability"] if result["causes"] and verdict != "ok" else None,
             "tied": result.get("tied") or [],
-            "named": bool(result["causes"]) and result["causes"][0]["named"]}
+            "named": bool(result["causes"]) and result["causes"][0]["named"],
+            "held": verdict != "ok" and bool(result["causes"]) and _held_low(result)}
+
+
+def _held_low(result: Dict[str, Any]) -> bool:
+    """Whether the first cause's label is held at "low" whatever its confidence (explain.held_low: the learned
+    ranker's guess alone, or a log that printed its failures only as warnings)."""
+    first = result["causes"][0]
+    guessed = not first["evidence"] and all(a["origin"] == "model" for a in first["adjustments"])
+    backed = any(a["delta"] > 0 and a["origin"] in ("doctor", "bundle", "node", "record") for a in first["adjustments"])
+    return guessed or (bool(result.get("warned_only")) and not backed)
 
 
 def _summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -218,14 +228,15 @@ def _collection(name: str, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def _points(rows: List[Dict[str, Any]]) -> List[Tuple[str, float, float, int]]:
-    """(repository, top score, lead, right, named) for every log where explain named a cause and the truth is known."""
+    """(repository, top score, lead, right, named, held) for every log where explain named a cause and the truth is
+    known (held: its label is "low" whatever its confidence, _held_low)."""
     from envbuild.explain.calibrate import leads
 
     pts = []
     for r in rows:
         if r["label"] == "unknown" or r["verdict"] == "ok" or not r["scores"]:
             continue
-        pts.append((r["repository"], r["scores"][0], leads(r["scores"])[0], int(r["top1"]), r["named"]))
+        pts.append((r["repository"], r["scores"][0], leads(r["scores"])[0], int(r["top1"]), r["named"], r.get("held", False)))
     return pts
 
 
@@ -235,23 +246,23 @@ def calibration(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
 
     pts = _points(rows)
     pairs: List[Tuple[float, int]] = []
-    named: List[bool] = []
+    named: List[Tuple[bool, bool]] = []
     for repo in sorted({p[0] for p in pts}):
-        train = [(s, lead, y) for r, s, lead, y, _ in pts if r != repo]
+        train = [(s, lead, y) for r, s, lead, y, _, _ in pts if r != repo]
         w = fit(train)
         cal = Calibration(w["intercept"], w["score"], w["lead"], 0.9, 0.6)
-        pairs.extend((cal.probability(s, lead), y) for r, s, lead, y, _ in pts if r == repo)
-        named.extend(n for r, _, _, _, n in pts if r == repo)
+        pairs.extend((cal.probability(s, lead), y) for r, s, lead, y, _, _ in pts if r == repo)
+        named.extend((n, held) for r, _, _, _, n, held in pts if r == repo)
     table = [{"bin": f"{lo:.1f}-{hi:.1f}", "n": len(m), "confidence": (sum(p for p, _ in m) / len(m)) if m else None,
               "right": (sum(y for _, y in m) / len(m)) if m else None} for lo, hi, m in reliability(pairs)]
     high, medium = thresholds(pairs)
-    def word_of(p: float, n: bool) -> str:
-        w = "high" if p >= high else "medium" if p >= medium else "low"
+    def word_of(p: float, n: bool, held: bool) -> str:
+        w = "low" if held else "high" if p >= high else "medium" if p >= medium else "low"
         return "medium" if w == "high" and not n else w
 
     words = {}
     for word in ("high", "medium", "low"):
-        m = [y for (p, y), n in zip(pairs, named) if word_of(p, n) == word]
+        m = [y for (p, y), (n, held) in zip(pairs, named) if word_of(p, n, held) == word]
         words[word] = {"n": len(m), "precision": sum(m) / len(m) if m else None}
     return {"n": len(pairs), "ece": expected_calibration_error(pairs), "reliability": table,
             "thresholds": {"high": high, "medium": medium}, "labels": words}
@@ -278,9 +289,9 @@ def write_calibration(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     from envbuild.explain.calibrate import Calibration, fit
 
     pts = _points(rows)
-    w = fit([(s, lead, y) for _, s, lead, y, _ in pts])
+    w = fit([(s, lead, y) for _, s, lead, y, _, _ in pts])
     cal = Calibration(w["intercept"], w["score"], w["lead"], 0.9, 0.6)
-    high, medium = thresholds([(cal.probability(s, lead), y) for _, s, lead, y, _ in pts])
+    high, medium = thresholds([(cal.probability(s, lead), y) for _, s, lead, y, _, _ in pts])
     CALIBRATION.write_text(
         "# How a cause's score becomes a confidence (envbuild/explain/calibrate.py): p = 1 / (1 + exp(-(intercept +\n"
         "# score * s + lead * (s - best other score)))), fitted on the leave-one-repository-out predictions of\n"

@@ -153,6 +153,16 @@ def guessed_only(rc: rank.RankedCause) -> bool:
     return not rc.signatures and all(a.origin == "model" for a in rc.adjustments)
 
 
+FINDINGS = ("doctor", "bundle", "node", "record")  # evidence from outside the log's lines
+
+
+def held_low(rc: rank.RankedCause, warned: bool) -> bool:
+    """Whether the cause's label is "low" whatever its calibrated share: it rests on the learned ranker's guess
+    alone (guessed_only), or the log printed its failures only as warnings (`warned`, rank.warned_only) and no
+    doctor, node or recorded finding stands behind the cause."""
+    return guessed_only(rc) or (warned and not any(a.delta > 0 and a.origin in FINDINGS for a in rc.adjustments))
+
+
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
     s = h.signature
     d = {"signature": s.id, "means": s.means, "count": h.count, "processes": len(h.whos),
@@ -211,13 +221,14 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
             by_cause.setdefault(c, []).append(chk)
     entries = []
     shown = rank.top(ranked) if verdict != "ok" else []
+    warned = rank.warned_only(scan)
     for rc in shown:
         cause = causes.get(rc.id)
         sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
                      for h in rc.signatures if h.signature.flip]
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
-            "label": "low" if guessed_only(rc) else rank.label(rc.confidence, named_by_evidence(rc)),
+            "label": "low" if held_low(rc, warned) else rank.label(rc.confidence, named_by_evidence(rc)),
             "named": named_by_evidence(rc),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],
@@ -239,6 +250,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         "next_steps": _next_steps(entries) if verdict == "explained" else [],
         "failures_without_cause": unexplained,
         "recovered": {"failures": scan.recovered, "shown": [r.to_dict() for r in scan.recoveries]},
+        "warned_only": warned and verdict != "ok",
         "timeline": timeline(scan),
         "profile": profile_rows,
     }

@@ -67,6 +67,14 @@ def failing(scan: ScanResult) -> bool:
     return any(sid in scan.open_failures for sid in counted_hits(scan))  # open_failures holds failures only
 
 
+def warned_only(scan: ScanResult) -> bool:
+    """Whether every failure the run did not get past was printed only at a warning or info level (scan._soft): a
+    run that logs a failure as a warning says it went on from it, so what its log holds is no proof of a cause
+    (the answer's label is held at "low" unless a doctor, node or recorded finding stands behind it)."""
+    still_open = [sid for sid in counted_hits(scan) if sid in scan.open_failures]
+    return bool(still_open) and all(sid in scan.soft_failures for sid in still_open)
+
+
 def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]) -> List[RankedCause]:
     """Every cause with a positive score, best first, with its confidence and evidence."""
     hits = counted_hits(scan)

@@ -39,6 +39,12 @@ _NCCL_WHO = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] NCC
 _TS_ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?)")
 _TS_GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+)")
 _TS_MD = re.compile(r"\b(\d{2})-(\d{2}) (\d{2}:\d{2}:\d{2})\b")
+# What launchers and torch put in front of a line: `[rank0]:`, mpirun's `[1,0]<stdout>:`, srun -l's `0: `
+_PREFIXES = re.compile(r"^(?:\s*(?:\[[Rr]ank ?\d+\]:?|\[\d+,\d+\]<std(?:out|err)>:|\d{1,4}: ))+")
+_SOFT_START = re.compile(r"\s*(?:\[?[IW]\d{4} \d{2}:\d{2}:\d{2}|\[[IW] [\w./-]+:\d+\])")
+_LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|TRACE|NOTICE|ERROR|CRITICAL|FATAL|SEVERE)(?![\w])")
+_FAILED_WORD = re.compile(r"(?i)error|exception|fail")  # a level word after these is inside the message
+_SOFT_LEVELS = frozenset({"WARNING", "INFO", "NOTICE"})  # WARN alone is NCCL's and Horovod's error level
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _EXC = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))(?::\s?(?P<msg>.*))?$")
 
@@ -140,6 +146,7 @@ class _Seen:
     first: Location
     last_line: int
     last: Location  # the last occurrence read line by line (bulk-counted repeats have no Location)
+    loud: bool = False  # seen at least once on a line not printed at a warning or info level (see _soft)
 
 
 @dataclass
@@ -156,6 +163,9 @@ class ScanResult:
     open_failures: FrozenSet[str] = frozenset()
     recoveries: List[Recovery] = field(default_factory=list)  # the first MAX_RECOVERIES failures closed
     recovered: int = 0  # failures closed in all (a signature once per source)
+    # the open failures that were, wherever they stayed open, only ever printed at a warning or info level: a run
+    # that says so itself is reporting something it went on from, not what stopped it
+    soft_failures: FrozenSet[str] = frozenset()
 
 
 class Scanner:
@@ -371,7 +381,7 @@ class Scanner:
         info: Optional[_LineInfo] = None
         if matches or struct is not None:
             rep = _REPEATED.search(text) if "repeated" in text else None
-            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400])
+            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400], _soft(body))
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[raw] = info
@@ -426,7 +436,7 @@ class Scanner:
                 continue
             self._hit(entry, info.times, location, proc)
             if entry.kind != "context":
-                self._seen(entry, source, line_no, location())
+                self._seen(entry, source, line_no, location(), info.soft)
         if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
             best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
             proc.failure_signature = best.id  # name its most telling signature, not the first one tried
@@ -435,13 +445,14 @@ class Scanner:
                 self._inert.clear()
             self._inert[raw] = (info, proc)
 
-    def _seen(self, sig: Signature, source: str, line_no: int, where: Location) -> None:
+    def _seen(self, sig: Signature, source: str, line_no: int, where: Location, soft: bool) -> None:
         table = (self._failures if sig.kind == "failure" else self._completions).setdefault(source, {})
         seen = table.get(sig.id)
         if seen is None:
-            table[sig.id] = _Seen(where, line_no, where)
+            seen = table[sig.id] = _Seen(where, line_no, where)
         elif line_no >= seen.last_line:
             seen.last_line, seen.last = line_no, where
+        seen.loud = seen.loud or not soft
 
     def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
         """Track tracebacks: the innermost frame and the exception line that ends the first one."""
@@ -488,18 +499,19 @@ class Scanner:
 
     def result(self) -> ScanResult:
         head = b"\n".join(self._head).decode("utf-8", "replace")
-        still_open, recoveries, recovered = self._recoveries()
+        still_open, loud, recoveries, recovered = self._recoveries()
         return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine,
-                          head, still_open, recoveries, recovered)
+                          head, still_open, recoveries, recovered, still_open - loud)
 
-    def _recoveries(self) -> Tuple[FrozenSet[str], List[Recovery], int]:
+    def _recoveries(self) -> Tuple[FrozenSet[str], FrozenSet[str], List[Recovery], int]:
         """Per source, a failure is closed when a completion that closes it was last seen after the failure's last
         line: a completion without `closes` closes every failure; one with `closes` the failures it names and what
         was printed with them (every failure whose last line is within NEAR lines of theirs). A failure seen on a
         source's first line is never closed: a pasted report's first line is its title, the outcome the report is
-        about ("axolotl hanging during training"), and what follows is the run that led to it."""
+        about ("axolotl hanging during training"), and what follows is the run that led to it. Also returns the open
+        failures that, in some source where they stayed open, were printed at least once not as a warning."""
         by_id = {s.id: s for s in self.signatures}
-        still_open, recoveries, recovered = set(), [], 0
+        still_open, loud, recoveries, recovered = set(), set(), [], 0
         for source, failures in self._failures.items():
             completions = self._completions.get(source, {})
             # how far each completion with `closes` reaches: its failures' last line, and NEAR lines after it
@@ -511,11 +523,13 @@ class Scanner:
                 best = max(closers, key=lambda t: t[0], default=None)
                 if f.first.line == 1 or best is None or best[0] <= f.last_line:
                     still_open.add(sid)
+                    if f.loud:
+                        loud.add(sid)
                     continue
                 recovered += 1
                 if len(recoveries) < MAX_RECOVERIES:
                     recoveries.append(Recovery(sid, f.first, f.last_line, best[1], best[2].last, best[0]))
-        return frozenset(still_open), recoveries, recovered
+        return frozenset(still_open), frozenset(loud), recoveries, recovered
 
 
 _MISSING = object()
@@ -584,6 +598,7 @@ class _LineInfo:
     struct: Optional[Tuple[str, str]]  # ("tb"|"frame"|"exc", value) for the traceback tracker
     times: int  # Ray's [repeated Nx across cluster]
     text: str  # its time is parsed only when a location is kept (most candidate lines keep none)
+    soft: bool = False  # printed at a warning, info or debug level (see _soft)
 
 
 def _who(text: str) -> Tuple[Any, str]:
@@ -603,6 +618,23 @@ def _who(text: str) -> Tuple[Any, str]:
         if r:
             return ("rank", r.group(1) or r.group(2)), text
     return None, text
+
+
+def _soft(body: str) -> bool:
+    """Whether the line's own log level says the program went on: a warning or info line by glog's `W1206`/`I1206`,
+    torch's `[W socket.cpp:634]`, Python logging's `WARNING:name:`, a formatter's `2024-... - WARNING - ` or
+    `[INFO|trainer.py:12]`, vLLM's `WARNING 03-05`. The level is the first one written in the line's opening
+    characters (after rank and launcher prefixes). Not soft: a line without a level (a traceback, a bare message);
+    NCCL's lines (its `WARN` is its error level, and its INFO lines carry the detail of failures: `ncclMaxSharedMem
+    ... exceeds`); Python's `UserWarning` (torch's `CUDA initialization: ...` warning means no GPU for the run);
+    DEBUG (a harness echoing a program's output at its own level)."""
+    head = _PREFIXES.sub("", body, count=1)[:96]
+    if _SOFT_START.match(head):
+        return True
+    if "NCCL " in head:
+        return False
+    m = _LEVEL.search(head)
+    return bool(m) and m.group(1) in _SOFT_LEVELS and not _FAILED_WORD.search(head[:m.start()])
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:
