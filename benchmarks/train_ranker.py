@@ -8,8 +8,8 @@ each held-out repository (its leave-one-repository-out folds), so the headline n
 was trained on.
 
 Training data: every labelled log (a cause, not `none` or `unknown`) of the collections in TRAIN_COLLECTIONS: the
-main corpus and held-out slices 1-42, each learned from only after its untouched score was written down
-(docs/explain-slice<N>-before.md for slices 4-42). A collection is trained on only once it is named
+main corpus and held-out slices 1-44, each learned from only after its untouched score was written down
+(docs/explain-slice<N>-before.md for slices 4-44). A collection is trained on only once it is named
 here, so a blind slice added to the manifest later is never learned from by accident. Each log's features come
 from its leave-one-repository-out scan (the signatures written only from its own repository left out): what the
 signatures say on text they were not written from, which is what the model meets on a new report.
@@ -42,7 +42,7 @@ TRAIN_COLLECTIONS = frozenset({
     "held-out-2026-12-06-s30", "held-out-2026-12-06-s31", "held-out-2026-12-06-s32", "held-out-2026-12-06-s33",
     "held-out-2026-12-06-s34", "held-out-2026-12-06-s35", "held-out-2026-12-06-s36", "held-out-2026-12-06-s37",
     "held-out-2026-12-06-s38", "held-out-2026-12-06-s39", "held-out-2026-12-06-s40", "held-out-2026-12-06-s41",
-    "held-out-2026-12-06-s42",
+    "held-out-2026-12-06-s42", "held-out-2026-12-06-s43", "held-out-2026-12-06-s44",
 })
 C = 4.0  # inverse L2 strength: chosen by LORO (docs/explain.md, "learned ranker")
 MIN_DF = 2  # a feature seen in fewer training logs than this is not learned (a single thread's words)
