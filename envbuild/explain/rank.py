@@ -68,9 +68,10 @@ def failing(scan: ScanResult) -> bool:
 
 
 def warned_only(scan: ScanResult) -> bool:
-    """Whether every failure the run did not get past was printed only at a warning or info level (scan._soft): a
-    run that logs a failure as a warning says it went on from it, so what its log holds is no proof of a cause
-    (the answer's label is held at "low" unless a doctor, node or recorded finding stands behind it)."""
+    """Whether every failure the run did not get past was printed only at a warning or info level (scan._soft), or
+    in a report whose title asks whether a message matters: a run that logs a failure as a warning says it went on
+    from it, and a question quotes a message without saying the run failed, so what the log holds is no proof of a
+    cause (the answer's label is held at "low" unless a doctor, node or recorded finding stands behind it)."""
     still_open = [sid for sid in counted_hits(scan) if sid in scan.open_failures]
     return bool(still_open) and all(sid in scan.soft_failures for sid in still_open)
 

@@ -77,8 +77,8 @@ def render(result: Dict[str, Any]) -> str:
         lead = "a guess, check it first:" if top["label"] == "low" else "most likely"
         out.append(f"verdict: {lead} {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
         if result.get("warned_only") and top["label"] == "low":
-            out.append("  every failure it printed was a warning or info line, and nothing after it an error: a run that "
-                       "logs a failure that way says it went on from it")
+            out.append("  every failure it printed was a warning or info line (or quoted in a question whether it matters), "
+                       "and nothing after it an error: a run that logs a failure that way says it went on from it")
         if run and not run.get("failed", True):
             out.append(f"  no process of this run failed: the recorded facts are {top['id']}'s mechanism, a risk for the "
                        "next run rather than the cause of a failure in this one")

@@ -9,6 +9,7 @@ a few hundred processes), so memory does not grow with the log.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,8 +42,11 @@ _TS_GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+)")
 _TS_MD = re.compile(r"\b(\d{2})-(\d{2}) (\d{2}:\d{2}:\d{2})\b")
 # What launchers and torch put in front of a line: `[rank0]:`, mpirun's `[1,0]<stdout>:`, srun -l's `0: `
 _PREFIXES = re.compile(r"^(?:\s*(?:\[[Rr]ank ?\d+\]:?|\[\d+,\d+\]<std(?:out|err)>:|\d{1,4}: ))+")
-_SOFT_START = re.compile(r"\s*(?:\[?[IW]\d{4} \d{2}:\d{2}:\d{2}|\[[IW] [\w./-]+:\d+\])")
+# glog's W/I prefix and torch's `[W socket.cpp:634]`: unambiguous wherever they open the message (`test_x ... [W ...]`)
+_SOFT_MARK = re.compile(r"(?:^\s*|\[)[IW]\d{4} \d{2}:\d{2}:\d{2}|\[[IW] [\w./-]+\.(?:cpp|cc|c|h|hpp|py):\d+\]")
 _LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|TRACE|NOTICE|ERROR|CRITICAL|FATAL|SEVERE)(?![\w])")
+_ASKS = re.compile(r"(?i)^\W*(?:what does\b.{0,200}\bmean\b|is (?:this|it|that) (?:\w+ )?(?:harmful|normal|expected|"
+                   r"safe|a (?:real )?problem)\b)|\b(?:(?:safely|safe to) (?:be )?ignored?|be ignored|harmful|mean|matter)\s*\?\s*$")
 _FAILED_WORD = re.compile(r"(?i)error|exception|fail")  # a level word after these is inside the message
 _SOFT_LEVELS = frozenset({"WARNING", "INFO", "NOTICE"})  # WARN alone is NCCL's and Horovod's error level
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -147,6 +151,7 @@ class _Seen:
     last_line: int
     last: Location  # the last occurrence read line by line (bulk-counted repeats have no Location)
     loud: bool = False  # seen at least once on a line not printed at a warning or info level (see _soft)
+    titled: bool = False  # seen, loud, on the source's first line: a report's title, the outcome it is about
 
 
 @dataclass
@@ -198,6 +203,7 @@ class Scanner:
         self._failures: Dict[str, Dict[str, _Seen]] = {}
         self._completions: Dict[str, Dict[str, _Seen]] = {}
         self._source = ""  # the source being fed (its repeats counted in bulk update its tables)
+        self._asking = False  # the source's first line asks whether a message matters (see feed_source)
 
     # ------------------------------------------------------------------ input
 
@@ -206,6 +212,14 @@ class Scanner:
         self._source = name
         match = self._match
         self._inert.clear()
+        chunks = iter(chunks)
+        first = next(chunks, b"")
+        end = first.find(b"\n")
+        title = first[: end if 0 <= end < 1024 else 1024].decode("utf-8", "replace")
+        # a report titled as a question whether a message matters quotes its failures, it does not claim one
+        self._asking = bool(_ASKS.search(title))
+        if first:
+            chunks = itertools.chain((first,), chunks)
         for chunk in self._unknown_parts(self._keep_head(chunks), match):
             if chunk is None:  # a part bulk-counted by _unknown_parts
                 continue
@@ -436,7 +450,7 @@ class Scanner:
                 continue
             self._hit(entry, info.times, location, proc)
             if entry.kind != "context":
-                self._seen(entry, source, line_no, location(), info.soft)
+                self._seen(entry, source, line_no, location(), info.soft or self._asking)
         if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
             best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
             proc.failure_signature = best.id  # name its most telling signature, not the first one tried
@@ -453,6 +467,7 @@ class Scanner:
         elif line_no >= seen.last_line:
             seen.last_line, seen.last = line_no, where
         seen.loud = seen.loud or not soft
+        seen.titled = seen.titled or (line_no == 1 and not soft)
 
     def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
         """Track tracebacks: the innermost frame and the exception line that ends the first one."""
@@ -508,7 +523,8 @@ class Scanner:
         line: a completion without `closes` closes every failure; one with `closes` the failures it names and what
         was printed with them (every failure whose last line is within NEAR lines of theirs). A failure seen on a
         source's first line is never closed: a pasted report's first line is its title, the outcome the report is
-        about ("axolotl hanging during training"), and what follows is the run that led to it. Also returns the open
+        about ("axolotl hanging during training"), and what follows is the run that led to it — unless the title is
+        soft itself (a question whether a message matters: "What does NCCL WARN ... mean?"). Also returns the open
         failures that, in some source where they stayed open, were printed at least once not as a warning."""
         by_id = {s.id: s for s in self.signatures}
         still_open, loud, recoveries, recovered = set(), set(), [], 0
@@ -521,7 +537,7 @@ class Scanner:
                 closers = [(c.last_line, cid, c) for cid, c in completions.items()
                            if not by_id[cid].closes or sid in by_id[cid].closes or f.last_line <= reach[cid]]
                 best = max(closers, key=lambda t: t[0], default=None)
-                if f.first.line == 1 or best is None or best[0] <= f.last_line:
+                if f.titled or best is None or best[0] <= f.last_line:
                     still_open.add(sid)
                     if f.loud:
                         loud.add(sid)
@@ -627,9 +643,11 @@ def _soft(body: str) -> bool:
     characters (after rank and launcher prefixes). Not soft: a line without a level (a traceback, a bare message);
     NCCL's lines (its `WARN` is its error level, and its INFO lines carry the detail of failures: `ncclMaxSharedMem
     ... exceeds`); Python's `UserWarning` (torch's `CUDA initialization: ...` warning means no GPU for the run);
-    DEBUG (a harness echoing a program's output at its own level)."""
+    DEBUG (a harness echoing a program's output at its own level). A reporter's question whether a message matters
+    ("What does ... mean?", "can it be safely ignored?") is soft too: it quotes the message, it does not say the run
+    failed."""
     head = _PREFIXES.sub("", body, count=1)[:96]
-    if _SOFT_START.match(head):
+    if _SOFT_MARK.search(head) or _ASKS.search(body):
         return True
     if "NCCL " in head:
         return False

@@ -113,3 +113,74 @@ def test_lines_at_a_warning_or_info_level_are_soft(line: str) -> None:
 ])
 def test_lines_without_a_soft_level_are_not(line: str) -> None:
     assert not _soft(line)
+
+
+def test_a_question_whether_a_message_matters_is_no_failure_title(tmp_path: Path) -> None:
+    """nccl-fastsocket #4: the title asks what a plugin's WARN means; the run's retried connects then worked."""
+    log = tmp_path / "q.log"
+    log.write_text("\n".join([
+        'What does "NCCL WARN Cannot get incoming CPU" mean?',
+        "I see those warnings in the logs. Does that mean something specific or can it be safely ignored?",
+        "n1:4024:4048 [0] net_fastsocket.cc:765 NCCL WARN Cannot get incoming CPU.",
+        "n0:4300:4325 [0] net_fastsocket.cc:785 NCCL WARN Maximum retry reached for accept 3.",
+        "n0:4300:4325 [0] NCCL INFO NET/FastSocket : Connected after 1000 retries.",
+    ]) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "explain", str(log)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    assert "the run got past each failure it printed" in proc.stdout
+    # the same log without the line that proves the retries worked still fails
+    log.write_text("\n".join(log.read_text().splitlines()[:4]) + "\n")
+    assert subprocess.run([sys.executable, "-m", "envbuild", "explain", str(log)], capture_output=True,
+                          timeout=120).returncode == 1
+
+
+def test_a_title_stating_the_failure_still_never_closes(tmp_path: Path) -> None:
+    log = tmp_path / "t.log"
+    log.write_text("NCCL WARN Cannot get incoming CPU and the job hangs\n"
+                   "n0:4300:4325 [0] NCCL INFO NET/FastSocket : Connected after 1000 retries.\n")
+    assert subprocess.run([sys.executable, "-m", "envbuild", "explain", str(log)], capture_output=True,
+                          timeout=120).returncode == 1
+
+
+@pytest.mark.parametrize("line", [
+    # an issue template's headings
+    "Error message or erroneous outcome",
+    "Code snippet triggering the error",
+    "Error logs:",
+    # a warning that says what it prevents
+    "huggingface/tokenizers: The current process just got forked, after parallelism has already been used. "
+    "Disabling parallelism to avoid deadlocks...",
+])
+def test_lines_healthy_runs_and_templates_print_are_no_failure(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "h.log"
+    log.write_text(line + "\n")
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "explain", str(log)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("line", [
+    "test_daso (heat.optim.tests.test_dp_optimizer.TestDASO) ... [W socket.cpp:401] [c10d] The server socket cannot "
+    "be initialized on [::]:29500 (errno: 97 - Address family not supported by protocol).",
+    'What does "NCCL WARN Cannot get incoming CPU" mean?',
+    "Is this warning harmful? ProcessGroupNCCL destroy warning at exit",
+    "I see these warnings every step, can they be safely ignored?",
+])
+def test_markers_inside_the_line_and_questions_are_soft(line: str) -> None:
+    assert _soft(line)
+
+
+def test_a_stated_failure_is_no_question() -> None:
+    assert not _soft("The job hangs after NCCL WARN Cannot get incoming CPU, what can I do?")
+
+
+def test_a_report_titled_as_a_question_holds_its_answer_low(tmp_path: Path) -> None:
+    """A report that asks whether a message matters quotes it; it does not say the run failed."""
+    lines = ['What does "NCCL WARN Maximum retry reached for accept 3" mean?',
+             "n0:4300:4325 [0] net_fastsocket.cc:785 NCCL WARN Maximum retry reached for accept 3.",
+             "n0:4300:4325 [0] misc/socket.cc:538 NCCL WARN socketStartConnect: Connect to 10.0.0.2<35125> failed"]
+    data = result(tmp_path, lines)
+    assert data["warned_only"] is True and data["causes"][0]["label"] == "low"
+    data = result(tmp_path, ["NCCL WARN Maximum retry reached and then the job hangs"] + lines[1:])
+    assert data["warned_only"] is False
