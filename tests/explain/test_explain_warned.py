@@ -184,3 +184,14 @@ def test_a_report_titled_as_a_question_holds_its_answer_low(tmp_path: Path) -> N
     assert data["warned_only"] is True and data["causes"][0]["label"] == "low"
     data = result(tmp_path, ["NCCL WARN Maximum retry reached and then the job hangs"] + lines[1:])
     assert data["warned_only"] is False
+
+
+def test_a_dataloader_worker_killed_by_sigkill_is_one_process_killed_first(tmp_path: Path) -> None:
+    """torch's DataLoader names the signal that ended a worker: `Killed` is SIGKILL (the host's OOM killer most
+    often: open-mmlab/mmrotate #501), `Bus error` a /dev/shm too small."""
+    data = result(tmp_path, ["RuntimeError: DataLoader worker (pid 1446) is killed by signal: Killed. "])
+    assert data["causes"][0]["id"] == "U6"
+    data = result(tmp_path, ["RuntimeError: DataLoader worker (pid 572) is killed by signal: Bus error. It is possible "
+                             "that dataloader's workers are out of shared memory. Please try to raise your shared "
+                             "memory limit."])
+    assert data["causes"][0]["id"] == "O1"
