@@ -171,9 +171,11 @@ def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
 def _held_low(result: Dict[str, Any]) -> bool:
     """Whether the first cause's label is held at "low" whatever its confidence (explain.held_low: the learned
     ranker's guess alone, or a log that printed its failures only as warnings)."""
+    from envbuild.explain.explain import FINDINGS
+
     first = result["causes"][0]
     guessed = not first["evidence"] and all(a["origin"] == "model" for a in first["adjustments"])
-    backed = any(a["delta"] > 0 and a["origin"] in ("doctor", "bundle", "node", "record") for a in first["adjustments"])
+    backed = any(a["delta"] > 0 and a["origin"] in FINDINGS for a in first["adjustments"])
     return guessed or (bool(result.get("warned_only")) and not backed)
 
 

@@ -64,7 +64,7 @@ def counted_hits(scan: ScanResult) -> Dict[str, Hit]:
 def failing(scan: ScanResult) -> bool:
     """Whether the log shows a failure the run did not get past: a counted failure signature that, in some source, no
     later completion closed (a caught out-of-memory error before "training done" is not one)."""
-    return any(sid in scan.open_failures for sid in counted_hits(scan))  # open_failures holds failures only
+    return bool(_still_open(scan))
 
 
 def warned_only(scan: ScanResult) -> bool:
@@ -72,8 +72,13 @@ def warned_only(scan: ScanResult) -> bool:
     in a report whose title asks whether a message matters: a run that logs a failure as a warning says it went on
     from it, and a question quotes a message without saying the run failed, so what the log holds is no proof of a
     cause (the answer's label is held at "low" unless a doctor, node or recorded finding stands behind it)."""
-    still_open = [sid for sid in counted_hits(scan) if sid in scan.open_failures]
+    still_open = _still_open(scan)
     return bool(still_open) and all(sid in scan.soft_failures for sid in still_open)
+
+
+def _still_open(scan: ScanResult) -> List[str]:
+    """The counted failure signatures no completion closed (open_failures holds failures only)."""
+    return [sid for sid in counted_hits(scan) if sid in scan.open_failures]
 
 
 def rank(scan: ScanResult, adjustments: List[Adjustment], titles: Dict[str, str]) -> List[RankedCause]:
