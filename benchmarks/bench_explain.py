@@ -165,18 +165,7 @@ def _row(entry: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
             "confidence": result["causes"][0]["probability"] if result["causes"] and verdict != "ok" else None,
             "tied": result.get("tied") or [],
             "named": bool(result["causes"]) and result["causes"][0]["named"],
-            "held": verdict != "ok" and bool(result["causes"]) and _held_low(result)}
-
-
-def _held_low(result: Dict[str, Any]) -> bool:
-    """Whether the first cause's label is held at "low" whatever its confidence (explain.held_low: the learned
-    ranker's guess alone, or a log that printed its failures only as warnings)."""
-    from envbuild.explain.explain import FINDINGS
-
-    first = result["causes"][0]
-    guessed = not first["evidence"] and all(a["origin"] == "model" for a in first["adjustments"])
-    backed = any(a["delta"] > 0 and a["origin"] in FINDINGS for a in first["adjustments"])
-    return guessed or (bool(result.get("warned_only")) and not backed)
+            "held": verdict != "ok" and bool(result["causes"]) and bool(result["causes"][0]["held"])}
 
 
 def _summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -231,7 +220,7 @@ def _collection(name: str, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def _points(rows: List[Dict[str, Any]]) -> List[Tuple[str, float, float, int]]:
     """(repository, top score, lead, right, named, held) for every log where explain named a cause and the truth is
-    known (held: its label is "low" whatever its confidence, _held_low)."""
+    known (held: its label is "low" whatever its confidence, explain.held_by)."""
     from envbuild.explain.calibrate import leads
 
     pts = []

@@ -8,8 +8,9 @@ each held-out repository (its leave-one-repository-out folds), so the headline n
 was trained on.
 
 Training data: every labelled log (a cause, not `none` or `unknown`) of the collections in TRAIN_COLLECTIONS: the
-main corpus and held-out slices 1-44, each learned from only after its untouched score was written down
-(docs/explain-slice<N>-before.md for slices 4-44). A collection is trained on only once it is named
+main corpus and held-out slices 1-46, each learned from only after its untouched score was written down
+(docs/explain-slice<N>-before.md for slices 4-46); the healthy check learns from the same collections' healthy
+logs too. A collection is trained on only once it is named
 here, so a blind slice added to the manifest later is never learned from by accident. Each log's features come
 from its leave-one-repository-out scan (the signatures written only from its own repository left out): what the
 signatures say on text they were not written from, which is what the model meets on a new report.
@@ -42,12 +43,20 @@ TRAIN_COLLECTIONS = frozenset({
     "held-out-2026-12-06-s30", "held-out-2026-12-06-s31", "held-out-2026-12-06-s32", "held-out-2026-12-06-s33",
     "held-out-2026-12-06-s34", "held-out-2026-12-06-s35", "held-out-2026-12-06-s36", "held-out-2026-12-06-s37",
     "held-out-2026-12-06-s38", "held-out-2026-12-06-s39", "held-out-2026-12-06-s40", "held-out-2026-12-06-s41",
-    "held-out-2026-12-06-s42", "held-out-2026-12-06-s43", "held-out-2026-12-06-s44",
+    "held-out-2026-12-06-s42", "held-out-2026-12-06-s43", "held-out-2026-12-06-s44", "held-out-2026-12-06-s45",
+    "held-out-2026-12-06-s46",
 })
 C = 4.0  # inverse L2 strength: chosen by LORO (docs/explain.md, "learned ranker")
 MIN_DF = 2  # a feature seen in fewer training logs than this is not learned (a single thread's words)
 PRUNE = 0.07  # weights smaller than this are not shipped (0.05 until 729 logs, 0.06 until 843, each time the file outgrew its 300 KiB test)
 USE = {"weight": 3.0, "p_min": 0.1, "top": 3, "gate": 1.5}  # chosen by LORO (docs/explain.md); bench --ranker-weight sweeps it
+# The healthy check (ranker.HealthyCheck): its L2 strength and the probability from which it holds a label at "low".
+# Chosen on the corpus with the logs' repositories held out (20 folds grouped by repository, docs/explain.md, session
+# 24): at 0.5, 91 of 127 healthy logs and 19 of 966 failure logs reach it.
+HEALTHY_C = 1.0
+HEALTHY_AT = 0.5
+HEALTHY_MIN_PROJECTS = 3  # a word the check learns from must appear in the logs of this many projects (project())
+HEALTHY_PRUNE = 0.15  # its weights smaller than this are not shipped (0.07 and 0.1 put ranker.json over its 300 KiB test)
 
 
 def training_entries() -> List[Dict[str, Any]]:
@@ -58,6 +67,15 @@ def training_entries() -> List[Dict[str, Any]]:
     logs = toml.loads((CORPUS / "manifest.toml").read_text())["log"]
     return [e for e in logs if str(e.get("collection", "")) in TRAIN_COLLECTIONS
             and e["cause"] not in ("none", "unknown")]
+
+
+def healthy_training_entries() -> List[Dict[str, Any]]:
+    """What the healthy check learns from: the same collections' healthy logs (`none`) and failures (`unknown`
+    left out: a failure nobody explained may still be a run that went on)."""
+    from envbuild.tomlcompat import toml
+
+    logs = toml.loads((CORPUS / "manifest.toml").read_text())["log"]
+    return [e for e in logs if str(e.get("collection", "")) in TRAIN_COLLECTIONS and e["cause"] != "unknown"]
 
 
 @lru_cache(maxsize=None)
@@ -109,9 +127,41 @@ def design_matrix(docs: Sequence[FrozenSet[str]], index: Dict[str, int],
     return csr_matrix((vals, (rows, cols)), shape=(len(docs), len(index)))
 
 
-def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[str, float]] = None) -> Any:
+def project(repository: str) -> str:
+    """Who wrote a log, for counting how widely a word is seen: the repository, except that the GPU runs made here
+    (envbuild/gpu-s20, envbuild/h200-s6, ...) are one project. They share one software stack, so "torch 2.11.0"
+    would otherwise look seen in six places and mark a run as healthy because this project's runs often were."""
+    return repository.split("/")[0] if repository.startswith("envbuild/") else repository
+
+
+def train_healthy(entries: Sequence[Dict[str, Any]], c: float = HEALTHY_C) -> Any:
+    """The healthy check fitted on `entries` (binary logistic regression, `none` against the rest, classes weighed
+    equally since healthy logs are one in eight; features without the `sig:` ids, ranker.text_only, and only those
+    seen in the logs of HEALTHY_MIN_PROJECTS projects: one thread's words say who wrote it, not how runs go)."""
+    from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_limits
+
+    from envbuild.explain.ranker import HealthyCheck, text_only
+
+    docs = [frozenset(text_only(doc_features(e["file"], e["repository"]))) for e in entries]
+    seen_in: Dict[str, set] = {}
+    for d, e in zip(docs, entries):
+        for f in d:
+            seen_in.setdefault(f, set()).add(project(e["repository"]))
+    index = {f: i for i, f in enumerate(sorted(f for f, ps in seen_in.items() if len(ps) >= HEALTHY_MIN_PROJECTS))}
+    clf = LogisticRegression(C=c, solver="newton-cg", max_iter=200, class_weight="balanced")
+    with threadpool_limits(1):
+        clf.fit(design_matrix(docs, index), [e["cause"] == "none" for e in entries])
+    coef = clf.coef_[0]
+    weights = {f: float(coef[j]) for f, j in index.items() if abs(coef[j]) >= HEALTHY_PRUNE}
+    return HealthyCheck(float(clf.intercept_[0]), weights, HEALTHY_AT)
+
+
+def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[str, float]] = None,
+          healthy: Optional[Sequence[Dict[str, Any]]] = None) -> Any:
     """A ranker.Model fitted on `entries` (multinomial logistic regression, L2, binary features seen in at least
-    MIN_DF logs); weights below PRUNE are dropped, as in the shipped file, so a fold scores what would ship."""
+    MIN_DF logs), with the healthy check fitted on `healthy` when given; weights below PRUNE are dropped, as in the
+    shipped file, so a fold scores what would ship."""
     from sklearn.linear_model import LogisticRegression
 
     from envbuild.explain.ranker import Model, Use
@@ -137,16 +187,23 @@ def train(entries: Sequence[Dict[str, Any]], c: float = C, use: Optional[Dict[st
         pairs = [(ci, float(coef[ci][j])) for ci in range(len(classes)) if abs(coef[ci][j]) >= PRUNE]
         if pairs:
             weights[f] = pairs
-    return Model(classes, intercept, weights, Use(**(use or USE)),
-                 {"logs": len(entries), "repositories": len({e["repository"] for e in entries}),
-                  "collections": sorted(TRAIN_COLLECTIONS), "c": c, "min_df": MIN_DF, "prune": PRUNE,
-                  "corpus_sha256": corpus_hash(entries)})
+    trained_on: Dict[str, object] = {
+        "logs": len(entries), "repositories": len({e["repository"] for e in entries}),
+        "collections": sorted(TRAIN_COLLECTIONS), "c": c, "min_df": MIN_DF, "prune": PRUNE,
+        "corpus_sha256": corpus_hash(entries)}
+    check = None
+    if healthy is not None:
+        check = train_healthy(healthy)
+        trained_on.update({"healthy_logs": len(healthy), "healthy_c": HEALTHY_C, "healthy_prune": HEALTHY_PRUNE,
+                           "healthy_sha256": corpus_hash(healthy)})
+    return Model(classes, intercept, weights, Use(**(use or USE)), trained_on, check)
 
 
 def fit_without(repository: Optional[str]) -> Any:
-    """The model of a leave-one-repository-out fold: trained on every training log but `repository`'s (a
-    module-level function so benchmarks/bench_explain.py can fit folds in worker processes)."""
-    return train([e for e in training_entries() if e["repository"] != repository])
+    """The model of a leave-one-repository-out fold: trained on every training log but `repository`'s, its healthy
+    check too (a module-level function so benchmarks/bench_explain.py can fit folds in worker processes)."""
+    return train([e for e in training_entries() if e["repository"] != repository],
+                 healthy=[e for e in healthy_training_entries() if e["repository"] != repository])
 
 
 def main() -> int:
@@ -162,10 +219,11 @@ def main() -> int:
     args = ap.parse_args()
     entries = training_entries()
     model = train(entries, args.c, {"weight": args.weight, "p_min": args.p_min, "top": args.top,
-                                          "gate": args.gate})
+                                          "gate": args.gate}, healthy_training_entries())
     Path(args.out).write_text(json.dumps(model.to_dict(), separators=(",", ":"), sort_keys=False) + "\n")
     print(f"trained on {len(entries)} logs from {model.trained_on['repositories']} repositories: "
-          f"{len(model.classes)} causes, {len(model.weights)} features kept; wrote {args.out} "
+          f"{len(model.classes)} causes, {len(model.weights)} features kept; healthy check on "
+          f"{model.trained_on['healthy_logs']} logs, {len(model.healthy.weights)} features kept; wrote {args.out} "
           f"({Path(args.out).stat().st_size // 1024} KiB)")
     return 0
 

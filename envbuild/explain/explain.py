@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from envbuild.errors import EnvbuildError
 from envbuild.explain import context, node, rank, ranker
@@ -86,7 +86,8 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     doctor_failed = context.doctor_failed(report)
     verdict = rank.verdict(scan, ranked, doctor_failed or context.contradicts_itself(adjustments)
                            or any(a.origin in ("node", "record") for a in adjustments))
-    result = build(scan, ranked, verdict, problems, profile_rows, report is not None)
+    healthy = ranker.looks_healthy(scan, opts.ranker) if verdict == "explained" else None
+    result = build(scan, ranked, verdict, problems, profile_rows, report is not None, healthy)
     result["node_facts"] = facts.to_dict() if facts else None
     result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
     if run_section is not None:
@@ -156,11 +157,21 @@ def guessed_only(rc: rank.RankedCause) -> bool:
 FINDINGS = ("doctor", "bundle", "node", "record")  # evidence from outside the log's lines
 
 
-def held_low(rc: rank.RankedCause, warned: bool) -> bool:
-    """Whether the cause's label is "low" whatever its calibrated share: it rests on the learned ranker's guess
-    alone (guessed_only), or the log printed its failures only as warnings (`warned`, rank.warned_only) and no
-    doctor, node or recorded finding stands behind the cause."""
-    return guessed_only(rc) or (warned and not any(a.delta > 0 and a.origin in FINDINGS for a in rc.adjustments))
+def held_by(rc: rank.RankedCause, warned: bool, healthy: Optional[Tuple[float, float]] = None) -> Optional[str]:
+    """Why the cause's label is "low" whatever its calibrated share, or None when it is not held: it rests on the
+    learned ranker's guess alone ("guessed", guessed_only); or, unless a doctor, node or recorded finding stands
+    behind it, the log printed its failures only as warnings ("warned", rank.warned_only) or its text reads like
+    the corpus's runs that went on (`healthy`, ranker.looks_healthy: its probability at least its threshold,
+    "looks_healthy")."""
+    if guessed_only(rc):
+        return "guessed"
+    if any(a.delta > 0 and a.origin in FINDINGS for a in rc.adjustments):
+        return None
+    if warned:
+        return "warned"
+    if healthy is not None and healthy[0] >= healthy[1]:
+        return "looks_healthy"
+    return None
 
 
 def _hit_dict(h: Hit, cause: Optional[str] = None) -> Dict[str, Any]:
@@ -210,7 +221,8 @@ def _next_steps(entries: List[Dict[str, Any]]) -> List[str]:
 
 
 def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, problems: List[Problem],
-          profile_rows: Optional[List[Dict[str, Any]]], had_report: bool) -> Dict[str, Any]:
+          profile_rows: Optional[List[Dict[str, Any]]], had_report: bool,
+          healthy: Optional[Tuple[float, float]] = None) -> Dict[str, Any]:
     from envbuild.knowledge import load_causes
     from envbuild.knowledge.signatures import load_flips
 
@@ -226,9 +238,11 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         cause = causes.get(rc.id)
         sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
                      for h in rc.signatures if h.signature.flip]
+        held = held_by(rc, warned, healthy)
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
-            "label": "low" if held_low(rc, warned) else rank.label(rc.confidence, named_by_evidence(rc)),
+            "label": "low" if held else rank.label(rc.confidence, named_by_evidence(rc)),
+            "held": held,
             "named": named_by_evidence(rc),
             "evidence": [_hit_dict(h, rc.id) for h in rc.signatures],
             "adjustments": [a.to_dict() for a in rc.adjustments],
@@ -251,6 +265,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         "failures_without_cause": unexplained,
         "recovered": {"failures": scan.recovered, "shown": [r.to_dict() for r in scan.recoveries]},
         "warned_only": warned and verdict != "ok",
+        "looks_healthy": None if healthy is None else {"probability": round(healthy[0], 3), "threshold": healthy[1]},
         "timeline": timeline(scan),
         "profile": profile_rows,
     }

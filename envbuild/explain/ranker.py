@@ -93,20 +93,58 @@ class Use:
 
 
 @dataclass
+class HealthyCheck:
+    """The model's second head: how likely a log the signatures read as failing is a run that went on (its scary
+    lines were warnings, retries, a handled error), learned from the corpus's healthy logs against its failures.
+
+    Why: on every unseen set of healthy logs, a few had a line that some signature reads as a failure and nothing
+    after it that closes it; each was mended by a signature once read, and the next set had others. A linear model
+    over the words of healthy reports ("warning", "can be ignored", a results table, a question) catches part of
+    that class without a signature per message. It never changes which cause is named or the verdict: from
+    `threshold` on, the answer's label is held at "low" (explain.held_by). Its features leave out which signatures
+    fired (`sig:`): those were amended after each healthy log was read, so on the corpus they say what was tuned,
+    not what an unseen healthy log shows."""
+
+    intercept: float
+    weights: Dict[str, float]
+    threshold: float
+
+    def probability(self, feats: Iterable[str]) -> float:
+        z = self.intercept + sum(self.weights.get(f, 0.0) for f in feats)
+        return 1.0 / (1.0 + math.exp(-max(min(z, 30.0), -30.0)))
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"intercept": round(self.intercept, 4), "threshold": self.threshold,
+                "weights": {f: round(x, 4) for f, x in sorted(self.weights.items())}}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, object]) -> "HealthyCheck":
+        return cls(float(d["intercept"]), {f: float(x) for f, x in d["weights"].items()},  # type: ignore[union-attr,arg-type]
+                   float(d["threshold"]))  # type: ignore[arg-type]
+
+
+def text_only(feats: Iterable[str]) -> Set[str]:
+    """The features that come from the log's words and stated facts, not from which signatures fired."""
+    return {f for f in feats if not f.startswith("sig:")}
+
+
+@dataclass
 class Model:
     classes: List[str]
     intercept: List[float]
     weights: Dict[str, List[Tuple[int, float]]]  # feature -> [(class index, weight)], small weights pruned
     use: Use = field(default_factory=Use)
     trained_on: Dict[str, object] = field(default_factory=dict)
+    healthy: Optional[HealthyCheck] = None  # absent from a file trained before the head existed
 
     @classmethod
     def from_dict(cls, d: Dict[str, object]) -> "Model":
         if d.get("format") != FORMAT or d.get("tokenizer") != TOKENIZER:
             raise ValueError(f"not a {FORMAT} model for tokenizer {TOKENIZER}")
         w = {f: [(int(i), float(x)) for i, x in pairs] for f, pairs in d["weights"].items()}  # type: ignore[union-attr]
+        healthy = HealthyCheck.from_dict(d["healthy"]) if d.get("healthy") else None  # type: ignore[arg-type]
         return cls(list(d["classes"]), [float(x) for x in d["intercept"]], w,  # type: ignore[arg-type]
-                   Use(**d.get("use", {})), dict(d.get("trained_on", {})))  # type: ignore[arg-type]
+                   Use(**d.get("use", {})), dict(d.get("trained_on", {})), healthy)  # type: ignore[arg-type]
 
     def to_dict(self) -> Dict[str, object]:
         return {"format": FORMAT, "tokenizer": TOKENIZER, "classes": self.classes,
@@ -114,6 +152,7 @@ class Model:
                 "use": {"weight": self.use.weight, "p_min": self.use.p_min, "top": self.use.top,
                         "gate": self.use.gate},
                 "trained_on": self.trained_on,
+                "healthy": self.healthy.to_dict() if self.healthy else None,
                 "weights": {f: [[i, round(x, 4)] for i, x in pairs] for f, pairs in sorted(self.weights.items())}}
 
     def probabilities(self, feats: Iterable[str]) -> Dict[str, float]:
@@ -165,6 +204,18 @@ def adjustments(scan: ScanResult, model: Optional[Model] = None) -> List[Adjustm
         out.append(Adjustment(cause, delta=round(model.use.weight * p, 3),
                               reason=f"learned ranker: p={p:.2f} from the text ({words})", origin="model"))
     return out
+
+
+def looks_healthy(scan: ScanResult, model: Optional[Model] = None) -> Optional[Tuple[float, float]]:
+    """The healthy check's probability that this failing log is a run that went on (HealthyCheck) and the threshold
+    it holds a label from, or None when the log shows no failure or the model has no check. `model`: the shipped
+    one when None."""
+    if not failing(scan):
+        return None
+    model = model if model is not None else load_model()
+    if model is None or model.healthy is None:
+        return None
+    return model.healthy.probability(text_only(features(scan))), model.healthy.threshold
 
 
 def signature_best(hits: Dict[str, object]) -> float:

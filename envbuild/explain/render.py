@@ -76,9 +76,13 @@ def render(result: Dict[str, Any]) -> str:
         # on blind slices at first sight): say it is a guess, so nobody acts on it before its check confirms it.
         lead = "a guess, check it first:" if top["label"] == "low" else "most likely"
         out.append(f"verdict: {lead} {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
-        if result.get("warned_only") and top["label"] == "low":
+        if top.get("held") == "warned":
             out.append("  every failure it printed was a warning or info line (or quoted in a question whether it matters), "
                        "and nothing after it an error: a run that logs a failure that way says it went on from it")
+        elif top.get("held") == "looks_healthy":
+            seen = result["looks_healthy"]
+            out.append(f"  its text reads like the reports of runs that went on past such lines (learned healthy check: "
+                       f"{seen['probability']:.0%}, holds from {seen['threshold']:.0%}): it may not have failed at all")
         if run and not run.get("failed", True):
             out.append(f"  no process of this run failed: the recorded facts are {top['id']}'s mechanism, a risk for the "
                        "next run rather than the cause of a failure in this one")
