@@ -43,7 +43,9 @@ _TS_MD = re.compile(r"\b(\d{2})-(\d{2}) (\d{2}:\d{2}:\d{2})\b")
 # What launchers and torch put in front of a line: `[rank0]:`, mpirun's `[1,0]<stdout>:`, srun -l's `0: `
 _PREFIXES = re.compile(r"^(?:\s*(?:\[[Rr]ank ?\d+\]:?|\[\d+,\d+\]<std(?:out|err)>:|\d{1,4}: ))+")
 # glog's W/I prefix and torch's `[W socket.cpp:634]`: unambiguous wherever they open the message (`test_x ... [W ...]`)
-_SOFT_MARK = re.compile(r"(?:^\s*|\[)[IW]\d{4} \d{2}:\d{2}:\d{2}|\[[IW] [\w./-]+\.(?:cpp|cc|c|h|hpp|py):\d+\]")
+# glog's `W1206 12:00:00` and torch's c10 logger, whose month is not zero-padded (`[W506 00:43:56.24 TCPStore.cpp:125]`
+# on May 6), and torch's `[W socket.cpp:634]`, also as a reporter shortens it (`[W ... TCPStore.cpp:...]`)
+_SOFT_MARK = re.compile(r"(?:^\s*|\[)[IW]\d{3,4} \d{2}:\d{2}:\d{2}|\[[IW] (?:\.\.\. )?[\w./-]+\.(?:cpp|cc|c|h|hpp|py):(?:\d+|\.\.\.)\]")
 _LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|TRACE|NOTICE|ERROR|CRITICAL|FATAL|SEVERE)(?![\w])")
 _ASKS = re.compile(r"(?i)^\W*(?:what does\b.{0,200}\bmean\b|is (?:this|it|that) (?:\w+ )?(?:harmful|normal|expected|"
                    r"safe|a (?:real )?problem)\b)|\b(?:(?:safely|safe to) (?:be )?ignored?|be ignored|harmful|mean|matter)\s*\?\s*$")

@@ -41,6 +41,20 @@ def test_the_shipped_model_was_trained_on_the_current_corpus(trainer):
     assert Path(ranker.MODEL_FILE).stat().st_size < 300 * 1024
 
 
+def test_the_shipped_healthy_check_was_trained_on_the_current_corpus(trainer):
+    """The healthy check learns from the same collections, healthy logs included; what it learned points the way
+    the corpus does (a warning reads healthy, an error does not) and no word of one project alone is in it."""
+    model = ranker.load_model()
+    healthy = trainer.healthy_training_entries()
+    assert model.healthy is not None and model.healthy.threshold == trainer.HEALTHY_AT
+    assert model.trained_on["healthy_sha256"] == trainer.corpus_hash(healthy)
+    assert model.trained_on["healthy_logs"] == len(healthy) > len(trainer.training_entries())
+    assert model.healthy.weights["warning"] > 0 > model.healthy.weights["error"]
+    assert not any(f.startswith("sig:") for f in model.healthy.weights)
+    assert trainer.project("envbuild/gpu-s24") == trainer.project("envbuild/h200-s6") == "envbuild"
+    assert trainer.project("NVIDIA/nccl") == "NVIDIA/nccl"
+
+
 def test_features_skip_nccl_info_and_long_numbers():
     out = set()
     ranker.text_features("h:1:1 [0] NCCL INFO Channel 00/0 via P2P/CUMEM\nRuntimeError: Xid 79 at pid 1234567\n", out)
@@ -78,5 +92,7 @@ def test_model_round_trips_and_refuses_another_tokenizer():
     again = ranker.Model.from_dict(d)
     feats = {"runtimeerror", "sig:py.code_error", "hang"}
     assert again.probabilities(feats) == pytest.approx(model.probabilities(feats), abs=1e-3)
+    words = {"warning", "error", "loss"}
+    assert again.healthy.probability(words) == pytest.approx(model.healthy.probability(words), abs=1e-3)
     with pytest.raises(ValueError):
         ranker.Model.from_dict({**d, "tokenizer": ranker.TOKENIZER + 1})
