@@ -38,7 +38,8 @@ def test_the_shipped_model_was_trained_on_the_current_corpus(trainer):
     # A numbered blind slice is learned from only once its untouched score is on record (docs/explain-slice<N>-before.md).
     scored = " ".join(p.read_text() for p in (REPO / "docs").glob("explain-slice*-before.md"))
     assert all(f'"{c}"' in scored or f"`{c}`" in scored for c in trainer.TRAIN_COLLECTIONS if re.search(r"-s\d+$", c))
-    assert Path(ranker.MODEL_FILE).stat().st_size < 300 * 1024
+    # 320 KiB since the healthy check joined the file (session 24); it is read only once a log shows a failure
+    assert Path(ranker.MODEL_FILE).stat().st_size < 320 * 1024
 
 
 def test_the_shipped_healthy_check_was_trained_on_the_current_corpus(trainer):
