@@ -49,6 +49,11 @@ _SOFT_MARK = re.compile(r"(?:^\s*|\[)[IW]\d{3,4} \d{2}:\d{2}:\d{2}|\[[IW] (?:\.\
 _LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|TRACE|NOTICE|ERROR|CRITICAL|FATAL|SEVERE)(?![\w])")
 _ASKS = re.compile(r"(?i)^\W*(?:what does\b.{0,200}\bmean\b|is (?:this|it|that) (?:\w+ )?(?:harmful|normal|expected|"
                    r"safe|a (?:real )?problem)\b)|\b(?:(?:safely|safe to) (?:be )?ignored?|be ignored|harmful|mean|matter)\s*\?\s*$")
+# Python's report of an exception it could not raise and ignored (in a finalizer, __del__, at interpreter exit):
+# Python 3 prints "Exception ignored in: <function X.__del__ ...>" and the traceback under it (sys.unraisablehook),
+# Python 2 "Exception E: 'msg' in <bound method X.__del__ of <...>> ignored" on one line. The run was not stopped by it.
+_IGNORED = "Exception ignored in"
+_DEL_IGNORED = re.compile(r"\bin <bound method [\w.]+\.__del__ of\b")
 _FAILED_WORD = re.compile(r"(?i)error|exception|fail")  # a level word after these is inside the message
 _SOFT_LEVELS = frozenset({"WARNING", "INFO", "NOTICE"})  # WARN alone is NCCL's and Horovod's error level
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -124,6 +129,7 @@ class Process:
     frame: Optional[str] = None  # that traceback's innermost frame, file:line in func
     _in_traceback: bool = False
     _last_frame: Optional[str] = None
+    _ignoring: bool = False  # inside Python's "Exception ignored in: ..." report, until its exception line
 
 
 @dataclass
@@ -338,6 +344,8 @@ class Scanner:
         """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
         count as inert once applied: a byte-identical repeat of them adds no new order information worth a
         line-by-line pass (lines that carry a time or a pid are distinct anyway)."""
+        if info.struct is not None and info.struct[0] == "ignored":
+            return False  # each one opens a block whose lines are soft: never skipped
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 if entry.kind == "phase":
@@ -444,6 +452,7 @@ class Scanner:
                     loc = Location(source, line_no, info.text, who, self._source_ts.get(source), False)  # type: ignore[union-attr]
             return loc
 
+        ignored = proc._ignoring  # this line belongs to an exception Python reported and ignored
         if info.struct is not None:
             self._structure(proc, info.struct)
         for entry, value in info.matches:
@@ -452,7 +461,7 @@ class Scanner:
                 continue
             self._hit(entry, info.times, location, proc)
             if entry.kind != "context":
-                self._seen(entry, source, line_no, location(), info.soft or self._asking)
+                self._seen(entry, source, line_no, location(), info.soft or self._asking or ignored)
         if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
             best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
             proc.failure_signature = best.id  # name its most telling signature, not the first one tried
@@ -474,13 +483,20 @@ class Scanner:
     def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
         """Track tracebacks: the innermost frame and the exception line that ends the first one."""
         kind, value = struct
-        if kind == "tb":
+        if kind == "ignored":
+            proc._ignoring = True
+        elif kind == "tb":
             proc._in_traceback = True
         elif kind == "frame":
             if proc._in_traceback:
                 proc._last_frame = value
+        elif kind == "exc" and proc._ignoring and not proc._in_traceback:  # an ignored exception without traceback
+            proc._ignoring = False
         elif proc._in_traceback:  # an exception line
             proc._in_traceback = False
+            if proc._ignoring:  # the exception Python reported and ignored: not the run's
+                proc._ignoring = False
+                return
             if proc.exception is None:
                 proc.exception = value
                 proc.frame = proc._last_frame
@@ -647,9 +663,10 @@ def _soft(body: str) -> bool:
     ... exceeds`); Python's `UserWarning` (torch's `CUDA initialization: ...` warning means no GPU for the run);
     DEBUG (a harness echoing a program's output at its own level). A reporter's question whether a message matters
     ("What does ... mean?", "can it be safely ignored?") is soft too: it quotes the message, it does not say the run
-    failed."""
+    failed. So is Python's own report of an exception it ignored (`Exception ignored in: ...`, Python 2's `... in
+    <bound method X.__del__ of ...> ignored`); the traceback under the Python 3 one is read soft by the scanner."""
     head = _PREFIXES.sub("", body, count=1)[:96]
-    if _SOFT_MARK.search(head) or _ASKS.search(body):
+    if _SOFT_MARK.search(head) or _ASKS.search(body) or _DEL_IGNORED.search(body) or head.lstrip().startswith(_IGNORED):
         return True
     if "NCCL " in head:
         return False
@@ -658,6 +675,8 @@ def _soft(body: str) -> bool:
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:
+    if body.lstrip().startswith(_IGNORED):
+        return ("ignored", "")
     if "Traceback (most recent call last)" in body:
         return ("tb", "")
     if _FRAME_KEY in body:

@@ -157,3 +157,35 @@ def test_a_warning_with_its_cpp_stack_stays_a_warning(tmp_path: Path) -> None:
     assert data["warned_only"] is True
     assert data["causes"][0]["id"] == "U4" and data["causes"][0]["label"] == "low"
     assert data["causes"][0]["held"] == "warned"
+
+
+# ---------------------------------------------------------------- exceptions Python reported and ignored
+
+IGNORED_AT_EXIT = ["epoch 3 loss 1.2",
+                   "Exception ignored in: <function NervanaGPU.__del__ at 0x7f1e2c3d4e50>",
+                   "Traceback (most recent call last):",
+                   '  File "/opt/neon/backends/nervanagpu.py", line 120, in __del__',
+                   "    self.ctx.detach()",
+                   "pycuda._driver.LogicError: context::detach failed: invalid device context"]
+
+
+def test_an_exception_python_ignored_in_a_finalizer_is_held_low(tmp_path: Path) -> None:
+    data = answer(tmp_path, IGNORED_AT_EXIT)
+    assert data["verdict"] == "explained" and data["warned_only"] is True
+    assert data["causes"][0]["label"] == "low" and data["causes"][0]["held"] == "warned"
+
+
+def test_the_same_exception_raised_is_the_runs_failure(tmp_path: Path) -> None:
+    raised = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>', "    main()",
+              IGNORED_AT_EXIT[-1]]
+    data = answer(tmp_path, raised)
+    assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
+    # an ignored one first does not soften the raised one after it
+    data = answer(tmp_path, IGNORED_AT_EXIT + raised)
+    assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
+
+
+def test_python2s_one_line_report_of_an_ignored_exception_is_soft() -> None:
+    assert _soft("Exception pycuda._driver.LogicError: 'context::detach failed' in <bound method "
+                 "NervanaGPU.__del__ of <neon.backends.nervanagpu.NervanaGPU object at 0x7f>> ignored")
+    assert not _soft("pycuda._driver.LogicError: context::detach failed: invalid device context")
