@@ -19,6 +19,9 @@ from envbuild.knowledge.signatures import Fact, Signature, case_free
 
 BLOCK_HINT = 4 * 1024 * 1024  # the reader's block size (reader.BLOCK)
 MAX_LINE = 8192  # characters of a line the patterns see (a longer line is cut around the key)
+# lines after Python's "Exception ignored in: ..." read as part of that report until its exception line, at most this
+# many: a line counted in bulk as a repeat is not read one by one, so the report's end may pass unseen
+IGNORED_SPAN = 40
 MAX_LOCATIONS = 3  # log lines kept per signature
 MAX_VALUES = 16  # distinct values kept per fact
 MAX_WHO = 512  # processes tracked for the timeline
@@ -129,7 +132,7 @@ class Process:
     frame: Optional[str] = None  # that traceback's innermost frame, file:line in func
     _in_traceback: bool = False
     _last_frame: Optional[str] = None
-    _ignoring: bool = False  # inside Python's "Exception ignored in: ..." report, until its exception line
+    _ignored_from: int = -1  # the line of the last "Exception ignored in: ..." report not yet ended (IGNORED_SPAN)
 
 
 @dataclass
@@ -344,8 +347,6 @@ class Scanner:
         """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
         count as inert once applied: a byte-identical repeat of them adds no new order information worth a
         line-by-line pass (lines that carry a time or a pid are distinct anyway)."""
-        if info.struct is not None and info.struct[0] == "ignored":
-            return False  # each one opens a block whose lines are soft: never skipped
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 if entry.kind == "phase":
@@ -452,9 +453,10 @@ class Scanner:
                     loc = Location(source, line_no, info.text, who, self._source_ts.get(source), False)  # type: ignore[union-attr]
             return loc
 
-        ignored = proc._ignoring  # this line belongs to an exception Python reported and ignored
+        # this line belongs to an exception Python reported and ignored (the report's first line, its traceback)
+        ignored = proc._ignored_from >= 0 and line_no - proc._ignored_from <= IGNORED_SPAN
         if info.struct is not None:
-            self._structure(proc, info.struct)
+            self._structure(proc, info.struct, line_no)
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 self._fact(entry, value or "", location, proc)
@@ -480,22 +482,22 @@ class Scanner:
         seen.loud = seen.loud or not soft
         seen.titled = seen.titled or (line_no == 1 and not soft)
 
-    def _structure(self, proc: Process, struct: Tuple[str, str]) -> None:
+    def _structure(self, proc: Process, struct: Tuple[str, str], line_no: int) -> None:
         """Track tracebacks: the innermost frame and the exception line that ends the first one."""
         kind, value = struct
         if kind == "ignored":
-            proc._ignoring = True
+            proc._ignored_from = line_no
         elif kind == "tb":
             proc._in_traceback = True
         elif kind == "frame":
             if proc._in_traceback:
                 proc._last_frame = value
-        elif kind == "exc" and proc._ignoring and not proc._in_traceback:  # an ignored exception without traceback
-            proc._ignoring = False
+        elif kind == "exc" and proc._ignored_from >= 0 and not proc._in_traceback:  # ignored, without traceback
+            proc._ignored_from = -1
         elif proc._in_traceback:  # an exception line
             proc._in_traceback = False
-            if proc._ignoring:  # the exception Python reported and ignored: not the run's
-                proc._ignoring = False
+            if proc._ignored_from >= 0:  # the exception Python reported and ignored: not the run's
+                proc._ignored_from = -1
                 return
             if proc.exception is None:
                 proc.exception = value

@@ -189,3 +189,12 @@ def test_python2s_one_line_report_of_an_ignored_exception_is_soft() -> None:
     assert _soft("Exception pycuda._driver.LogicError: 'context::detach failed' in <bound method "
                  "NervanaGPU.__del__ of <neon.backends.nervanagpu.NervanaGPU object at 0x7f>> ignored")
     assert not _soft("pycuda._driver.LogicError: context::detach failed: invalid device context")
+
+
+def test_an_ignored_report_whose_end_was_not_read_softens_only_the_lines_near_it(tmp_path: Path) -> None:
+    from envbuild.explain.scan import IGNORED_SPAN
+
+    unfinished = IGNORED_AT_EXIT[:2]  # the report's first line, its traceback cut off
+    filler = [f"epoch {i} loss 1.0" for i in range(IGNORED_SPAN + 5)]
+    data = answer(tmp_path, unfinished + filler + [IGNORED_AT_EXIT[-1]])
+    assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
