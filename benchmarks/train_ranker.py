@@ -232,12 +232,13 @@ def main() -> int:
 def guarded(entry: Callable[[], int]) -> int:
     """Run a ranker script's `entry` the way a user expects of a command: scikit-learn missing is one line with the
     install that brings it (the `test` extra), Ctrl-C ends with 130 and no traceback."""
-    try:
-        import sklearn  # noqa: F401  (only to say what is missing before any work)
-    except ImportError:
-        print(f"{Path(sys.argv[0]).name}: needs scikit-learn; install it with: pip install -e '.[test]'", file=sys.stderr)
-        return 2
-    try:
+    try:  # Ctrl-C while scikit-learn imports (a second or more) ends the same way as during the work
+        try:
+            import sklearn  # noqa: F401  (only to say what is missing before any work)
+        except ImportError:
+            print(f"{Path(sys.argv[0]).name}: needs scikit-learn; install it with: pip install -e '.[test]'",
+                  file=sys.stderr)
+            return 2
         return entry()
     except KeyboardInterrupt:
         print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)

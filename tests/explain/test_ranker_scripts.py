@@ -49,3 +49,22 @@ def test_ctrl_c_ends_with_130_and_no_traceback():
         proc.kill()
     assert proc.returncode == 130, (err, out[-500:])
     assert "Traceback" not in err and "interrupted" in err, err
+
+
+def test_ctrl_c_while_scikit_learn_imports_ends_the_same_way(tmp_path):
+    """scikit-learn takes a second or more to import; Ctrl-C in that second is still one line and 130."""
+    slow = tmp_path / "sklearn"
+    slow.mkdir()
+    (slow / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(BENCH / "train_ranker.py"), "--out", str(tmp_path / "model.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(str(tmp_path)))
+    try:
+        time.sleep(2)  # inside the import's sleep
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (err, out)
+    assert "Traceback" not in err and err.strip() == "train_ranker.py: interrupted", err
+    assert not (tmp_path / "model.json").exists()
