@@ -157,6 +157,16 @@ def guessed_only(rc: rank.RankedCause) -> bool:
 FINDINGS = ("doctor", "bundle", "node", "record")  # evidence from outside the log's lines
 
 
+def ignored_evidence(rc: rank.RankedCause, scan: ScanResult) -> bool:
+    """Whether every failure line behind this cause was inside Python's report of an exception it ignored (a
+    finalizer at exit: scan.ignored_failures), while other failure lines of the log were loud: those name no cause
+    here (a title "LogicError after multi-bleu", "it fails with an exception"), and the interpreter said it went on
+    past the one that does (NervanaSystems/neon #99). Not every warning-level line: a run's own [W ...] line often
+    names the cause of the crash printed after it (measured: three right answers held low that way)."""
+    failures = [h.signature.id for h in rc.signatures if h.signature.kind == "failure"]
+    return bool(failures) and all(sid in scan.ignored_failures for sid in failures)
+
+
 def held_by(rc: rank.RankedCause, warned: bool, healthy: Optional[Tuple[float, float]] = None) -> Optional[str]:
     """Why the cause's label is "low" whatever its calibrated share, or None when it is not held: it rests on the
     learned ranker's guess alone ("guessed", guessed_only); or, unless a doctor, node or recorded finding stands
@@ -238,7 +248,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         cause = causes.get(rc.id)
         sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
                      for h in rc.signatures if h.signature.flip]
-        held = held_by(rc, warned, healthy)
+        held = held_by(rc, warned or ignored_evidence(rc, scan), healthy)
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
             "label": "low" if held else rank.label(rc.confidence, named_by_evidence(rc)),

@@ -162,6 +162,7 @@ class _Seen:
     last_line: int
     last: Location  # the last occurrence read line by line (bulk-counted repeats have no Location)
     loud: bool = False  # seen at least once on a line not printed at a warning or info level (see _soft)
+    raised: bool = False  # seen at least once outside Python's report of an exception it ignored
     titled: bool = False  # seen, loud, on the source's first line: a report's title, the outcome it is about
 
 
@@ -182,6 +183,9 @@ class ScanResult:
     # the open failures that were, wherever they stayed open, only ever printed at a warning or info level: a run
     # that says so itself is reporting something it went on from, not what stopped it
     soft_failures: FrozenSet[str] = frozenset()
+    # the open failures seen only inside Python's report of an exception it ignored (a finalizer at exit): the
+    # interpreter itself says the program was not stopped by them
+    ignored_failures: FrozenSet[str] = frozenset()
 
 
 class Scanner:
@@ -406,7 +410,8 @@ class Scanner:
         info: Optional[_LineInfo] = None
         if matches or struct is not None:
             rep = _REPEATED.search(text) if "repeated" in text else None
-            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400], _soft(body))
+            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400], _soft(body),
+                             _ignored_report(body))
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[raw] = info
@@ -463,7 +468,8 @@ class Scanner:
                 continue
             self._hit(entry, info.times, location, proc)
             if entry.kind != "context":
-                self._seen(entry, source, line_no, location(), info.soft or self._asking or ignored)
+                ignored_here = ignored or info.ignored
+                self._seen(entry, source, line_no, location(), info.soft or self._asking or ignored_here, ignored_here)
         if loc is not None and proc.first_failure is loc:  # this line is the process's first failure:
             best = max((e for e, _ in info.matches if isinstance(e, Signature) and e.kind == "failure"), key=_strength)
             proc.failure_signature = best.id  # name its most telling signature, not the first one tried
@@ -472,7 +478,7 @@ class Scanner:
                 self._inert.clear()
             self._inert[raw] = (info, proc)
 
-    def _seen(self, sig: Signature, source: str, line_no: int, where: Location, soft: bool) -> None:
+    def _seen(self, sig: Signature, source: str, line_no: int, where: Location, soft: bool, ignored: bool) -> None:
         table = (self._failures if sig.kind == "failure" else self._completions).setdefault(source, {})
         seen = table.get(sig.id)
         if seen is None:
@@ -480,6 +486,7 @@ class Scanner:
         elif line_no >= seen.last_line:
             seen.last_line, seen.last = line_no, where
         seen.loud = seen.loud or not soft
+        seen.raised = seen.raised or not ignored
         seen.titled = seen.titled or (line_no == 1 and not soft)
 
     def _structure(self, proc: Process, struct: Tuple[str, str], line_no: int) -> None:
@@ -535,8 +542,9 @@ class Scanner:
     def result(self) -> ScanResult:
         head = b"\n".join(self._head).decode("utf-8", "replace")
         still_open, loud, recoveries, recovered = self._recoveries()
+        raised = {sid for failures in self._failures.values() for sid, f in failures.items() if f.raised}
         return ScanResult(self.hits, self.fact_values, self.processes, self.lines, self.bytes, self.sources, self.engine,
-                          head, still_open, recoveries, recovered, still_open - loud)
+                          head, still_open, recoveries, recovered, still_open - loud, still_open - raised)
 
     def _recoveries(self) -> Tuple[FrozenSet[str], FrozenSet[str], List[Recovery], int]:
         """Per source, a failure is closed when a completion that closes it was last seen after the failure's last
@@ -635,6 +643,7 @@ class _LineInfo:
     times: int  # Ray's [repeated Nx across cluster]
     text: str  # its time is parsed only when a location is kept (most candidate lines keep none)
     soft: bool = False  # printed at a warning, info or debug level (see _soft)
+    ignored: bool = False  # Python's report of an exception it ignored, on this one line (_ignored_report)
 
 
 def _who(text: str) -> Tuple[Any, str]:
@@ -668,12 +677,18 @@ def _soft(body: str) -> bool:
     failed. So is Python's own report of an exception it ignored (`Exception ignored in: ...`, Python 2's `... in
     <bound method X.__del__ of ...> ignored`); the traceback under the Python 3 one is read soft by the scanner."""
     head = _PREFIXES.sub("", body, count=1)[:96]
-    if _SOFT_MARK.search(head) or _ASKS.search(body) or _DEL_IGNORED.search(body) or head.lstrip().startswith(_IGNORED):
+    if _SOFT_MARK.search(head) or _ASKS.search(body) or _ignored_report(body):
         return True
     if "NCCL " in head:
         return False
     m = _LEVEL.search(head)
     return bool(m) and m.group(1) in _SOFT_LEVELS and not _FAILED_WORD.search(head[:m.start()])
+
+
+def _ignored_report(body: str) -> bool:
+    """Whether the line is Python's report of an exception it ignored: Python 3's `Exception ignored in: ...` or
+    Python 2's one-line `Exception E: 'msg' in <bound method X.__del__ of <...>> ignored`."""
+    return bool(_DEL_IGNORED.search(body)) or body.lstrip(" >").startswith(_IGNORED)
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:

@@ -199,3 +199,21 @@ def test_an_ignored_report_whose_end_was_not_read_softens_only_the_lines_near_it
     no_check = dataclasses.replace(ranker.load_model(), healthy=None)  # its loss lines read healthy to the check
     data = answer(tmp_path, unfinished + filler + [IGNORED_AT_EXIT[-1]], no_check)
     assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
+
+
+def test_a_cause_named_only_by_a_line_python_ignored_is_held_low_beside_loud_prose(tmp_path: Path) -> None:
+    """neon #99: the title and the reporter's words say it failed, but the one line that names a cause is Python 2's
+    report of an exception it ignored in a finalizer at exit."""
+    lines = ["image_caption.py: pycuda.driver.LogicError after multi-bleu",
+             "After Epoch 9 and executing the multi-bleu perl script, it fails with an exception:",
+             "> Exception pycuda._driver.LogicError: 'context::detach failed: invalid device context - cannot detach "
+             "from invalid context' in <bound method NervanaGPU.__del__ of <neon.backends.nervanagpu.NervanaGPU>> ignored"]
+    no_check = dataclasses.replace(ranker.load_model(), healthy=None)
+    data = answer(tmp_path, lines, no_check)
+    top = data["causes"][0]
+    assert data["warned_only"] is False and top["id"] == "O4"
+    assert top["label"] == "low" and top["held"] == "warned"
+    assert "the lines that name it are Python's report of an exception it ignored" in render(data)
+    # the same line raised, not ignored: the label is the calibrated one
+    data = answer(tmp_path, lines[:2] + ["pycuda._driver.LogicError: cuCtxCreate failed: invalid device context"], no_check)
+    assert data["causes"][0]["id"] == "O4" and data["causes"][0]["held"] is None
