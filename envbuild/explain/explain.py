@@ -69,7 +69,8 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
         why = "; ".join(f"{p.source}: {p.message}" for p in problems) or "the input is empty"
         raise EnvbuildError(f"explain: no log text to read ({why})")
     adjustments: List[rank.Adjustment] = context.log_adjustments(scan) + record_adj
-    adjustments.extend(ranker.adjustments(scan, opts.ranker))
+    reading = ranker.read(scan, opts.ranker)
+    adjustments.extend(ranker.adjustments(reading))
     if report is not None:
         adjustments.extend(context.report_adjustments(report, origin))
     facts = node.from_bundle(opts.root) if opts.root else node.NodeFacts()
@@ -86,7 +87,7 @@ def run(opts: ExplainOptions) -> Dict[str, Any]:
     doctor_failed = context.doctor_failed(report)
     verdict = rank.verdict(scan, ranked, doctor_failed or context.contradicts_itself(adjustments)
                            or any(a.origin in ("node", "record") for a in adjustments))
-    healthy = ranker.looks_healthy(scan, opts.ranker) if verdict == "explained" else None
+    healthy = ranker.looks_healthy(reading) if verdict == "explained" else None
     result = build(scan, ranked, verdict, problems, profile_rows, report is not None, healthy)
     result["node_facts"] = facts.to_dict() if facts else None
     result["cross_checks"] = sorted(checks, key=lambda r: r["verdict"] != "differs")
@@ -167,18 +168,21 @@ def ignored_evidence(rc: rank.RankedCause, scan: ScanResult) -> bool:
     return bool(failures) and all(sid in scan.ignored_failures for sid in failures)
 
 
-def held_by(rc: rank.RankedCause, warned: bool, healthy: Optional[Tuple[float, float]] = None) -> Optional[str]:
+def held_by(rc: rank.RankedCause, warned: bool, ignored: bool = False,
+            healthy: Optional[Tuple[float, float]] = None) -> Optional[str]:
     """Why the cause's label is "low" whatever its calibrated share, or None when it is not held: it rests on the
     learned ranker's guess alone ("guessed", guessed_only); or, unless a doctor, node or recorded finding stands
-    behind it, the log printed its failures only as warnings ("warned", rank.warned_only) or its text reads like
-    the corpus's runs that went on (`healthy`, ranker.looks_healthy: its probability at least its threshold,
-    "looks_healthy")."""
+    behind it, the log printed its failures only as warnings ("warned", rank.warned_only), every line naming it is
+    Python's report of an exception it ignored ("ignored", ignored_evidence), or its text reads like the corpus's
+    runs that went on (`healthy`, ranker.looks_healthy: its probability at least its threshold, "looks_healthy")."""
     if guessed_only(rc):
         return "guessed"
     if any(a.delta > 0 and a.origin in FINDINGS for a in rc.adjustments):
         return None
     if warned:
         return "warned"
+    if ignored:
+        return "ignored"
     if healthy is not None and healthy[0] >= healthy[1]:
         return "looks_healthy"
     return None
@@ -248,7 +252,7 @@ def build(scan: ScanResult, ranked: List[rank.RankedCause], verdict: str, proble
         cause = causes.get(rc.id)
         sig_flips = [{"set": h.signature.flip, "reading": f"the {h.signature.id} failure goes away"}
                      for h in rc.signatures if h.signature.flip]
-        held = held_by(rc, warned or ignored_evidence(rc, scan), healthy)
+        held = held_by(rc, warned, ignored_evidence(rc, scan), healthy)
         entries.append({
             "id": rc.id, "title": rc.title, "score": rc.score, "confidence": rc.share, "probability": rc.confidence,
             "label": "low" if held else rank.label(rc.confidence, named_by_evidence(rc)),

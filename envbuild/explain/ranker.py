@@ -181,19 +181,34 @@ def load_model(path: Path = MODEL_FILE) -> Optional[Model]:
     return Model.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def adjustments(scan: ScanResult, model: Optional[Model] = None) -> List[Adjustment]:
-    """Score adjustments (origin "model") for the causes the model ranks highest, only when the log shows a
-    failure: the model says which cause a failure is, never whether there is one. `model`: the shipped one when
-    None, read only once the log shows a failure (a healthy log never pays for reading it)."""
+@dataclass(frozen=True)
+class Reading:
+    """The model and what it reads of one failing log, built once for both heads (the ranker's adjustments and
+    the healthy check): the features walk the head and every fired line, and the model file is 300 KiB of JSON."""
+
+    model: Model
+    feats: Set[str]
+    hits: Dict[str, object]
+
+
+def read(scan: ScanResult, model: Optional[Model] = None) -> Optional[Reading]:
+    """The model's reading of `scan`, or None when the log shows no failure (the model says which cause a failure
+    is, never whether there is one, so a healthy log never pays for reading the model) or no model file ships.
+    `model`: the shipped one when None."""
     if not failing(scan):
-        return []
-    hits = counted_hits(scan)
+        return None
     model = model if model is not None else load_model()
-    if model is None or model.use.weight <= 0:
+    if model is None:
+        return None
+    return Reading(model, features(scan), counted_hits(scan))
+
+
+def adjustments(reading: Optional[Reading]) -> List[Adjustment]:
+    """Score adjustments (origin "model") for the causes the model ranks highest, unless the signatures already
+    name one cause strongly enough (the gate)."""
+    if reading is None or reading.model.use.weight <= 0 or signature_best(reading.hits) >= reading.model.use.gate:
         return []
-    if signature_best(hits) >= model.use.gate:
-        return []
-    feats = features(scan)
+    model, feats = reading.model, reading.feats
     probs = model.probabilities(feats)
     best = sorted(probs.items(), key=lambda kv: (-kv[1], kv[0]))[: model.use.top]
     out = []
@@ -206,16 +221,12 @@ def adjustments(scan: ScanResult, model: Optional[Model] = None) -> List[Adjustm
     return out
 
 
-def looks_healthy(scan: ScanResult, model: Optional[Model] = None) -> Optional[Tuple[float, float]]:
+def looks_healthy(reading: Optional[Reading]) -> Optional[Tuple[float, float]]:
     """The healthy check's probability that this failing log is a run that went on (HealthyCheck) and the threshold
-    it holds a label from, or None when the log shows no failure or the model has no check. `model`: the shipped
-    one when None."""
-    if not failing(scan):
+    it holds a label from, or None without a reading or when the model has no check."""
+    if reading is None or reading.model.healthy is None:
         return None
-    model = model if model is not None else load_model()
-    if model is None or model.healthy is None:
-        return None
-    return model.healthy.probability(text_only(features(scan))), model.healthy.threshold
+    return reading.model.healthy.probability(text_only(reading.feats)), reading.model.healthy.threshold
 
 
 def signature_best(hits: Dict[str, object]) -> float:

@@ -76,10 +76,10 @@ def render(result: Dict[str, Any]) -> str:
         # on blind slices at first sight): say it is a guess, so nobody acts on it before its check confirms it.
         lead = "a guess, check it first:" if top["label"] == "low" else "most likely"
         out.append(f"verdict: {lead} {top['id']} — {top['title']} ({top['probability']:.0%}, {top['label']}{why})")
-        if top.get("held") == "warned" and result.get("warned_only"):
+        if top.get("held") == "warned":
             out.append("  every failure it printed was a warning or info line (or quoted in a question whether it matters), "
                        "and nothing after it an error: a run that logs a failure that way says it went on from it")
-        elif top.get("held") == "warned":
+        elif top.get("held") == "ignored":
             out.append("  the lines that name it are Python's report of an exception it ignored (in a finalizer, at exit): "
                        "the program went on past it")
         elif top.get("held") == "looks_healthy":

@@ -13,7 +13,7 @@ import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from envbuild.knowledge.signatures import Fact, Signature, case_free
 
@@ -410,8 +410,9 @@ class Scanner:
         info: Optional[_LineInfo] = None
         if matches or struct is not None:
             rep = _REPEATED.search(text) if "repeated" in text else None
-            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400], _soft(body),
-                             _ignored_report(body))
+            ignored = _ignored_report(body)
+            info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400],
+                             ignored or _soft(body), ignored)
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[raw] = info
@@ -615,17 +616,31 @@ def _prepared(signatures: Sequence[Signature], facts: Sequence[Fact]) -> Tuple[A
 class _Closure(dict):  # type: ignore[type-arg]
     """Key bytes as found in a line -> the entries to try: those whose keys are that key or a substring of it
     (the alternation reports one key per spot), compared without case for case-free entries. Filled on first
-    use of each spelling, since a case-free key can be found in any of its spellings."""
+    use of each spelling, since a case-free key can be found in any of its spellings. A spelling's substrings
+    are looked up in a key index rather than every entry's keys tested against it: a found key is short and the
+    entries are hundreds, so this is what keeps a log with many distinct keys from paying entries x keys each."""
 
     def __init__(self, entries: Sequence[Any]):
         super().__init__()
-        self._entries = [(e, case_free(e.pattern)) for e in entries]
+        self._exact: Dict[str, List[int]] = {}  # a case-sensitive key -> indexes of the entries holding it
+        self._lower: Dict[str, List[int]] = {}  # a case-free key, lowered -> likewise
+        for i, e in enumerate(entries):
+            index = self._lower if case_free(e.pattern) else self._exact
+            for k in e.keys:
+                index.setdefault(k.lower() if index is self._lower else k, []).append(i)
+        self._entries = list(entries)
+        self._longest = max((len(k) for k in (*self._exact, *self._lower)), default=0)
 
     def __missing__(self, found: bytes) -> Tuple[Any, ...]:
         text = found.decode("utf-8", "replace")
         low = text.lower()
-        hit = tuple(e for e, free in self._entries
-                    if any((k.lower() in low) if free else (k in text) for k in e.keys))
+        hits: Set[int] = set()
+        for spelling, index in ((text, self._exact), (low, self._lower)):
+            n = len(spelling)
+            for i in range(n):
+                for j in range(i + 1, min(n, i + self._longest) + 1):
+                    hits.update(index.get(spelling[i:j], ()))
+        hit = tuple(self._entries[i] for i in sorted(hits))
         if len(self) < _CACHE_LIMIT:  # spellings are few in real logs; a bound keeps a hostile one small
             self[found] = hit
         return hit
@@ -674,10 +689,10 @@ def _soft(body: str) -> bool:
     ... exceeds`); Python's `UserWarning` (torch's `CUDA initialization: ...` warning means no GPU for the run);
     DEBUG (a harness echoing a program's output at its own level). A reporter's question whether a message matters
     ("What does ... mean?", "can it be safely ignored?") is soft too: it quotes the message, it does not say the run
-    failed. So is Python's own report of an exception it ignored (`Exception ignored in: ...`, Python 2's `... in
-    <bound method X.__del__ of ...> ignored`); the traceback under the Python 3 one is read soft by the scanner."""
+    failed. (Python's own report of an exception it ignored is soft as well: the scanner asks _ignored_report, once
+    per line, since it also keeps which lines those are.)"""
     head = _PREFIXES.sub("", body, count=1)[:96]
-    if _SOFT_MARK.search(head) or _ASKS.search(body) or _ignored_report(body):
+    if _SOFT_MARK.search(head) or _ASKS.search(body):
         return True
     if "NCCL " in head:
         return False
@@ -688,11 +703,17 @@ def _soft(body: str) -> bool:
 def _ignored_report(body: str) -> bool:
     """Whether the line is Python's report of an exception it ignored: Python 3's `Exception ignored in: ...` or
     Python 2's one-line `Exception E: 'msg' in <bound method X.__del__ of <...>> ignored`."""
-    return bool(_DEL_IGNORED.search(body)) or body.lstrip(" >").startswith(_IGNORED)
+    return bool(_DEL_IGNORED.search(body)) or _opens_ignored(body)
+
+
+def _opens_ignored(body: str) -> bool:
+    """Python 3's `Exception ignored in: ...`, the line that opens an ignored-exception report (IGNORED_SPAN), also
+    where a reporter quoted it (`> Exception ignored in`)."""
+    return body.lstrip(" >").startswith(_IGNORED)
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:
-    if body.lstrip().startswith(_IGNORED):
+    if _opens_ignored(body):
         return ("ignored", "")
     if "Traceback (most recent call last)" in body:
         return ("tb", "")

@@ -78,12 +78,14 @@ def test_a_finding_from_outside_the_log_lifts_the_hold(origin: str, held) -> Non
     rc = _cause(origin, 4.0)
     assert explain.held_by(rc, warned=False, healthy=(0.8, 0.5)) == held
     assert explain.held_by(rc, warned=False, healthy=(0.3, 0.5)) is None
+    assert explain.held_by(rc, warned=False, ignored=True) == (None if held is None else "ignored")
 
 
 def test_why_a_label_is_held_names_one_reason_in_order() -> None:
     guessed = _cause("model", 1.0)
     assert explain.held_by(guessed, warned=True, healthy=(0.9, 0.5)) == "guessed"
-    assert explain.held_by(_cause("log", 1.0), warned=True, healthy=(0.9, 0.5)) == "warned"
+    assert explain.held_by(_cause("log", 1.0), warned=True, ignored=True, healthy=(0.9, 0.5)) == "warned"
+    assert explain.held_by(_cause("log", 1.0), warned=False, ignored=True, healthy=(0.9, 0.5)) == "ignored"
     assert explain.held_by(_cause("log", 1.0), warned=False, healthy=None) is None
 
 
@@ -185,10 +187,13 @@ def test_the_same_exception_raised_is_the_runs_failure(tmp_path: Path) -> None:
     assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
 
 
-def test_python2s_one_line_report_of_an_ignored_exception_is_soft() -> None:
-    assert _soft("Exception pycuda._driver.LogicError: 'context::detach failed' in <bound method "
-                 "NervanaGPU.__del__ of <neon.backends.nervanagpu.NervanaGPU object at 0x7f>> ignored")
-    assert not _soft("pycuda._driver.LogicError: context::detach failed: invalid device context")
+def test_python2s_one_line_report_of_an_ignored_exception_is_soft(tmp_path: Path) -> None:
+    report = ("Exception pycuda._driver.LogicError: 'context::detach failed' in <bound method "
+              "NervanaGPU.__del__ of <neon.backends.nervanagpu.NervanaGPU object at 0x7f>> ignored")
+    data = answer(tmp_path, ["epoch 3 loss 1.2", report])
+    assert data["warned_only"] is True and data["causes"][0]["label"] == "low"
+    data = answer(tmp_path, ["epoch 3 loss 1.2", "pycuda._driver.LogicError: context::detach failed: invalid device context"])
+    assert data["warned_only"] is False
 
 
 def test_an_ignored_report_whose_end_was_not_read_softens_only_the_lines_near_it(tmp_path: Path) -> None:
@@ -212,8 +217,19 @@ def test_a_cause_named_only_by_a_line_python_ignored_is_held_low_beside_loud_pro
     data = answer(tmp_path, lines, no_check)
     top = data["causes"][0]
     assert data["warned_only"] is False and top["id"] == "O4"
-    assert top["label"] == "low" and top["held"] == "warned"
+    assert top["label"] == "low" and top["held"] == "ignored"
     assert "the lines that name it are Python's report of an exception it ignored" in render(data)
     # the same line raised, not ignored: the label is the calibrated one
     data = answer(tmp_path, lines[:2] + ["pycuda._driver.LogicError: cuCtxCreate failed: invalid device context"], no_check)
     assert data["causes"][0]["id"] == "O4" and data["causes"][0]["held"] is None
+
+
+def test_a_quoted_report_of_an_ignored_exception_opens_the_same_span(tmp_path: Path) -> None:
+    """A reporter who quotes the report with `> ` quotes its traceback too: the exception line under it is still the
+    one Python ignored, not the run's failure."""
+    quoted = [IGNORED_AT_EXIT[0]] + ["> " + line for line in IGNORED_AT_EXIT[1:]]
+    data = answer(tmp_path, quoted)
+    assert data["causes"][0]["label"] == "low" and data["causes"][0]["held"] == "warned"
+    raised = [IGNORED_AT_EXIT[0]] + ["> " + line for line in IGNORED_AT_EXIT[2:]]  # no report: raised
+    data = answer(tmp_path, raised)
+    assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
