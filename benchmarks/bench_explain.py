@@ -19,6 +19,7 @@ Speed: a 10 MB and a 1 GiB log made by repeating the corpus's own text (and a 32
   the worst case, no goal), in a temp dir deleted afterwards, read
   by `envbuild explain` as a child process (wall time and peak RSS from wait4). The anchor is a bare Python loop
   reading the same file in 4 MiB blocks and counting newlines, measured in the same run; ratios are against it.
+  Beside it, `wc -l` of the same file (C, the floor of reading it at all) where the system has one.
 
     python benchmarks/bench_explain.py [--accuracy-only] [--speed-only] [--write-calibration] [--big-mib 1024] [--json out.json]
 Goals (issue 25): LORO top-1 >= 85 %, top-3 >= 95 %, ECE <= 0.10; (issue 14) 1 GiB <= 10 s and <= 200 MB RSS; 10 MB <= 1 s.
@@ -323,6 +324,16 @@ def _anchor(path: Path) -> float:
     return time.perf_counter() - t0
 
 
+def _wc_anchor(path: Path) -> Optional[float]:
+    """Seconds `wc -l` takes on the file (the file already in the page cache, as for explain), None without wc."""
+    wc = shutil.which("wc")
+    if wc is None:
+        return None
+    t0 = time.perf_counter()
+    subprocess.run([wc, "-l", str(path)], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
 def _run_explain(path: Path) -> Tuple[float, float, float, int]:
     """(wall seconds, CPU seconds, peak RSS MiB, exit code) of `envbuild explain PATH` as a child process.
     CPU time is quoted beside wall time because the benchmark machine may be shared."""
@@ -345,10 +356,12 @@ def speed(big_mib: int, distinct_mib: int) -> Dict[str, Any]:
         for name, size, goal_s, distinct in cases:
             path = tmp / f"{name}.log"
             _synthesise(path, size, distinct)
-            anchor = _anchor(path)
+            anchor, wc = _anchor(path), _wc_anchor(path)
             wall, cpu, rss, rc = _run_explain(path)
             out[name] = {"bytes": size, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_rss_mib": round(rss, 1), "exit": rc,
                          "anchor_read_s": round(anchor, 3), "ratio_to_anchor": round(wall / anchor, 2) if anchor else None,
+                         "wc_l_s": None if wc is None else round(wc, 3),
+                         "ratio_to_wc_l": round(wall / wc, 1) if wc else None,
                          "goal_s": goal_s, "meets_time": goal_s is None or wall <= goal_s, "meets_rss": rss <= 200,
                          "mb_per_s": round(size / 1e6 / wall, 1)}
             path.unlink()
@@ -506,7 +519,9 @@ def main() -> int:
                 continue
             goal = f"goal {s['goal_s']:g} s" if s["goal_s"] else "no goal"
             print(f"  {name:<16} {s['wall_s']:>7.2f} s wall, {s['cpu_s']:.2f} s CPU ({goal}), {s['mb_per_s']} MB/s  peak RSS "
-                  f"{s['peak_rss_mib']:.0f} MiB (goal 200)  anchor {s['anchor_read_s']:.2f} s, ratio {s['ratio_to_anchor']}x  exit {s['exit']}")
+                  f"{s['peak_rss_mib']:.0f} MiB (goal 200)  anchor {s['anchor_read_s']:.2f} s, ratio {s['ratio_to_anchor']}x  "
+                  + (f"wc -l {s['wc_l_s']:.3f} s, ratio {s['ratio_to_wc_l']}x  " if s.get("wc_l_s") is not None else "")
+                  + f"exit {s['exit']}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
