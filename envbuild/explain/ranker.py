@@ -184,7 +184,7 @@ def load_model(path: Path = MODEL_FILE) -> Optional[Model]:
 @dataclass(frozen=True)
 class Reading:
     """The model and what it reads of one failing log, built once for both heads (the ranker's adjustments and
-    the healthy check): the features walk the head and every fired line, and the model file is 300 KiB of JSON."""
+    the healthy check): the features walk the head and every fired line, and the model file is some 300 KiB of JSON."""
 
     model: Model
     feats: Set[str]
