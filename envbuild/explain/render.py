@@ -80,8 +80,8 @@ def render(result: Dict[str, Any]) -> str:
             out.append("  every failure it printed was a warning or info line (or quoted in a question whether it matters), "
                        "and nothing after it an error: a run that logs a failure that way says it went on from it")
         elif top.get("held") == "ignored":
-            out.append("  the lines that name it are Python's report of an exception it ignored (in a finalizer, at exit): "
-                       "the program went on past it")
+            out.append("  the lines that name it are an exception the program went on past: Python's report of one it ignored "
+                       "(in a finalizer, at exit), or one logged with what the program does instead (retrying, falling back)")
         elif top.get("held") == "looks_healthy":
             seen = result["looks_healthy"]
             out.append(f"  its text reads like the reports of runs that went on past such lines (learned healthy check: "

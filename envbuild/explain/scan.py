@@ -35,7 +35,16 @@ HEAD_BYTES = 64 * 1024  # bytes of text kept from the start of the input for the
 
 # Keys of the scanner's own structure (not of any signature): traceback frames and exception lines.
 _FRAME_KEY = 'File "'
-_STRUCT_KEYS = (_FRAME_KEY, "Error", "Exception")
+# a log record at an error or warning level that says, after a semicolon, what the program does instead: the
+# traceback printed under it (logger.exception's) is one the program caught and went on from, like an ignored one
+_HANDLED = re.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|Error|Warning)\b[^;\n]{0,300};\s*(?:[\w-]+\s+){0,3}?"
+                      r"(?:retrying|rebuilding|falling back|will (?:use|retry|fall back|continue)|continuing|skipping)\b")
+_HANDLED_KEYS = ("; retrying", "; rebuilding", "; falling back", "; continuing", "; skipping", " will use ",
+                 " will retry", " will fall back", " will continue")
+# torch's DataLoader re-raises a worker's exception as "Caught E in DataLoader worker process N." and prints the
+# worker's own traceback after it ("Original Traceback ..."): one report, not two
+_WRAPPED = re.compile(r"\bCaught \w+ in DataLoader worker process \d+")
+_STRUCT_KEYS = (_FRAME_KEY, "Error", "Exception", *_HANDLED_KEYS)
 
 _RAY = re.compile(r"^\((?P<actor>[\w.:-]+)(?: pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[^)]+))?\)\s?")
 _REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
@@ -134,6 +143,7 @@ class Process:
     _in_traceback: bool = False
     _last_frame: Optional[str] = None
     _ignored_from: int = -1  # the line of the last "Exception ignored in: ..." report not yet ended (IGNORED_SPAN)
+    _ignored_tail: int = -1  # the last line of an ignored report's exception message (its indented lines go on it)
 
 
 @dataclass
@@ -461,8 +471,11 @@ class Scanner:
                     loc = Location(source, line_no, info.text, who, self._source_ts.get(source), False)  # type: ignore[union-attr]
             return loc
 
-        # this line belongs to an exception Python reported and ignored (the report's first line, its traceback)
+        # this line belongs to an exception Python reported and ignored (the report's first line, its traceback, the
+        # indented lines right under its exception line: `size mismatch for head.weight: ...` of a state_dict error)
         ignored = proc._ignored_from >= 0 and line_no - proc._ignored_from <= IGNORED_SPAN
+        if not ignored and proc._ignored_tail >= 0 and line_no == proc._ignored_tail + 1 and raw[:1] in (b" ", b"\t"):
+            ignored, proc._ignored_tail = True, line_no
         if info.struct is not None:
             self._structure(proc, info.struct, line_no)
         for entry, value in info.matches:
@@ -507,7 +520,8 @@ class Scanner:
         elif proc._in_traceback:  # an exception line
             proc._in_traceback = False
             if proc._ignored_from >= 0:  # the exception Python reported and ignored: not the run's
-                proc._ignored_from = -1
+                if not _WRAPPED.search(value):  # a DataLoader worker's own traceback follows: the same report
+                    proc._ignored_from, proc._ignored_tail = -1, line_no
                 return
             if proc.exception is None:
                 proc.exception = value
@@ -710,8 +724,9 @@ def _ignored_report(body: str) -> bool:
 
 def _opens_ignored(body: str) -> bool:
     """Python 3's `Exception ignored in: ...`, the line that opens an ignored-exception report (IGNORED_SPAN), also
-    where a reporter quoted it (`> Exception ignored in`)."""
-    return body.lstrip(" >").startswith(_IGNORED)
+    where a reporter quoted it (`> Exception ignored in`); or a logged error that says the program falls back,
+    retries or rebuilds (`ERROR data: workers failed; rebuilding the loader with spawn`), whose traceback follows."""
+    return body.lstrip(" >").startswith(_IGNORED) or bool(_HANDLED.search(body))
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:

@@ -218,7 +218,7 @@ def test_a_cause_named_only_by_a_line_python_ignored_is_held_low_beside_loud_pro
     top = data["causes"][0]
     assert data["warned_only"] is False and top["id"] == "O4"
     assert top["label"] == "low" and top["held"] == "ignored"
-    assert "the lines that name it are Python's report of an exception it ignored" in render(data)
+    assert "the lines that name it are an exception the program went on past" in render(data)
     # the same line raised, not ignored: the label is the calibrated one
     data = answer(tmp_path, lines[:2] + ["pycuda._driver.LogicError: cuCtxCreate failed: invalid device context"], no_check)
     assert data["causes"][0]["id"] == "O4" and data["causes"][0]["held"] is None
@@ -233,3 +233,26 @@ def test_a_quoted_report_of_an_ignored_exception_opens_the_same_span(tmp_path: P
     raised = [IGNORED_AT_EXIT[0]] + ["> " + line for line in IGNORED_AT_EXIT[2:]]  # no report: raised
     data = answer(tmp_path, raised)
     assert data["warned_only"] is False and data["causes"][0]["label"] != "low"
+
+
+def test_a_traceback_logged_under_a_record_that_says_it_falls_back_is_one_the_run_went_past(tmp_path: Path) -> None:
+    """`logger.exception("...; rebuilding the loader with spawn")`: the traceback under the record, a DataLoader
+    worker's own traceback after it, and the indented lines of its message are all the one handled exception."""
+    handled = ["2026-12-07 06:05:00,546 ERROR data: DataLoader workers (fork) failed; rebuilding the loader with the "
+               "spawn start method",
+               "Traceback (most recent call last):",
+               '  File "/opt/torch/lib/python3.12/site-packages/torch/_utils.py", line 785, in reraise',
+               "RuntimeError: Caught RuntimeError in DataLoader worker process 0.",
+               "Original Traceback (most recent call last):",
+               '  File "/opt/torch/lib/python3.12/site-packages/torch/cuda/__init__.py", line 466, in _lazy_init',
+               "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you "
+               "must use the 'spawn' start method",
+               "",
+               "train: 64 steps, loss 2.3183 -> 2.2996, 5.7 s, 2 DataLoader workers (spawn)"]
+    no_check = dataclasses.replace(ranker.load_model(), healthy=None)
+    data = answer(tmp_path, handled, no_check)
+    assert data["causes"][0]["label"] == "low", data["causes"][0]
+    # the same traceback under a record that says nothing of going on is the run's failure
+    data = answer(tmp_path, ["2026-12-07 06:05:00,546 ERROR data: DataLoader workers (fork) failed"] + handled[1:7],
+                  no_check)
+    assert data["causes"][0]["id"] == "O4" and data["causes"][0]["label"] != "low"
