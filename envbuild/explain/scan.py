@@ -422,7 +422,7 @@ class Scanner:
         info: Optional[_LineInfo] = None
         if matches or struct is not None:
             rep = _REPEATED.search(text) if "repeated" in text else None
-            ignored = _ignored_report(body)
+            ignored = _ignored_report(body, struct)
             info = _LineInfo(tuple(matches), who, struct, int(rep.group(1)) if rep else 1, text.strip()[:400],
                              ignored or _soft(body), ignored)
         if len(self._cache) >= _CACHE_LIMIT:
@@ -716,17 +716,18 @@ def _soft(body: str) -> bool:
     return bool(m) and m.group(1) in _SOFT_LEVELS and not _FAILED_WORD.search(head[:m.start()])
 
 
-def _ignored_report(body: str) -> bool:
-    """Whether the line is Python's report of an exception it ignored: Python 3's `Exception ignored in: ...` or
-    Python 2's one-line `Exception E: 'msg' in <bound method X.__del__ of <...>> ignored`."""
-    return bool(_DEL_IGNORED.search(body)) or _opens_ignored(body)
+def _ignored_report(body: str, struct: Optional[Tuple[str, str]]) -> bool:
+    """Whether the line is Python's report of an exception it ignored: the line that opens one (`struct`, from
+    _struct, which already asked _opens_ignored) or Python 2's one-line `Exception E: 'msg' in <bound method
+    X.__del__ of <...>> ignored`."""
+    return (struct is not None and struct[0] == "ignored") or bool(_DEL_IGNORED.search(body))
 
 
 def _opens_ignored(body: str) -> bool:
     """Python 3's `Exception ignored in: ...`, the line that opens an ignored-exception report (IGNORED_SPAN), also
     where a reporter quoted it (`> Exception ignored in`); or a logged error that says the program falls back,
     retries or rebuilds (`ERROR data: workers failed; rebuilding the loader with spawn`), whose traceback follows."""
-    return body.lstrip(" >").startswith(_IGNORED) or bool(_HANDLED.search(body))
+    return body.lstrip(" >").startswith(_IGNORED) or (";" in body and bool(_HANDLED.search(body)))
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:
