@@ -116,8 +116,10 @@ def log_adjustments(scan: ScanResult) -> List[Adjustment]:
         out.append(Adjustment("U5", delta=2.5, reason=inside, origin="log-hint"))
     held = memory_held_elsewhere(scan)
     if held:
-        out.append(Adjustment("D7", delta=3.0, reason=held, origin="log-hint"))
-        out.append(Adjustment("U3", factor=0.5, reason=held, origin="log-hint"))
+        # one holder outside the run: D7 over U3; the run's own engine or several holders: the two stay close
+        one_holder, reason = held
+        out.append(Adjustment("D7", delta=3.0 if one_holder else 1.5, reason=reason, origin="log-hint"))
+        out.append(Adjustment("U3", factor=0.5 if one_holder else 0.75, reason=reason, origin="log-hint"))
 
     behind = driver_behind(scan)
     if behind:
@@ -170,28 +172,62 @@ def _package_of(path: str) -> str:
     return m.group(1) if m else re.split(r"[/\\]", path)[-1]
 
 
-def memory_held_elsewhere(scan: ScanResult) -> Optional[str]:
-    """torch's out-of-memory message lists every process on the GPU: when one other process holds several times what
-    the failing process holds, the memory was taken before this run asked for it, by a process left from an earlier
-    run (D7) or another job on the same GPU, whose fix is the same (free the GPU, not a smaller batch), and not used
-    up by this run (U3). Not where the log names an inference engine (vLLM, SGLang): a colocated rollout engine's
-    share is the run's own memory (U3); nor where several other processes hold memory (a shared GPU, not one
-    holder)."""
-    if {"vllm", "sglang"} & set(scan.facts.get("framework", {})) or scan.facts.get("vllm_version"):
-        return None
-    held = [_held_pair(v) for v in scan.facts.get("oom_memory_held", {})]
-    if not held or len(scan.facts.get("oom_other_process", {})) > 1:
-        return None
-    other, own = max(held)
-    if other < HELD_ELSEWHERE_GIB or other < 4 * own:
-        return None
-    return (f"another process held {other:.2f} GiB of the GPU when this one, holding {own:.2f} GiB, ran out of memory: "
-            "free it (nvidia-smi --query-compute-apps=pid,used_memory) before looking at this run's batch size")
+def memory_held_elsewhere(scan: ScanResult) -> Optional[Tuple[bool, str]]:
+    """(one holder, why) where other processes held most of the GPU when this one ran out of memory, else None.
+
+    torch's out-of-memory message gives the GPU's capacity, what was free and what the failing process held: the
+    rest was other processes'. When one other process holds several times what the failing one holds, and the log
+    names no inference engine of its own, the memory was taken before this run asked for it, by a process left from
+    an earlier run (D7) or another job on the same GPU, whose fix is the same (free the GPU, not a smaller batch), and
+    not used up by this run (U3): one holder. Where the run has an engine of its own (vLLM, SGLang, or their memory
+    settings gpu_memory_utilization / mem_fraction_static), or several processes hold memory, the holder may be the
+    run's colocated engine or ranks (U3) as much as a left-over process: both stay open, U3 still first where the
+    log holds nothing else. vLLM's own memory profile says as much when its device-wide non-torch memory is more
+    than a CUDA context and NCCL's buffers: a colocated trainer or a left-over process holds it."""
+    engine = bool({"vllm", "sglang"} & set(scan.facts.get("framework", {})) or scan.facts.get("vllm_version")
+                  or scan.facts.get("engine_memory_setting"))
+    splits = [_split(v) for v in scan.facts.get("oom_gpu_split", {})]
+    held = [_held_pair(v) + (1,) for v in scan.facts.get("oom_memory_held", {})]
+    other, own, holders = max(splits or held or [(0.0, 0.0, 0)])
+    if other >= HELD_ELSEWHERE_GIB and other >= 4 * own:
+        one_holder = not engine and holders <= 1 and len(scan.facts.get("oom_other_process", {})) <= 1
+        if one_holder:
+            return True, (f"another process held {other:.2f} GiB of the GPU when this one, holding {own:.2f} GiB, ran "
+                          "out of memory: free it (nvidia-smi --query-compute-apps=pid,used_memory) before looking at "
+                          "this run's batch size")
+        return False, (f"other processes held {other:.2f} GiB of the GPU when this one, holding {own:.2f} GiB, ran out "
+                       "of memory: the run's own engine or ranks on the same GPU, or a process left from an earlier "
+                       "run (nvidia-smi --query-compute-apps=pid,used_memory tells which)")
+    profiled = [_gib(v) for v in scan.facts.get("engine_non_torch_memory", {})]
+    totals = [_gib(v) for v in scan.facts.get("engine_total_memory", {})]
+    if profiled and max(profiled) >= HELD_ELSEWHERE_GIB and (not totals or max(profiled) >= 0.25 * max(totals)):
+        return False, (f"the engine's memory profile counts {max(profiled):.2f} GiB of GPU memory outside its own torch "
+                       "allocations, more than a CUDA context and NCCL's buffers: memory another process holds (a "
+                       "colocated trainer, or a process left from an earlier run)")
+    return None
 
 
 HELD_ELSEWHERE_GIB = 8.0  # another process's share that is more than a CUDA context or a small neighbour
 _AMOUNT = re.compile(r"(\d+(?:\.\d+)?) ([KMG])iB")
 _GIB = {"K": 1 / (1 << 20), "M": 1 / 1024, "G": 1.0}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([KMG]iB|bytes)")
+
+
+def _gib(text: str) -> float:
+    """GiB of one '<number> <unit>' amount (KiB, MiB, GiB, or bytes)."""
+    m = _SIZE.search(text)
+    if m is None:
+        return 0.0
+    unit = m.group(2)
+    return float(m.group(1)) / (1 << 30) if unit == "bytes" else float(m.group(1)) * _GIB[unit[0]]
+
+
+def _split(value: str) -> Tuple[float, float, int]:
+    """(GiB other processes held, GiB the failing process held, how many other processes the message lists) from
+    one message's oom_gpu_split value: the capacity, less what was free, less the failing process's own."""
+    amounts = [_gib(m.group(0)) for m in _SIZE.finditer(value)]
+    total, free, own = amounts[0], amounts[1], amounts[-1]
+    return max(0.0, total - free - own), own, value.count("Process ")
 
 
 def _held_pair(value: str) -> Tuple[float, float]:

@@ -20,3 +20,58 @@ def test_an_interface_named_in_an_exclusion_list_is_no_suspect_interface(line):
 ])
 def test_an_interface_nccl_picks_or_is_told_to_use_is_still_suspect(line):
     assert fires("net.suspect_interface", line)
+
+
+_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.18 GiB "
+        "of which 9.75 GiB is free. {procs}Including non-PyTorch memory, this process has {own} memory in use. Of the "
+        "allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.\n")
+
+
+def _causes(data):
+    return [(c["id"], c["label"]) for c in data["causes"][:3]]
+
+
+def test_several_processes_holding_the_gpu_keep_a_left_over_process_and_the_runs_own_memory_both_open(explain_text):
+    # three holders, one of them an engine the run names: its own colocated engine, or one an earlier run left
+    text = ("[rollout-server pid 1327] gpu_memory_utilization=0.75: KV cache pool 59.4 GiB\n"
+            + _OOM.format(procs="Process 1327 has 59.89 GiB memory in use. Process 1337 has 4.51 GiB memory in use. "
+                                "Process 1338 has 4.51 GiB memory in use. ", own="518.00 MiB"))
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    top2 = [c["id"] for c in data["causes"][:2]]
+    assert set(top2) == {"D7", "U3"}, _causes(data)
+    assert data["causes"][0]["label"] != "high", _causes(data)
+    d7 = next(c for c in data["causes"] if c["id"] == "D7")
+    assert any("other processes held 68.92 GiB" in a["reason"] for a in d7["adjustments"]), d7
+
+
+def test_a_run_that_holds_the_memory_itself_is_out_of_memory_with_no_left_over_process(explain_text):
+    proc, data = explain_text(_OOM.format(procs="", own="69.40 GiB"))
+    assert proc.returncode == 1, proc.stderr
+    assert data["top"] == "U3", _causes(data)
+    assert not any(a["origin"] == "log-hint" for c in data["causes"] if c["id"] == "D7" for a in c["adjustments"])
+
+
+def test_an_engine_profile_that_counts_most_of_the_gpu_as_non_torch_memory_names_another_holder(explain_text):
+    text = ("the current engine instance can use total_gpu_memory (139.80GiB) x gpu_memory_utilization (0.90) = "
+            "125.82GiB\n"
+            "model weights take 0.01GiB; non_torch_memory takes 129.32GiB; PyTorch activation peak memory takes 0.04GiB; "
+            "the rest of the memory reserved for KV Cache is -3.55GiB.\n"
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine.\n")
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert "D7" in [c["id"] for c in data["causes"][:3]], _causes(data)
+    assert data["causes"][0]["label"] != "high", _causes(data)
+
+
+def test_an_engine_profile_with_a_small_non_torch_share_names_no_other_holder(explain_text):
+    text = ("the current engine instance can use total_gpu_memory (139.80GiB) x gpu_memory_utilization (0.90) = "
+            "125.82GiB\n"
+            "model weights take 120.01GiB; non_torch_memory takes 0.67GiB; PyTorch activation peak memory takes 6.04GiB; "
+            "the rest of the memory reserved for KV Cache is -0.90GiB.\n"
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine.\n")
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert not any(a["origin"] == "log-hint" for c in data["causes"] if c["id"] == "D7" for a in c["adjustments"])
