@@ -1,7 +1,7 @@
 """Issue 25, session 26: readings written from the misses of held-out slices 64-67 (in-sample for those slices)."""
 import pytest
 
-from explain_helpers import fires
+from explain_helpers import assert_top, fires
 
 
 @pytest.mark.parametrize("line", [
@@ -75,3 +75,30 @@ def test_an_engine_profile_with_a_small_non_torch_share_names_no_other_holder(ex
     proc, data = explain_text(text)
     assert proc.returncode == 1, proc.stderr
     assert not any(a["origin"] == "log-hint" for c in data["causes"] if c["id"] == "D7" for a in c["adjustments"])
+
+
+@pytest.mark.parametrize("text, cause", [
+    # a write past ulimit -f: Python ignores SIGXFSZ and gets EFBIG (a shell reports the signal itself)
+    ("Traceback (most recent call last):\n  File \"train.py\", line 88, in save\n    torch.save(state, path)\n"
+     "OSError: [Errno 27] File too large\n", "O2"),
+    ("./run.sh: line 4: 3312 File size limit exceeded (core dumped) python train.py\n", "O2"),
+    # gloo's size check, with the words pytorch/gloo #456 gave it and without them
+    ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+     "/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 264196 vs 4. Received "
+     "data size doesn't match expected size. Is there a distributed collective mismatch in your code?\n", "U1"),
+    ("gloo::EnforceNotMet: [enforce fail at fbcode/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. "
+     "194478720 vs 4\n", "U1"),
+])
+def test_the_message_names_its_cause(explain_text, text, cause):
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, cause)
+
+
+@pytest.mark.parametrize("sid, line", [
+    ("node.file_size_limit", "INFO checkpoint too large for one file, sharding it into 4 parts"),
+    ("node.file_size_limit", "file size (blocks, -f) unlimited"),
+    ("gloo.size_mismatch", "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"),
+])
+def test_lines_that_only_look_like_them_do_not_fire(sid, line):
+    assert not fires(sid, line)
