@@ -35,12 +35,13 @@ HEAD_BYTES = 64 * 1024  # bytes of text kept from the start of the input for the
 
 # Keys of the scanner's own structure (not of any signature): traceback frames and exception lines.
 _FRAME_KEY = 'File "'
-# a log record at an error or warning level that says, after a semicolon, what the program does instead: the
-# traceback printed under it (logger.exception's) is one the program caught and went on from, like an ignored one
-_HANDLED = re.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|Error|Warning)\b[^;\n]{0,300};\s*(?:[\w-]+\s+){0,3}?"
+# a log record at an error or warning level that says, after a semicolon or a comma, what the program does instead:
+# the traceback printed under it (logger.exception's) is one the program caught and went on from, like an ignored one
+_HANDLED = re.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|Error|Warning)\b[^;\n]{0,300}[;,]\s*(?:[\w-]+\s+){0,3}?"
                       r"(?:retrying|rebuilding|falling back|will (?:use|retry|fall back|continue)|continuing|skipping)\b")
-_HANDLED_KEYS = ("; retrying", "; rebuilding", "; falling back", "; continuing", "; skipping", " will use ",
-                 " will retry", " will fall back", " will continue")
+_HANDLED_KEYS = ("; retrying", "; rebuilding", "; falling back", "; continuing", "; skipping", ", retrying",
+                 ", rebuilding", ", falling back", ", continuing", ", skipping", " will use ", " will retry",
+                 " will fall back", " will continue")
 # torch's DataLoader re-raises a worker's exception as "Caught E in DataLoader worker process N." and prints the
 # worker's own traceback after it ("Original Traceback ..."): one report, not two
 _WRAPPED = re.compile(r"\bCaught \w+ in DataLoader worker process \d+")
@@ -727,7 +728,7 @@ def _opens_ignored(body: str) -> bool:
     """Python 3's `Exception ignored in: ...`, the line that opens an ignored-exception report (IGNORED_SPAN), also
     where a reporter quoted it (`> Exception ignored in`); or a logged error that says the program falls back,
     retries or rebuilds (`ERROR data: workers failed; rebuilding the loader with spawn`), whose traceback follows."""
-    return body.lstrip(" >").startswith(_IGNORED) or (";" in body and bool(_HANDLED.search(body)))
+    return body.lstrip(" >").startswith(_IGNORED) or ((";" in body or "," in body) and bool(_HANDLED.search(body)))
 
 
 def _struct(body: str) -> Optional[Tuple[str, str]]:

@@ -102,3 +102,17 @@ def test_the_message_names_its_cause(explain_text, text, cause):
 ])
 def test_lines_that_only_look_like_them_do_not_fire(sid, line):
     assert not fires(sid, line)
+
+
+def test_a_warning_that_says_after_a_comma_it_retries_another_way_is_a_failure_the_run_went_past(explain_text):
+    # ComfyUI's VAE decode out of memory, retried tiled (krita-ai-diffusion #86, slice 73, read after its score)
+    proc, data = explain_text("[VAE MEMORY ERROR]\nGetting this error when running any prompt:\n\nWarning: Ran out of "
+                              "memory when regular decoding, retrying with tiled VAE decoding.\n")
+    assert data["verdict"] == "ok" or data["causes"][0]["label"] == "low", [(c["id"], c["label"]) for c in data["causes"]]
+
+
+def test_a_comma_without_a_fallback_after_it_is_still_a_failure(explain_text):
+    proc, data = explain_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB, retries "
+                              "exhausted\nWARNING: ran out of memory in the backward pass, aborting the run\n")
+    assert proc.returncode == 1
+    assert_top(data, "U3")
