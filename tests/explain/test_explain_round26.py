@@ -116,3 +116,18 @@ def test_a_comma_without_a_fallback_after_it_is_still_a_failure(explain_text):
                               "exhausted\nWARNING: ran out of memory in the backward pass, aborting the run\n")
     assert proc.returncode == 1
     assert_top(data, "U3")
+
+
+def test_a_symbol_another_library_cannot_find_keeps_the_build_and_the_driver_open(explain_text):
+    # cuDNN's cudaErrorSymbolNotFound in a container (alphafold3 #79, slice 75, read after its score: a host driver
+    # too old): a kernel image for another architecture stays first, but not as NCCL's launch failure is
+    proc, data = explain_text("E1119 10:37:39.248565  283298 cuda_dnn.cc:502] There was an error before creating cudnn "
+                              "handle (500): cudaErrorSymbolNotFound : named symbol not found\n"
+                              "jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION: DNN library initialization "
+                              "failed. Look at the errors above for more details.\n")
+    assert proc.returncode == 1, proc.stderr
+    ids = [c["id"] for c in data["causes"][:3]]
+    assert ids[0] == "D10" and "D9" in ids, [(c["id"], c["label"]) for c in data["causes"]]
+    assert data["causes"][0]["label"] != "high", [(c["id"], c["label"]) for c in data["causes"]]
+    line = "c76d92cccb6e:72:457 [1] enqueue.cc:47 NCCL WARN Cuda failure 'named symbol not found'"
+    assert fires("nccl.named_symbol", line) and not fires("cuda.named_symbol", line)
