@@ -131,3 +131,31 @@ def test_a_symbol_another_library_cannot_find_keeps_the_build_and_the_driver_ope
     assert data["causes"][0]["label"] != "high", [(c["id"], c["label"]) for c in data["causes"]]
     line = "c76d92cccb6e:72:457 [1] enqueue.cc:47 NCCL WARN Cuda failure 'named symbol not found'"
     assert fires("nccl.named_symbol", line) and not fires("cuda.named_symbol", line)
+
+
+@pytest.mark.parametrize("text, cause", [
+    # nvidia-container-cli waiting on a driver that re-initialises for every client (nvidia-docker #628, #723)
+    ("docker: Error response from daemon: OCI runtime create failed: container_linux.go:348: starting container "
+     "process caused \"process_linux.go:402: container init caused \\\"running prestart hook 1 caused \\\\\\\"error "
+     "running hook: exit status 1, stdout: , stderr: nvidia-container-cli: initialization error: driver error: timed "
+     "out\\\\\\\\n\\\\\\\"\\\"\": unknown.\n", "D6"),
+    # DeepSpeed's launcher killing the rest after one worker exited 1 (LlamaFactory #2444)
+    ("[2024-02-18 10:02:11,114] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train_bash.py', "
+     "'--stage', 'ppo'] exits with return code = 1\n", "U6"),
+    # ... and one that died of SIGBUS: the code is the signal (DeepSpeed #4000, #4002)
+    ("[2023-07-20 15:45:13,980] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 3966\n"
+     "[2023-07-20 15:45:13,982] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py'] exits "
+     "with return code = -7\n", "O1"),
+])
+def test_launchers_and_the_container_toolkit_name_the_cause(explain_text, text, cause):
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, cause)
+    assert data["causes"][0]["evidence"], "named from a line's own evidence, not the learned ranker's guess alone"
+
+
+def test_a_tool_without_support_for_the_gpus_compute_capability_is_no_package_conflict():
+    line = ("W external/xla/xla/stream_executor/cuda/cuda_asm_compiler.cc:280] Falling back to the CUDA driver for PTX "
+            "compilation; ptxas does not support CC 12.0")
+    assert not fires("prose.version_conflict", line)
+    assert fires("prose.version_conflict", "[Bug] latest flashinferv0.2.1.whl is not compatible with sglang>=v0.4.3 whl")
