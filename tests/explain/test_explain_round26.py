@@ -159,3 +159,22 @@ def test_a_tool_without_support_for_the_gpus_compute_capability_is_no_package_co
             "compilation; ptxas does not support CC 12.0")
     assert not fires("prose.version_conflict", line)
     assert fires("prose.version_conflict", "[Bug] latest flashinferv0.2.1.whl is not compatible with sglang>=v0.4.3 whl")
+
+
+@pytest.mark.parametrize("text", [
+    "ModuleNotFoundError: No module named 'fused_layer_norm_cuda'\n",
+    "  File \"/usr/local/lib/python3.10/dist-packages/apex/optimizers/fused_adam.py\", line 117, in __init__\n"
+    "    raise RuntimeError('apex.optimizers.FusedAdam requires cuda extensions')\n"
+    "RuntimeError: apex.optimizers.FusedAdam requires cuda extensions\n",
+    "ModuleNotFoundError: No module named 'mmcv._ext'\n",
+])
+def test_a_package_without_its_compiled_extension_is_a_native_build_not_a_missing_package(explain_text, text):
+    proc, data = explain_text(text)
+    assert proc.returncode == 1, proc.stderr
+    assert_top(data, "C9")
+
+
+@pytest.mark.parametrize("line", ["ModuleNotFoundError: No module named 'flash_attn'",
+                                  "ModuleNotFoundError: No module named 'torch._C'"])
+def test_a_missing_package_or_torch_from_its_source_tree_stays_a_missing_module(line):
+    assert fires("py.module_not_found", line) and not fires("py.native_extension_missing", line)
