@@ -208,7 +208,6 @@ def memory_held_elsewhere(scan: ScanResult) -> Optional[Tuple[bool, str]]:
 
 
 HELD_ELSEWHERE_GIB = 8.0  # another process's share that is more than a CUDA context or a small neighbour
-_AMOUNT = re.compile(r"(\d+(?:\.\d+)?) ([KMG])iB")
 _GIB = {"K": 1 / (1 << 20), "M": 1 / 1024, "G": 1.0}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([KMG]iB|bytes)")
 
@@ -232,8 +231,8 @@ def _split(value: str) -> Tuple[float, float, int]:
 
 def _held_pair(value: str) -> Tuple[float, float]:
     """(the other process's GiB, this process's GiB) from one message's oom_memory_held value."""
-    (a, ua), (b, ub) = _AMOUNT.findall(value)
-    return float(a) * _GIB[ua], float(b) * _GIB[ub]
+    amounts = [_gib(m.group(0)) for m in _SIZE.finditer(value)]
+    return amounts[0], amounts[-1]
 
 
 def _names_itself(scan: ScanResult, cause: str) -> bool:
