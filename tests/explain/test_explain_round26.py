@@ -176,3 +176,16 @@ def test_a_package_without_its_compiled_extension_is_a_native_build_not_a_missin
                                   "ModuleNotFoundError: No module named 'torch._C'"])
 def test_a_missing_package_or_torch_from_its_source_tree_stays_a_missing_module(line):
     assert fires("py.module_not_found", line) and not fires("py.native_extension_missing", line)
+
+
+def test_a_server_that_comes_up_went_past_what_failed_while_it_started(explain_text):
+    text = ("ERROR 2026-12-07 08:21:14,423 [warmup] rmsnorm hidden=5120 BLOCK=5120: compilation failed\n"
+            "Traceback (most recent call last):\n  File \"warmup.py\", line 63, in <module>\n    y = rmsnorm(x)\n"
+            "ValueError: arange's range must be a power of 2\n"
+            "INFO 2026-12-07 08:21:14,576 [warmup] warm-up complete: 3 RMSNorm kernels ready (3 Triton), server ready\n")
+    proc, data = explain_text(text)
+    assert proc.returncode == 0 and data["verdict"] == "ok", [(c["id"], c["label"]) for c in data["causes"]]
+    # what fails after the server came up still counts
+    proc, data = explain_text(text + "Traceback (most recent call last):\n  File \"serve.py\", line 9, in handle\n"
+                              "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert proc.returncode == 1 and data["verdict"] != "ok"
