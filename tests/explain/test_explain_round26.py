@@ -1,7 +1,7 @@
 """Issue 25, session 26: readings written from the misses of held-out slices 64-67 (in-sample for those slices)."""
 import pytest
 
-from explain_helpers import assert_top, fires
+from explain_helpers import CORPUS, assert_top, fires
 
 
 @pytest.mark.parametrize("line", [
@@ -179,12 +179,12 @@ def test_a_missing_package_or_torch_from_its_source_tree_stays_a_missing_module(
 
 
 def test_a_server_that_comes_up_went_past_what_failed_while_it_started(explain_text):
-    text = ("ERROR 2026-12-07 08:21:14,423 [warmup] rmsnorm hidden=5120 BLOCK=5120: compilation failed\n"
-            "Traceback (most recent call last):\n  File \"warmup.py\", line 63, in <module>\n    y = rmsnorm(x)\n"
-            "ValueError: arange's range must be a power of 2\n"
-            "INFO 2026-12-07 08:21:14,576 [warmup] warm-up complete: 3 RMSNorm kernels ready (3 Triton), server ready\n")
+    # gpu-s26-06 (slice 68, read after its score): a Triton block size that fails to compile, logged with its
+    # traceback, rebuilt, then "warm-up complete ... server ready"
+    text = (CORPUS / "gpu-s26-06.log").read_text()
     proc, data = explain_text(text)
     assert proc.returncode == 0 and data["verdict"] == "ok", [(c["id"], c["label"]) for c in data["causes"]]
+    assert any(r["completion_signature"] == "serve.ready" for r in data["recovered"]["shown"]), data["recovered"]
     # what fails after the server came up still counts
     proc, data = explain_text(text + "Traceback (most recent call last):\n  File \"serve.py\", line 9, in handle\n"
                               "RuntimeError: CUDA error: an illegal memory access was encountered\n")
