@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
+from envbuild.explain.logged import LoggedExceptions
 from envbuild.knowledge.signatures import Fact, Signature, case_free
 
 BLOCK_HINT = 4 * 1024 * 1024  # the reader's block size (reader.BLOCK)
@@ -30,11 +31,14 @@ MAX_RECOVERIES = 16  # recoveries kept for the report
 # Lines around a retried connect that a completion with `closes` also closes: the traceback, the retry's warning and
 # the words on them ("timed out", "failed") end within this many lines of the connect's last failure
 NEAR = 12
+# the completion named where a source's failures were exceptions it logged and went on from (logged.py)
+LOGGED_WENT_ON = "log.went_on"
 _CACHE_LIMIT = 20000
 HEAD_BYTES = 64 * 1024  # bytes of text kept from the start of the input for the learned ranker (explain/ranker.py)
 
 # Keys of the scanner's own structure (not of any signature): traceback frames and exception lines.
 _FRAME_KEY = 'File "'
+_TB_KEY = "Traceback (most recent call last)"
 # a log record at an error or warning level that says, after a semicolon or a comma, what the program does instead:
 # the traceback printed under it (logger.exception's) is one the program caught and went on from, like an ignored one
 _HANDLED = re.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|Error|Warning)\b[^;\n]{0,300}[;,]\s*(?:[\w-]+\s+){0,3}?"
@@ -45,7 +49,7 @@ _HANDLED_KEYS = ("; retrying", "; rebuilding", "; falling back", "; continuing",
 # torch's DataLoader re-raises a worker's exception as "Caught E in DataLoader worker process N." and prints the
 # worker's own traceback after it ("Original Traceback ..."): one report, not two
 _WRAPPED = re.compile(r"\bCaught \w+ in DataLoader worker process \d+")
-_STRUCT_KEYS = (_FRAME_KEY, "Error", "Exception", *_HANDLED_KEYS)
+_STRUCT_KEYS = (_FRAME_KEY, _TB_KEY, "Error", "Exception", *_HANDLED_KEYS)
 
 _RAY = re.compile(r"^\((?P<actor>[\w.:-]+)(?: pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[^)]+))?\)\s?")
 _REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
@@ -176,6 +180,8 @@ class _Seen:
     loud: bool = False  # seen at least once on a line not printed at a warning or info level (see _soft)
     raised: bool = False  # seen at least once outside Python's report of an exception it ignored
     titled: bool = False  # seen, loud, on the source's first line: a report's title, the outcome it is about
+    first_loud: int = -1  # the first and last lines it was seen on not printed at a warning or info level
+    last_loud: int = -1
 
 
 @dataclass
@@ -230,6 +236,10 @@ class Scanner:
         self._failures: Dict[str, Dict[str, _Seen]] = {}
         self._completions: Dict[str, Dict[str, _Seen]] = {}
         self._source = ""  # the source being fed (its repeats counted in bulk update its tables)
+        self._logged = LoggedExceptions()  # the current source's logged tracebacks (envbuild/explain/logged.py)
+        self._tail = b""  # the current source's last bytes read
+        # per source: the line from which its failures were logged and gone on from, and its last line (logged.py)
+        self._went_on: Dict[str, Tuple[int, Location]] = {}
         self._asking = False  # the source's first line asks whether a message matters (see feed_source)
 
     # ------------------------------------------------------------------ input
@@ -239,6 +249,7 @@ class Scanner:
         self._source = name
         match = self._match
         self._inert.clear()
+        self._logged, self._tail = LoggedExceptions(), b""
         chunks = iter(chunks)
         first = next(chunks, b"")
         # a report that asks whether a message matters (in its title or its opening lines: "Is this to be
@@ -272,14 +283,31 @@ class Scanner:
                     lo = max(start, ms - MAX_LINE // 2)
                     hi = min(end, lo + MAX_LINE)
                 raw = chunk[lo:hi]
+                if _TB_KEY.encode() in raw:
+                    self._logged.traceback(line_no, _line_above(chunk, start))
                 known = self._inert.get(raw)
                 if known is not None:  # a repeat that can only add counts: no per-line bookkeeping
                     self._count_inert(known[0], 1, line_no)
+                    if known[0].struct is not None and known[0].struct[0] == "exc":
+                        self._logged.exception(line_no)
                 else:
                     self._line(raw, name, line_no)
                 pos = end + 1
             line_no += chunk.count(b"\n", counted)
-        self.lines += self._newlines + (0 if self._ends_with_newline else 1)
+        lines = self._newlines + (0 if self._ends_with_newline else 1)
+        self.lines += lines
+        self._note_went_on(name, lines)
+
+    def _note_went_on(self, source: str, lines: int) -> None:
+        """Whether the source's failures came from exceptions it logged and went on from (logged.py), judged on its
+        last non-blank line."""
+        text = self._tail.rstrip()
+        last_no = lines - max(0, self._tail[len(text):].count(b"\n") - 1)
+        last = text[text.rfind(b"\n") + 1:].decode("utf-8", "replace").rstrip("\r")
+        last_loud = max((f.last_loud for f in self._failures.get(source, {}).values()), default=-1)
+        start = self._logged.went_on_from(_PREFIXES.sub("", last, count=1), last_no, last_loud)
+        if start is not None:
+            self._went_on[source] = (start, Location(source, last_no, last.strip()[:400], source, _timestamp(last)))
 
     def _keep_head(self, chunks: Iterable[bytes]) -> Iterable[bytes]:
         """The chunks unchanged; the first HEAD_BYTES of the whole input are copied aside (a bounded slice of the
@@ -299,6 +327,8 @@ class Scanner:
         self._newlines, self._ends_with_newline = 0, True
         for chunk in chunks:
             self.bytes += len(chunk)
+            if chunk:
+                self._tail = chunk[-4096:]
             parts = [chunk] if self._repeat_block(chunk, match) else None
             if parts is not None:
                 yield from self._counted(chunk)
@@ -359,6 +389,8 @@ class Scanner:
                 if entry.kind != "context":
                     seen = (self._failures if entry.kind == "failure" else self._completions)[self._source][entry.id]
                     seen.last_line = max(seen.last_line, line_no)
+                    if not info.soft:
+                        seen.last_loud = max(seen.last_loud, line_no)
 
     def _is_inert(self, info: _LineInfo, proc: Process) -> bool:
         """Whether another occurrence of this line could change anything but counts. Phase and traceback lines
@@ -479,6 +511,8 @@ class Scanner:
             ignored, proc._ignored_tail = True, line_no
         if info.struct is not None:
             self._structure(proc, info.struct, line_no)
+            if info.struct[0] == "exc":
+                self._logged.exception(line_no)
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 self._fact(entry, value or "", location, proc)
@@ -503,6 +537,10 @@ class Scanner:
         elif line_no >= seen.last_line:
             seen.last_line, seen.last = line_no, where
         seen.loud = seen.loud or not soft
+        if not soft:
+            seen.last_loud = line_no
+            if seen.first_loud < 0:
+                seen.first_loud = line_no
         seen.raised = seen.raised or not ignored
         seen.titled = seen.titled or (line_no == 1 and not soft)
 
@@ -579,9 +617,12 @@ class Scanner:
             # how far each completion with `closes` reaches: its failures' last line, and NEAR lines after it
             reach = {cid: max((failures[c].last_line + NEAR for c in by_id[cid].closes if c in failures), default=0)
                      for cid in completions if by_id[cid].closes}
+            went_on = self._went_on.get(source)
             for sid, f in failures.items():
-                closers = [(c.last_line, cid, c) for cid, c in completions.items()
+                closers = [(c.last_line, cid, c.last) for cid, c in completions.items()
                            if not by_id[cid].closes or sid in by_id[cid].closes or f.last_line <= reach[cid]]
+                if went_on is not None and (f.first_loud < 0 or f.first_loud >= went_on[0]):
+                    closers.append((went_on[1].line, LOGGED_WENT_ON, went_on[1]))
                 best = max(closers, key=lambda t: t[0], default=None)
                 if f.titled or best is None or best[0] <= f.last_line:
                     still_open.add(sid)
@@ -590,12 +631,26 @@ class Scanner:
                     continue
                 recovered += 1
                 if len(recoveries) < MAX_RECOVERIES:
-                    recoveries.append(Recovery(sid, f.first, f.last_line, best[1], best[2].last, best[0]))
+                    recoveries.append(Recovery(sid, f.first, f.last_line, best[1], best[2], best[0]))
         return frozenset(still_open), frozenset(loud), recoveries, recovered
 
 
 _MISSING = object()
 PIECE = 256 * 1024  # a block is scanned in newline-aligned pieces of about this size
+
+
+def _line_above(chunk: bytes, start: int) -> str:
+    """The nearest non-blank line before the line that starts at `start` (within two lines of it), as text."""
+    end = start - 1
+    for _ in range(3):
+        if end < 0:
+            return ""
+        begin = chunk.rfind(b"\n", 0, end) + 1
+        line = chunk[begin:end].strip()
+        if line:
+            return _PREFIXES.sub("", line.decode("utf-8", "replace"), count=1)
+        end = begin - 1
+    return ""
 
 
 def _pieces(chunk: bytes) -> Iterable[bytes]:

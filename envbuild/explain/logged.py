@@ -1,0 +1,98 @@
+"""Exceptions a program logged and went on from, told apart from the one that ended it.
+
+`logger.exception("...")` (or `logger.error(..., exc_info=True)`) prints an error-level record and the traceback
+directly under it; Python's own end of a program prints a traceback under nothing of the kind. A program that logged
+its exception and then kept logging at INFO in the same format, with nothing louder after the traceback, handled it:
+a kernel that failed to compile and was rebuilt, a request that failed while the server served on. On the corpus
+(1666 logs, session 27): 46 logs hold a traceback under an error-level record, 20 healthy and 26 faults; the rule holds
+for 6 of the healthy ones (our GPU runs) and none of the faults. Most of the other healthy ones end on a line that is
+not a record (a table, a summary), which the rule does not read as going on.
+
+One tracker per source: the scanner tells it of each traceback it reads (with the line above it) and of each
+exception line, and gives it the source's last line at the end.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+# the record above a traceback: logging's level names that a handled exception is logged at
+_ERROR_LEVELS = frozenset({"ERROR", "WARNING", "WARN", "CRITICAL"})
+_GOING_ON_LEVELS = frozenset({"INFO", "NOTICE"})
+_LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|NOTICE|ERROR|CRITICAL|FATAL)(?![\w])")
+_WORDS_BEFORE_LEVEL = re.compile(r"(?i)error|exception|fail")  # a level word after these is inside a message
+# a last record that says the program is ending, not going on
+_ENDING = re.compile(r"(?i)\b(?:shut(?:ting)?\s*down|exit|terminat|abort|fail|error|crash|kill|stopp?(?:ing|ed)|cancel)")
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+# lines after a logged traceback's last exception line that may still belong to it (an exception message over several
+# lines: Triton's CompilationError quotes the kernel source)
+SLACK = 12
+
+
+def record_shape(line: str) -> Optional[Tuple[str, str]]:
+    """(level, shape) of a log record: its level word and what precedes and follows it with digits masked
+    (`ERROR 2026-12-07 08:21:14,423 [warmup]` and `INFO 2026-...` share a shape). None: not a record (no level
+    word in the opening characters, or one inside a message)."""
+    head = line.lstrip()[:96]
+    m = _LEVEL.search(head)
+    if m is None or _WORDS_BEFORE_LEVEL.search(head[:m.start()]):
+        return None
+    return m.group(1), re.sub(r"\d", "0", head[:m.start()]) + "|" + head[m.end():m.end() + 1]
+
+
+@dataclass
+class _Span:
+    start: int  # the error-level record's line
+    shape: str
+    end: int = -1  # the last exception line of the traceback (and of those chained to it); -1 while it is read
+
+
+class LoggedExceptions:
+    """Per source: the first logged traceback's record line, the last one's end, and whether a traceback or an
+    exception line that no record announced came after (a crash: the rule does not apply)."""
+
+    def __init__(self) -> None:
+        self._first: Optional[_Span] = None
+        self._last: Optional[_Span] = None
+        self._shapes: set = set()
+        self._unlogged = False
+
+    def traceback(self, line_no: int, above: str) -> None:
+        """A `Traceback (most recent call last):` line; `above` is the nearest non-blank line before it."""
+        if any(above.startswith(c) for c in _CHAINED):  # the same report goes on: read to its last exception line
+            if self._last is not None and self._last.end >= 0 and line_no - self._last.end <= 4:
+                self._last.end = -1
+            return
+        shape = record_shape(above)
+        if shape is None or shape[0] not in _ERROR_LEVELS:
+            if self._first is not None:
+                self._unlogged = True
+            return
+        span = _Span(line_no - 1, shape[1])
+        self._first = self._first or span
+        self._last = span
+        self._shapes.add(shape[1])
+
+    def exception(self, line_no: int) -> None:
+        """An exception line: the end of the logged traceback being read (or of one chained to it), else one more
+        exception reported after it, which the program did not log first."""
+        if self._last is None:
+            return
+        if self._last.end < 0:
+            self._last.end = line_no
+        else:
+            self._unlogged = True
+
+    def went_on_from(self, last_line: str, last_no: int, last_loud: int) -> Optional[int]:
+        """The line from which failures were logged and gone on from, or None. `last_line`/`last_no`: the source's
+        last non-blank line; `last_loud`: the last line a failure was printed on not at a warning or info level."""
+        span = self._last
+        if span is None or self._unlogged or span.end < 0 or last_no <= span.end:
+            return None
+        shape = record_shape(last_line)
+        if shape is None or shape[0] not in _GOING_ON_LEVELS or shape[1] not in self._shapes:
+            return None
+        if _ENDING.search(last_line) or last_loud > span.end + SLACK:
+            return None
+        return self._first.start if self._first else None
