@@ -8,8 +8,8 @@ each held-out repository (its leave-one-repository-out folds), so the headline n
 was trained on.
 
 Training data: every labelled log (a cause, not `none` or `unknown`) of the collections in TRAIN_COLLECTIONS: the
-main corpus and held-out slices 1-78, each learned from only after its untouched score was written down
-(docs/explain-slice<N>-before.md for slices 4-78); the healthy check learns from the same collections' healthy
+main corpus and held-out slices 1-82, each learned from only after its untouched score was written down
+(docs/explain-slice<N>-before.md for slices 4-82); the healthy check learns from the same collections' healthy
 logs too. A collection is trained on only once it is named
 here, so a blind slice added to the manifest later is never learned from by accident. Each log's features come
 from its leave-one-repository-out scan (the signatures written only from its own repository left out): what the
@@ -52,6 +52,8 @@ TRAIN_COLLECTIONS = frozenset({
     "held-out-2026-12-07-s67", "held-out-2026-12-07-s47", "held-out-2026-12-07-s69", "held-out-2026-12-07-s70",
     "held-out-2026-12-07-s71", "held-out-2026-12-07-s72", "held-out-2026-12-07-s68", "held-out-2026-12-07-s73",
     "held-out-2026-12-07-s74", "held-out-2026-12-07-s75", "held-out-2026-12-07-s76", "held-out-2026-12-07-s78",
+    "held-out-2026-12-07-s77", "held-out-2026-12-07-s79", "held-out-2026-12-07-s80", "held-out-2026-12-07-s81",
+    "held-out-2026-12-07-s82",
 })
 C = 4.0  # inverse L2 strength: chosen by LORO (docs/explain.md, "learned ranker")
 MIN_DF = 2  # a feature seen in fewer training logs than this is not learned (a single thread's words)
