@@ -133,9 +133,9 @@ def prefit(repos: Any) -> None:
         return
     import multiprocessing
 
-    from train_ranker import doc_features, fit_without, training_entries
+    from train_ranker import doc_features, fit_without, healthy_training_entries
 
-    for e in training_entries():
+    for e in healthy_training_entries():  # the ranker's training logs and the healthy check's
         doc_features(e["file"], e["repository"])
     # The workers ignore Ctrl-C (_worker): this process takes it and ends them.
     pool = multiprocessing.get_context("fork").Pool(workers, _worker)
