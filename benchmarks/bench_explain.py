@@ -124,7 +124,8 @@ def _workers() -> int:
 
 def prefit(repos: Any) -> None:
     """Fit the folds of `repos` not yet cached, across processes. Why: one fold is a fresh logistic regression on
-    ~800 logs (about a second), a run needs one per repository (over 300), and they are independent; fitting them
+    ~1,200 logs plus the healthy check's (2.5 s of CPU), a run needs one per repository (over 500 for the held-out
+    slices; scanning and ranking their logs is seconds in all), and they are independent; fitting them
     serially was most of this benchmark's time and of CI's. The workers are forked after the training logs'
     features are read here, so each inherits them instead of scanning the corpus again."""
     missing = sorted((r for r in {_fold_key(r) for r in repos} if r not in _FOLDS), key=str)
