@@ -283,15 +283,17 @@ class Scanner:
                     lo = max(start, ms - MAX_LINE // 2)
                     hi = min(end, lo + MAX_LINE)
                 raw = chunk[lo:hi]
-                if _TB_KEY.encode() in raw:
-                    self._logged.traceback(line_no, _line_above(chunk, start))
                 known = self._inert.get(raw)
                 if known is not None:  # a repeat that can only add counts: no per-line bookkeeping
-                    self._count_inert(known[0], 1, line_no)
-                    if known[0].struct is not None and known[0].struct[0] == "exc":
-                        self._logged.exception(line_no)
+                    info = known[0]
+                    self._count_inert(info, 1, line_no)
                 else:
-                    self._line(raw, name, line_no)
+                    info = self._line(raw, name, line_no)
+                if info is not None and info.struct is not None:  # a traceback's start or end (logged.py)
+                    if info.struct[0] == "tb":
+                        self._logged.traceback(line_no, _line_above(chunk, start))
+                    elif info.struct[0] == "exc":
+                        self._logged.exception(line_no)
                 pos = end + 1
             line_no += chunk.count(b"\n", counted)
         lines = self._newlines + (0 if self._ends_with_newline else 1)
@@ -476,13 +478,14 @@ class Scanner:
             pos = span[0] + 1
         return out
 
-    def _line(self, raw: bytes, source: str, line_no: int) -> None:
+    def _line(self, raw: bytes, source: str, line_no: int) -> Optional["_LineInfo"]:
+        """Apply one candidate line; its _LineInfo (None: no pattern matched it)."""
         info = self._info(raw)
         if info is None:  # a key, but no pattern matched: as inert as a line without one
             if len(self._plain) >= _CACHE_LIMIT * 5:
                 self._plain.clear()
             self._plain[raw] = None
-            return
+            return None
         who = info.who if isinstance(info.who, str) else (source if info.who is None else f"{source} rank {info.who[1]}")
         proc = self.processes.get(who)
         if proc is None:
@@ -511,8 +514,6 @@ class Scanner:
             ignored, proc._ignored_tail = True, line_no
         if info.struct is not None:
             self._structure(proc, info.struct, line_no)
-            if info.struct[0] == "exc":
-                self._logged.exception(line_no)
         for entry, value in info.matches:
             if isinstance(entry, Fact):
                 self._fact(entry, value or "", location, proc)
@@ -528,6 +529,7 @@ class Scanner:
             if len(self._inert) >= _CACHE_LIMIT:
                 self._inert.clear()
             self._inert[raw] = (info, proc)
+        return info
 
     def _seen(self, sig: Signature, source: str, line_no: int, where: Location, soft: bool, ignored: bool) -> None:
         table = (self._failures if sig.kind == "failure" else self._completions).setdefault(source, {})
