@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
+
+from envbuild.explain.records import record_shape
 
 # the record above a traceback: logging's level names that a handled exception is logged at
 _ERROR_LEVELS = frozenset({"ERROR", "WARNING", "WARN", "CRITICAL"})
 _GOING_ON_LEVELS = frozenset({"INFO", "NOTICE"})
-_LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|NOTICE|ERROR|CRITICAL|FATAL)(?![\w])")
-_WORDS_BEFORE_LEVEL = re.compile(r"(?i)error|exception|fail")  # a level word after these is inside a message
 # a last record that says the program failed; one that says it stops is read as going on only where the program did
 # more than stop after the traceback (more than SLACK lines after it: "shutdown complete" after a load test, not
 # "shutting down" right under the exception it logged)
@@ -34,30 +34,19 @@ _CHAINED = ("The above exception was the direct cause", "During handling of the 
 SLACK = 12
 
 
-def record_shape(line: str) -> Optional[Tuple[str, str]]:
-    """(level, shape) of a log record: its level word and what precedes and follows it with digits masked
-    (`ERROR 2026-12-07 08:21:14,423 [warmup]` and `INFO 2026-...` share a shape). None: not a record (no level
-    word in the opening characters, or one inside a message)."""
-    head = line.lstrip()[:96]
-    m = _LEVEL.search(head)
-    if m is None or _WORDS_BEFORE_LEVEL.search(head[:m.start()]):
-        return None
-    return m.group(1), re.sub(r"\d", "0", head[:m.start()]) + "|" + head[m.end():m.end() + 1]
-
-
 @dataclass
 class _Span:
     start: int  # the error-level record's line
-    shape: str
     end: int = -1  # the last exception line of the traceback (and of those chained to it); -1 while it is read
 
 
 class LoggedExceptions:
-    """Per source: the first logged traceback's record line, the last one's end, and whether a traceback or an
-    exception line that no record announced came after (a crash: the rule does not apply)."""
+    """Per source: the first logged traceback's record line, the last one's span, the record shapes that logged
+    them, and whether a traceback or an exception line that no record announced came after (a crash: the rule does
+    not apply)."""
 
     def __init__(self) -> None:
-        self._first: Optional[_Span] = None
+        self._start: Optional[int] = None
         self._last: Optional[_Span] = None
         self._shapes: set = set()
         self._unlogged = False
@@ -70,12 +59,12 @@ class LoggedExceptions:
             return
         shape = record_shape(above)
         if shape is None or shape[0] not in _ERROR_LEVELS:
-            if self._first is not None:
+            if self._last is not None:
                 self._unlogged = True
             return
-        span = _Span(line_no - 1, shape[1])
-        self._first = self._first or span
-        self._last = span
+        self._last = _Span(line_no - 1)
+        if self._start is None:
+            self._start = self._last.start
         self._shapes.add(shape[1])
 
     def exception(self, line_no: int) -> None:
@@ -101,4 +90,4 @@ class LoggedExceptions:
             return None
         if last_loud > span.end + SLACK:
             return None
-        return self._first.start if self._first else None
+        return self._start

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from envbuild.explain.logged import LoggedExceptions
+from envbuild.explain.records import opening_level
 from envbuild.knowledge.signatures import Fact, Signature, case_free
 
 BLOCK_HINT = 4 * 1024 * 1024  # the reader's block size (reader.BLOCK)
@@ -64,7 +65,6 @@ _PREFIXES = re.compile(r"^(?:\s*(?:\[[Rr]ank ?\d+\]:?|\[\d+,\d+\]<std(?:out|err)
 # glog's `W1206 12:00:00` and torch's c10 logger, whose month is not zero-padded (`[W506 00:43:56.24 TCPStore.cpp:125]`
 # on May 6), and torch's `[W socket.cpp:634]`, also as a reporter shortens it (`[W ... TCPStore.cpp:...]`)
 _SOFT_MARK = re.compile(r"(?:^\s*|\[)[IW]\d{3,4} \d{2}:\d{2}:\d{2}|\[[IW] (?:\.\.\. )?[\w./-]+\.(?:cpp|cc|c|h|hpp|py):(?:\d+|\.\.\.)\]")
-_LEVEL = re.compile(r"(?<![\w.])(WARNING|WARN|INFO|DEBUG|TRACE|NOTICE|ERROR|CRITICAL|FATAL|SEVERE)(?![\w])")
 _ASKS = re.compile(r"(?i)^\W*(?:what does\b.{0,200}\bmean\b|is (?:this|it|that) (?:\w+ ){0,2}(?:harmful|normal|expected|"
                    r"safe|a (?:real )?problem)\b)|\b(?:(?:safely|safe to) (?:be )?ignored?|be ignored|harmful|mean|matter)\s*\?\s*$")
 # Python's report of an exception it could not raise and ignored (in a finalizer, __del__, at interpreter exit):
@@ -72,7 +72,6 @@ _ASKS = re.compile(r"(?i)^\W*(?:what does\b.{0,200}\bmean\b|is (?:this|it|that) 
 # Python 2 "Exception E: 'msg' in <bound method X.__del__ of <...>> ignored" on one line. The run was not stopped by it.
 _IGNORED = "Exception ignored in"
 _DEL_IGNORED = re.compile(r"\bin <bound method [\w.]+\.__del__ of\b")
-_FAILED_WORD = re.compile(r"(?i)error|exception|fail")  # a level word after these is inside the message
 _SOFT_LEVELS = frozenset({"WARNING", "INFO", "NOTICE"})  # WARN alone is NCCL's and Horovod's error level
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _EXC = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))(?::\s?(?P<msg>.*))?$")
@@ -770,8 +769,8 @@ def _soft(body: str) -> bool:
         return True
     if "NCCL " in head:
         return False
-    m = _LEVEL.search(head)
-    return bool(m) and m.group(1) in _SOFT_LEVELS and not _FAILED_WORD.search(head[:m.start()])
+    m = opening_level(head)
+    return m is not None and m.group(1) in _SOFT_LEVELS
 
 
 def _ignored_report(body: str, struct: Optional[Tuple[str, str]]) -> bool:
